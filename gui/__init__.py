@@ -1,0 +1,1 @@
+"""The PyQt5 + pyqtgraph dashboard."""

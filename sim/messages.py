@@ -1,0 +1,162 @@
+"""The ZeroMQ message contract (architecture.md, docs/messages.md): topics, schemas, codec, gap counting.
+
+Every message is two frames ``[topic, payload]``: the topic in ASCII, the payload a MessagePack map carrying
+``v`` (schema version), ``seq`` (per-topic counter from 0), ``t`` (simulation time, s, where there is one) and
+``stamp_ns`` (publisher wall clock, ``time.time_ns()``). The schemas below are the single source of truth:
+docs/messages.md documents them key by key (a test keeps the two equal) and the recorder registers them in
+MCAP. They require the listed keys and allow extra ones, so a newer publisher does not break older tools.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+SCHEMA_VERSION = 1
+
+TOPIC_SIM_STATE = "sim/state"
+TOPIC_SIM_STATUS = "sim/status"
+TOPIC_HW_COMMAND = "hw/command"
+TOPIC_HW_TELEMETRY = "hw/telemetry"
+TOPIC_HW_STATUS = "hw/status"
+
+_int = {"type": "integer"}
+_num = {"type": "number"}
+_str = {"type": "string"}
+_bool = {"type": "boolean"}
+
+
+def _vec(n: int | None = None) -> dict:
+    schema: dict[str, Any] = {"type": "array", "items": _num}
+    if n is not None:
+        schema.update(minItems=n, maxItems=n)
+    return schema
+
+
+_names = {"type": "array", "items": _str}
+_bools = {"type": "array", "items": _bool}
+_matrix = {"type": "array", "items": _vec()}
+_common = {"v": _int, "seq": {"type": "integer", "minimum": 0}, "stamp_ns": _int}
+
+
+def _object(properties: dict, required: list[str]) -> dict:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+SCHEMAS: dict[str, dict] = {
+    TOPIC_SIM_STATE: _object(
+        {**_common, "t": _num,
+         "joint_names": _names, "actuated": _bools,
+         "q": _vec(), "qd": _vec(), "qdd": _vec(), "tau": _vec(), "strain": _vec(),
+         "base_pos": _vec(3), "base_quat": _vec(4), "base_twist": _vec(6),
+         "base_wrench": _vec(6), "ext_wrench": _vec(6)},
+        ["v", "seq", "t", "stamp_ns", "q", "qd", "qdd", "tau", "strain",
+         "base_pos", "base_quat", "base_twist", "base_wrench", "ext_wrench"]),
+    TOPIC_SIM_STATUS: _object(
+        {**_common, "t": _num, "mode": {"enum": ["realtime", "fast", "lockstep"]},
+         "state": {"enum": ["idle", "running", "paused", "stalled", "stopped"]},
+         "rtf": _num, "step_us": _object({"mean": _num, "p50": _num, "p99": _num, "max": _num},
+                                         ["mean", "p50", "p99", "max"]),
+         "deadline_misses": _int, "state_rate_hz": _num, "robot": _str,
+         "joint_names": _names, "actuated": _bools, "reason": _str},
+        ["v", "seq", "t", "stamp_ns", "mode", "state", "rtf", "step_us", "deadline_misses",
+         "state_rate_hz", "robot", "joint_names", "actuated"]),
+    # The hw/* schemas are owned by the driver (hil/driver.py); these are their required cores.
+    TOPIC_HW_COMMAND: _object(
+        {**_common, "t": _num, "sim_seq": _int, "channels": _names, "setpoint_rad": _vec(),
+         "setpoint_raw": _vec(), "limited": _bools, "mode": _str},
+        ["v", "seq", "stamp_ns", "t", "sim_seq", "channels", "setpoint_rad", "setpoint_raw", "limited", "mode"]),
+    TOPIC_HW_TELEMETRY: _object(
+        {**_common, "host_ns": _int, "device_us": {"type": "array", "items": _int},
+         "servo_names": _names, "servo_rad": _matrix, "strain_names": _names, "strain": _matrix,
+         "load_names": _names, "load": _matrix},
+        ["v", "seq", "stamp_ns", "host_ns", "device_us", "servo_names", "servo_rad",
+         "strain_names", "strain", "load_names", "load"]),
+    TOPIC_HW_STATUS: _object(
+        {**_common, "lifecycle": _str, "rig": _str, "estop": _bool, "watchdog": _str,
+         "link": {"type": "object"}},
+        ["v", "seq", "stamp_ns", "lifecycle", "rig", "estop", "watchdog", "link"]),
+}
+
+TOPICS = tuple(SCHEMAS)
+
+
+def encode(topic: str, payload: dict[str, Any]) -> list[bytes]:
+    """The two frames of a message. numpy arrays must be converted with ``.tolist()`` by the caller."""
+    return [topic.encode("ascii"), msgpack.packb(payload, use_bin_type=True)]
+
+
+class MalformedMessage(ValueError):
+    """A message that is not ``[ascii topic, msgpack map]``."""
+
+
+def decode(frames: list[bytes]) -> tuple[str, dict[str, Any]]:
+    """Topic and payload of a received message; raises :class:`MalformedMessage` on anything else."""
+    if len(frames) != 2:
+        raise MalformedMessage(f"expected 2 frames, got {len(frames)}")
+    try:
+        topic = bytes(frames[0]).decode("ascii")
+        payload = msgpack.unpackb(bytes(frames[1]), raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on bad bytes
+        raise MalformedMessage(str(exc)) from None
+    if not isinstance(payload, dict):
+        raise MalformedMessage(f"payload is {type(payload).__name__}, expected a map")
+    return topic, payload
+
+
+def validate(topic: str, payload: dict[str, Any]) -> None:
+    """Raise ``jsonschema.ValidationError`` if ``payload`` does not follow the schema of ``topic``."""
+    import jsonschema
+
+    jsonschema.validate(payload, SCHEMAS[topic])
+
+
+@dataclass
+class SeqTracker:
+    """Counts messages and ``seq`` gaps per topic, so that no drop is ever silent.
+
+    A ``seq`` lower than the last one is a publisher restart (reset), not a gap.
+    """
+    received: dict[str, int] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    last_seq: dict[str, int] = field(default_factory=dict)
+
+    def update(self, topic: str, seq: int) -> int:
+        """Record ``seq`` for ``topic``; return how many messages were missed just before it."""
+        self.received[topic] = self.received.get(topic, 0) + 1
+        last = self.last_seq.get(topic)
+        self.last_seq[topic] = seq
+        if last is None:
+            return 0
+        if seq <= last:
+            self.restarts[topic] = self.restarts.get(topic, 0) + 1
+            return 0
+        missed = seq - last - 1
+        if missed:
+            self.gaps[topic] = self.gaps.get(topic, 0) + missed
+        return missed
+
+
+def drain_latest(socket, max_messages: int = 100_000) -> dict[str, dict[str, Any]]:
+    """Read every queued message from a SUB socket without blocking; keep the newest payload per topic.
+
+    ZeroMQ's CONFLATE does not work with multipart messages, so subscribers that want only the newest state
+    drain their queue instead. Malformed messages are skipped; the caller counts them with the return of
+    :func:`decode` if it needs to.
+    """
+    import zmq
+
+    latest: dict[str, dict[str, Any]] = {}
+    for _ in range(max_messages):
+        try:
+            frames = socket.recv_multipart(flags=zmq.NOBLOCK)
+        except zmq.Again:
+            break
+        try:
+            topic, payload = decode(frames)
+        except MalformedMessage:
+            continue
+        latest[topic] = payload
+    return latest
