@@ -1,0 +1,199 @@
+"""Recorder throughput: sustained messages/s and MB/s of `mms record` with zero drops (issue 8).
+
+A publisher in this process sends ``--messages`` schema-valid messages as fast as it can over a real ZeroMQ PUB
+socket, once to a raw pyzmq receive loop (a subprocess that only counts: the baseline) and once to a real
+`mms record` subprocess; then the same for the other payload size. Rates are measured by each receiver from its
+first to its last message (for the recorder, the ``log_time`` span in the MCAP file it wrote, read back with the
+mcap reader), drops are ``seq`` gaps plus missing messages. Two payloads: hw/status-sized (~200 B) and a
+sim/state of a 32-joint robot (~1.9 kB).
+
+The publisher is a Python loop, so when the baseline's rate equals the publisher's, the figure is a lower bound
+of what the receivers can take; the ratio recorder/baseline is the figure of merit.
+
+Usage: python benchmarks/bench_recorder.py [--messages 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgpack
+import zmq
+from mcap.reader import make_reader
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+MMS = Path(sys.executable).parent / "mms"
+WARMUP_TOPIC = "bench/warmup"
+DEADLINE_S = 120.0
+
+RAW_RECEIVER = r"""
+import sys, time, zmq
+endpoint, total = sys.argv[1], int(sys.argv[2])
+sub = zmq.Context().socket(zmq.SUB)
+sub.setsockopt(zmq.RCVHWM, 10_000_000)
+sub.setsockopt(zmq.SUBSCRIBE, b"")
+sub.connect(endpoint)
+count = nbytes = 0
+first = last = None
+announced = False
+deadline = time.monotonic() + 120
+while count < total and time.monotonic() < deadline:
+    if not sub.poll(1000):
+        continue
+    frames = sub.recv_multipart()
+    if frames[0] == b"bench/warmup":
+        if not announced:
+            print("ready", flush=True)
+            announced = True
+        continue
+    now = time.time_ns()
+    first = first or now
+    last = now
+    count += 1
+    nbytes += len(frames[1])
+print(count, nbytes, first, last, flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def state_payload(seq: int, n_joints: int = 32) -> dict:
+    values = [0.123456789 * (i + 1) for i in range(n_joints)]
+    return {"v": 1, "seq": seq, "t": seq * 1e-3, "stamp_ns": time.time_ns(),
+            "joint_names": [f"joint_{i}" for i in range(n_joints)], "actuated": [True] * n_joints,
+            "q": values, "qd": values, "qdd": values, "tau": values, "strain": values,
+            "base_pos": [0.0, 0.0, 0.0], "base_quat": [1.0, 0.0, 0.0, 0.0], "base_twist": [0.0] * 6,
+            "base_wrench": [0.0] * 6, "ext_wrench": [0.0] * 6}
+
+
+def status_payload(seq: int) -> dict:
+    return {"v": 1, "seq": seq, "stamp_ns": time.time_ns(), "lifecycle": "active", "rig": "bench-rig",
+            "estop": False, "watchdog": "track",
+            "link": {"state": "up", "frames_ok": seq, "crc_errors": 0, "seq_gaps": 0, "reconnects": 0}}
+
+
+def publish(pub, topic: str, make, total: int, ready) -> float:
+    """Warm up until ``ready()`` (slow joiner), then send ``total`` messages as fast as possible."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not ready():
+        pub.send_multipart([WARMUP_TOPIC.encode(), msgpack.packb({"v": 1, "seq": 0, "stamp_ns": time.time_ns()})])
+        time.sleep(0.01)
+        if time.monotonic() > deadline:
+            raise RuntimeError("receiver never connected")
+    topic_bytes = topic.encode()
+    start = time.perf_counter()
+    for seq in range(total):
+        pub.send_multipart([topic_bytes, msgpack.packb(make(seq), use_bin_type=True)])
+    return total / (time.perf_counter() - start)
+
+
+def run_raw(endpoint: str, pub, topic: str, make, total: int) -> dict:
+    proc = subprocess.Popen([sys.executable, "-c", RAW_RECEIVER, endpoint, str(total)], stdout=subprocess.PIPE,
+                            text=True)
+    line = []
+
+    def ready():
+        if not line:
+            if select.select([proc.stdout], [], [], 0)[0]:
+                line.append(proc.stdout.readline().strip())
+        return bool(line)
+
+    publish_rate = publish(pub, topic, make, total, ready)
+    out, _ = proc.communicate(timeout=DEADLINE_S)
+    count, nbytes, first, last = (int(x) for x in out.split())
+    seconds = (last - first) / 1e9
+    return {"received": count, "drops": total - count, "msg_s": count / seconds, "mb_s": nbytes / seconds / 1e6,
+            "publish_msg_s": publish_rate}
+
+
+def request(endpoint: str, message: dict) -> dict | None:
+    req = zmq.Context.instance().socket(zmq.REQ)
+    req.setsockopt(zmq.LINGER, 0)
+    req.setsockopt(zmq.RCVTIMEO, 2000)
+    req.connect(endpoint)
+    try:
+        req.send(msgpack.packb(message))
+        return msgpack.unpackb(req.recv(), raw=False)
+    except zmq.Again:
+        return None
+    finally:
+        req.close()
+
+
+def run_recorder(network: Path, control: str, pub, topic: str, make, total: int, out: Path) -> dict:
+    proc = subprocess.Popen([str(MMS), "record", "--config", str(network), "--out", str(out), "--quiet"],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+
+    def ready():
+        reply = request(control, {"cmd": "status"})
+        return bool(reply and WARMUP_TOPIC in reply.get("topics", {}))
+
+    publish_rate = publish(pub, topic, make, total, ready)
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        reply = request(control, {"cmd": "status"}) or {}
+        if reply.get("topics", {}).get(topic, {}).get("messages", 0) >= total:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=DEADLINE_S)
+    log_times, seqs, nbytes = [], [], 0
+    with open(out, "rb") as handle:
+        for _schema, channel, message in make_reader(handle).iter_messages(topics=[topic], log_time_order=False):
+            log_times.append(message.log_time)
+            seqs.append(message.sequence)
+            nbytes += len(message.data)
+    gaps = sum(b - a - 1 for a, b in zip(seqs, seqs[1:]))
+    seconds = (log_times[-1] - log_times[0]) / 1e9
+    return {"received": len(seqs), "drops": total - len(seqs) + gaps, "msg_s": len(seqs) / seconds,
+            "mb_s": nbytes / seconds / 1e6, "publish_msg_s": publish_rate, "file_mb": out.stat().st_size / 1e6}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000, help="messages per payload size and receiver")
+    args = parser.parse_args()
+    ports = [free_port() for _ in range(3)]
+    sim_pub, driver_pub, control = (f"tcp://127.0.0.1:{p}" for p in ports)
+    context = zmq.Context.instance()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 10_000_000)
+    pub.bind(sim_pub)
+    cases = (("hw/status", status_payload), ("sim/state", state_payload))
+    with tempfile.TemporaryDirectory() as folder:
+        network = Path(folder) / "network.toml"
+        network.write_text(f'[sim]\npub = "{sim_pub}"\n[driver]\npub = "{driver_pub}"\n'
+                           f'[recorder]\ncontrol = "{control}"\n')
+        print(f"{args.messages} messages per case, sent as fast as a Python PUB loop can")
+        print(f"{'payload':<10} {'bytes':>6} {'receiver':<10} {'msg/s':>9} {'MB/s':>7} {'drops':>6} {'pub msg/s':>10}"
+              f" {'ratio':>6}")
+        for topic, make in cases:
+            size = len(msgpack.packb(make(0)))
+            raw = run_raw(sim_pub, pub, topic, make, args.messages)
+            rec = run_recorder(network, control, pub, topic, make, args.messages,
+                               Path(folder) / f"{topic.replace('/', '_')}.mcap")
+            for name, result in (("raw pyzmq", raw), ("mms record", rec)):
+                ratio = result["msg_s"] / raw["msg_s"]
+                print(f"{topic:<10} {size:>6} {name:<10} {result['msg_s']:>9.0f} {result['mb_s']:>7.1f} "
+                      f"{result['drops']:>6} {result['publish_msg_s']:>10.0f} {ratio:>6.2f}")
+            print(f"{'':<10} {'':>6} file {rec['file_mb']:.1f} MB (zstd chunks) for "
+                  f"{rec['received'] * size / 1e6:.1f} MB of payloads")
+    pub.close(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

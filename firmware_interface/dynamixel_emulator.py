@@ -1,0 +1,656 @@
+"""Dynamixel bus emulator: X-series smart servos (Protocol 2.0) on one pseudo-terminal, byte-paced like the bus.
+
+Run ``python -m firmware_interface.dynamixel_emulator --rig configs/rigs/flapper_dynamixel_rig.toml``; the first
+stdout line is the pty path, as with ``mms emulate`` (docs/dynamixel.md). The official ``dynamixel_sdk`` talks to
+it unchanged.
+
+Layers (protocol split from transport):
+
+* :mod:`firmware_interface.dynamixel` — the codec and the control-table rules (pure);
+* :class:`ServoModel` — one servo's motion: position loop, velocity limit, motor inertia and damping, current;
+* :class:`Bus` — the servos' firmware, transport-free: ``receive(bytes, now)`` returns status packets with the
+  wire time each may start (return delay, one servo after the other as on a half-duplex bus);
+* :class:`DynamixelEmulator` — :class:`firmware_interface.emulator.PtyLink` (the pty, 10 bits per byte at the
+  baud rate both ways) plus the loop, fault injection and statistics.
+
+The rig file format (``kind = "dynamixel"``) is loaded by :func:`load_dxl_rig`; docs/dynamixel.md documents it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import select
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.config import ConfigError, load_toml, require
+
+from firmware_interface import dynamixel as dxl
+from firmware_interface.emulator import PtyLink
+
+TICKS_PER_RAD = dxl.POSITION_TICKS_PER_REV / (2 * math.pi)
+RAD_S_PER_VELOCITY_UNIT = dxl.VELOCITY_UNIT_RPM * 2 * math.pi / 60.0
+#: Servo dynamics are integrated in steps no longer than this, s (the servo's own control loop is faster;
+#: the lag and limits below are what matters at the bus rates of interest).
+MAX_STEP_S = 1e-3
+#: A partial packet older than this, with the line idle, is abandoned (a servo's receive timeout), s.
+RX_IDLE_EXPIRE_S = 0.05
+#: The loop never sleeps longer than this without looking at the port, s.
+MAX_IDLE_S = 1e-3
+#: After REBOOT a servo answers nothing for this long, s (the real one takes a few hundred ms; kept short).
+REBOOT_S = 0.05
+#: Current held at the limit for this long trips the overload error, s (the X series' overload detection).
+OVERLOAD_S = 1.0
+
+
+# -- rig file ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServoTruthDxl:
+    """The emulated servo's mechanics: ``J dω/dt = kt i - b ω``; the position loop commands
+    ``ω* = clip((goal - θ) / position_time_constant_s, ±v_max)``, the velocity loop reaches it with the
+    first-order lag ``velocity_time_constant_s``, the current saturates at the current limit."""
+    inertia_kg_m2: float = 2e-4            # rotor reflected through the gearbox + the load, at the horn
+    damping_n_m_s: float = 0.05            # viscous friction at the horn, N m s/rad
+    torque_constant_n_m_a: float = 1.78    # XM430-W350 at 12 V: 4.1 N m stall / 2.3 A
+    position_time_constant_s: float = 0.02
+    velocity_time_constant_s: float = 0.005
+    missing: bool = False                  # on the rig file but does not answer (unplugged, wrong ID)
+
+
+@dataclass(frozen=True)
+class DxlServo:
+    """One servo of a Dynamixel rig. ``ticks = center_ticks + direction * TICKS_PER_RAD * angle``."""
+    name: str
+    id: int
+    model: str
+    center_ticks: int
+    direction: int
+    min_rad: float
+    max_rad: float
+    max_rate_rad_s: float
+    neutral_rad: float
+    eeprom: dict[str, int]                 # control-table values written while torque is off (at start-up)
+    truth: ServoTruthDxl
+
+    def to_ticks(self, angle_rad: float) -> int:
+        return int(round(self.center_ticks + self.direction * TICKS_PER_RAD * angle_rad))
+
+    def to_rad(self, ticks: float) -> float:
+        return (ticks - self.center_ticks) / (self.direction * TICKS_PER_RAD)
+
+
+@dataclass(frozen=True)
+class DxlRig:
+    path: Path
+    name: str
+    port: str
+    baud: int
+    command_hz: float
+    watchdog_timeout_s: float
+    servos: list[DxlServo]
+    joints: list                            # firmware_interface.rig.JointMap
+    microcontroller: Path | None            # the sensor link's rig file (strain gauges, load cell), if any
+    seed: int
+    raw: dict = field(repr=False, default_factory=dict)
+
+    @property
+    def ids(self) -> list[int]:
+        return [s.id for s in self.servos]
+
+
+def rig_kind(path: str | Path) -> str:
+    """``[rig] kind`` of a rig file: "dynamixel", or "mcu" when absent (the microcontroller rigs of
+    docs/rigs.md). What `mms emulate` and `mms drive` would dispatch on."""
+    rig_t = load_toml(path).get("rig", {})
+    kind = rig_t.get("kind", "mcu") if isinstance(rig_t, dict) else "mcu"
+    return kind if isinstance(kind, str) else "mcu"
+
+
+EEPROM_KEYS = ("return_delay_time", "velocity_limit", "current_limit", "operating_mode", "drive_mode")
+
+
+def load_dxl_rig(path: str | Path) -> DxlRig:
+    """Read a ``kind = "dynamixel"`` rig file; one-line :class:`ConfigError` on any problem."""
+    from firmware_interface.rig import JointMap
+
+    path = Path(path)
+    doc = load_toml(path)
+    rig_t = require(doc, "rig", dict, path=path)
+    name = require(rig_t, "name", str, path=path, prefix="rig")
+    require(rig_t, "kind", str, path=path, prefix="rig", check=lambda v: v == "dynamixel",
+            expected='"dynamixel"')
+    bus_t = require(doc, "bus", dict, path=path)
+    port = require(bus_t, "port", str, path=path, prefix="bus")
+    baud = require(bus_t, "baud", int, path=path, prefix="bus", check=lambda v: v in dxl.BAUD_RATES.values(),
+                   expected=f"one of the X series' baud rates {sorted(dxl.BAUD_RATES.values())}")
+    require(bus_t, "protocol", int, path=path, prefix="bus", default=2, check=lambda v: v == 2,
+            expected="2 (Protocol 2.0)")
+    rates = require(doc, "rates", dict, path=path, default={})
+    command_hz = require(rates, "command_hz", float, path=path, prefix="rates", default=200.0,
+                         check=lambda v: v > 0, expected="a positive rate, Hz")
+    watchdog_t = require(doc, "watchdog", dict, path=path, default={})
+    watchdog_s = require(watchdog_t, "timeout_s", float, path=path, prefix="watchdog", default=0.1,
+                         check=lambda v: 0.02 <= v <= 127 * dxl.BUS_WATCHDOG_UNIT_S,
+                         expected="0.02 to 2.54 s (the servo's bus watchdog, 20 ms units)")
+    emu = require(doc, "emulator", dict, path=path, default={})
+    seed = require(emu, "seed", int, path=path, prefix="emulator", default=0)
+    truth_t = require(emu, "servo", dict, path=path, prefix="emulator", default={})
+    truth_defaults = {k: v for k, v in truth_t.items() if not isinstance(v, dict)}
+
+    items = require(doc, "servos", list, path=path, expected="an array of [[servos]] tables")
+    if not 1 <= len(items) <= dxl.MAX_ID + 1:
+        raise ConfigError(path, "servos", "expected 1 to 253 servos")
+    servos = []
+    for k, t in enumerate(items):
+        prefix = f"servos[{k}]"
+        if not isinstance(t, dict):
+            raise ConfigError(path, prefix, "expected a table")
+        sname = require(t, "name", str, path=path, prefix=prefix)
+        model = require(t, "model", str, path=path, prefix=prefix, default="XM430-W350",
+                        check=lambda v: v in dxl.MODEL_NUMBERS, expected=f"one of {sorted(dxl.MODEL_NUMBERS)}")
+        eeprom = {key: require(t, key, int, path=path, prefix=prefix) for key in EEPROM_KEYS if key in t}
+        table = dxl.ControlTable()
+        for key, value in eeprom.items():
+            item = dxl.ITEMS[key]
+            if table.check_write(item.address, dxl.pack_value(value, item.size)) != dxl.ERR_NONE:
+                raise ConfigError(path, f"{prefix}.{key}", f"got {value}, expected {item.lo}..{item.hi}")
+        own = require(truth_t, sname, dict, path=path, prefix="emulator.servo", default={})
+        tt = {**truth_defaults, **own}
+        try:
+            truth = ServoTruthDxl(**{key: (bool(v) if key == "missing" else float(v)) for key, v in tt.items()})
+        except TypeError:
+            raise ConfigError(path, f"emulator.servo.{sname}", f"unknown key among {sorted(tt)}; expected "
+                              f"{sorted(ServoTruthDxl.__dataclass_fields__)}") from None
+        except ValueError:
+            raise ConfigError(path, f"emulator.servo.{sname}", f"got {tt}, expected numbers (missing: a "
+                              "boolean)") from None
+        if min(v for k, v in truth.__dict__.items() if k != "missing") <= 0:
+            raise ConfigError(path, f"emulator.servo.{sname}", "expected positive mechanics (inertia, damping, "
+                              "torque constant, time constants)")
+        servo = DxlServo(
+            name=sname,
+            id=require(t, "id", int, path=path, prefix=prefix, check=lambda v: 0 <= v <= dxl.MAX_ID,
+                       expected="an ID 0..252"),
+            model=model,
+            center_ticks=require(t, "center_ticks", int, path=path, prefix=prefix, default=2048,
+                                 check=lambda v: 0 <= v <= 4095, expected="0..4095"),
+            direction=require(t, "direction", int, path=path, prefix=prefix, default=1,
+                              check=lambda v: v in (-1, 1), expected="1 or -1"),
+            min_rad=require(t, "min_rad", float, path=path, prefix=prefix),
+            max_rad=require(t, "max_rad", float, path=path, prefix=prefix),
+            max_rate_rad_s=require(t, "max_rate_rad_s", float, path=path, prefix=prefix,
+                                   check=lambda v: v > 0, expected="a positive rate, rad/s"),
+            neutral_rad=require(t, "neutral_rad", float, path=path, prefix=prefix, default=0.0),
+            eeprom=eeprom, truth=truth)
+        if servo.min_rad >= servo.max_rad:
+            raise ConfigError(path, f"{prefix}.max_rad", f"got {servo.max_rad}, expected more than min_rad")
+        for key in ("min_rad", "max_rad", "neutral_rad"):
+            ticks = servo.to_ticks(getattr(servo, key))
+            if not 0 <= ticks <= 4095:
+                raise ConfigError(path, f"{prefix}.{key}", f"maps to {ticks} ticks, outside 0..4095")
+        if not servo.min_rad <= servo.neutral_rad <= servo.max_rad:
+            raise ConfigError(path, f"{prefix}.neutral_rad", "expected within [min_rad, max_rad]")
+        servos.append(servo)
+    for key in ("id", "name"):
+        values = [getattr(s, key) for s in servos]
+        for k, v in enumerate(values):
+            if v in values[:k]:
+                raise ConfigError(path, f"servos[{k}].{key}", f"duplicate {key} {v!r}")
+    names = [s.name for s in servos]
+    joints = []
+    for k, t in enumerate(require(doc, "joints", list, path=path, default=[])):
+        prefix = f"joints[{k}]"
+        joints.append(JointMap(
+            joint=require(t, "joint", str, path=path, prefix=prefix),
+            servo=require(t, "servo", str, path=path, prefix=prefix, check=lambda v: v in names,
+                          expected=f"one of {names}"),
+            direction=require(t, "direction", int, path=path, prefix=prefix, default=1,
+                              check=lambda v: v in (-1, 1), expected="1 or -1"),
+            gain=require(t, "gain", float, path=path, prefix=prefix, default=1.0, check=lambda v: v > 0,
+                         expected="a positive number"),
+            offset_rad=require(t, "offset_rad", float, path=path, prefix=prefix, default=0.0)))
+    mcu_t = require(doc, "microcontroller", dict, path=path, default={})
+    mcu = None
+    if "rig" in mcu_t:
+        mcu = (path.parent / require(mcu_t, "rig", str, path=path, prefix="microcontroller")).resolve()
+        if not mcu.is_file():
+            raise ConfigError(path, "microcontroller.rig", f"no such file {mcu}")
+    return DxlRig(path=path, name=name, port=port, baud=baud, command_hz=command_hz,
+                  watchdog_timeout_s=watchdog_s, servos=servos, joints=joints, microcontroller=mcu, seed=seed,
+                  raw=doc)
+
+
+# -- one servo -----------------------------------------------------------------------------------------------------
+class ServoModel:
+    """A servo's control table plus its mechanics (angle ``theta`` rad and rate ``omega`` rad/s at the horn,
+    absolute: 0 rad = 0 ticks). Present current (A) is ``(J dω/dt + b ω) / kt``: the torque the motor makes,
+    a load proxy as the real servo's current sense is."""
+
+    def __init__(self, servo: DxlServo):
+        self.config = servo
+        self.truth = servo.truth
+        self.table = dxl.ControlTable(overrides={"id": servo.id, "model_number": dxl.MODEL_NUMBERS[servo.model],
+                                                 **servo.eeprom})
+        self.theta = servo.to_ticks(servo.neutral_rad) / TICKS_PER_RAD   # rad, where the horn rests at power-up
+        self.omega = 0.0                                                    # rad/s
+        self.current_a = 0.0
+        self.saturated_s = 0.0
+        self.t = 0.0
+        self.last_contact_s = 0.0
+        self.booting_until_s = -math.inf
+        self._publish()
+        self.table.set("goal_position", self.table.get("present_position"))
+
+    @property
+    def id(self) -> int:
+        return self.table.get("id")
+
+    def reboot(self, now: float) -> None:
+        self.table.reset()
+        self.table.set("goal_position", self.table.get("present_position"))
+        self.booting_until_s = now + REBOOT_S
+
+    def hardware_error(self, bits: int) -> None:
+        """Latch hardware error ``bits``; the shutdown setting (address 63) says which ones drop the torque."""
+        self.table.set("hardware_error_status", self.table.get("hardware_error_status") | bits)
+        if bits & self.table.get("shutdown"):
+            self.table.set("torque_enable", 0)
+
+    def advance(self, now: float) -> None:
+        """Integrate the mechanics from the last call to ``now`` (s, device clock)."""
+        while self.t < now:
+            dt = min(MAX_STEP_S, now - self.t)
+            self._step(dt)
+            self.t += dt
+        self._publish()
+
+    def _step(self, dt: float) -> None:
+        tr, table = self.truth, self.table
+        omega0 = self.omega
+        if table.get("torque_enable") and table.get("operating_mode") in (3, 4):
+            goal = table.get("goal_position") / TICKS_PER_RAD
+            v_max = table.get("velocity_limit") * RAD_S_PER_VELOCITY_UNIT
+            profile = table.get("profile_velocity")
+            if profile:
+                v_max = min(v_max, profile * RAD_S_PER_VELOCITY_UNIT)
+            target = max(-v_max, min(v_max, (goal - self.theta) / tr.position_time_constant_s))
+            alpha = (target - omega0) * -math.expm1(-dt / tr.velocity_time_constant_s) / dt
+            torque = tr.inertia_kg_m2 * alpha + tr.damping_n_m_s * omega0
+            i_max = table.get("current_limit") * dxl.CURRENT_UNIT_A
+            current = torque / tr.torque_constant_n_m_a
+            if abs(current) > i_max:
+                current = math.copysign(i_max, current)
+                alpha = (current * tr.torque_constant_n_m_a - tr.damping_n_m_s * omega0) / tr.inertia_kg_m2
+                self.saturated_s += dt
+            else:
+                self.saturated_s = 0.0
+            self.current_a = current
+            self.omega = omega0 + alpha * dt
+            if self.saturated_s > OVERLOAD_S:
+                self.hardware_error(dxl.HW_OVERLOAD)
+        else:
+            self.current_a = 0.0
+            self.saturated_s = 0.0
+            self.omega = omega0 * math.exp(-tr.damping_n_m_s / tr.inertia_kg_m2 * dt)   # coasting
+        self.theta += 0.5 * (omega0 + self.omega) * dt
+
+    def check_bus_watchdog(self, now: float) -> None:
+        """Trip when no instruction reached this servo for the Bus Watchdog time (address 98, 20 ms units).
+        Called by the loop after it has handled what the port delivered, so an emulator that was itself late
+        (a loaded machine) does not trip on packets that were waiting in the pty."""
+        period = self.table.get("bus_watchdog")
+        if period > 0 and now - self.last_contact_s > period * dxl.BUS_WATCHDOG_UNIT_S:
+            self.table.set("bus_watchdog", -1)                  # tripped: hold here, goals refused until reset
+            self.table.set("goal_position", int(round(self.theta * TICKS_PER_RAD)))
+
+    def _publish(self) -> None:
+        t = self.table
+        t.set("present_position", int(round(self.theta * TICKS_PER_RAD)))
+        velocity = int(round(self.omega / RAD_S_PER_VELOCITY_UNIT))
+        t.set("present_velocity", velocity)
+        t.set("present_current", int(round(self.current_a / dxl.CURRENT_UNIT_A)))
+        t.set("moving", int(abs(velocity) > t.get("moving_threshold")))
+        t.set("realtime_tick", int(self.t * 1000) % 32768)
+
+    def status_error(self, error: int) -> int:
+        return error | (dxl.ERR_ALERT if self.table.get("hardware_error_status") else 0)
+
+
+# -- the bus (firmware logic, transport-free) ----------------------------------------------------------------------
+@dataclass
+class Reply:
+    """A status packet and the earliest wire time it may start (s, device clock)."""
+    start_s: float
+    data: bytes
+    servo_id: int
+
+
+class Bus:
+    """Every servo on one half-duplex bus: instructions in, status packets out, in bus order."""
+
+    def __init__(self, servos: list[DxlServo], baud: int):
+        self.models = [ServoModel(s) for s in servos]
+        self.missing = {s.id for s in servos if s.truth.missing}
+        self.byte_s = 10.0 / baud
+        self.parser = dxl.StreamParser()
+        self.instructions = 0
+        self.replies = 0
+        self.ignored = 0
+        self.bus_free_s = 0.0           # when the last status packet scheduled ends on the wire
+
+    def servo(self, servo_id: int) -> ServoModel | None:
+        for m in self.models:
+            if m.id == servo_id and servo_id not in self.missing:
+                return m
+        return None
+
+    def advance(self, now: float) -> None:
+        for m in self.models:
+            m.advance(now)
+            m.check_bus_watchdog(now)
+
+    def receive(self, data: bytes, now: float) -> list[Reply]:
+        out = []
+        for packet in self.parser.feed(data):
+            out += self.handle(packet, now)
+        return out
+
+    def expire(self, now: float) -> list[Reply]:
+        out = []
+        for packet in self.parser.expire():
+            out += self.handle(packet, now)
+        return out
+
+    def _schedule(self, replies: list[tuple[ServoModel, bytes]], now: float) -> list[Reply]:
+        """Status packets one after the other, each after its servo's return delay."""
+        out = []
+        t = max(now, self.bus_free_s)
+        for model, data in replies:
+            t += model.table.get("return_delay_time") * dxl.RETURN_DELAY_UNIT_S
+            out.append(Reply(t, data, model.id))
+            t += len(data) * self.byte_s
+        if out:
+            self.bus_free_s = t
+        self.replies += len(out)
+        return out
+
+    def handle(self, packet: dxl.Packet, now: float) -> list[Reply]:
+        if packet.is_status:
+            return []                                     # another device's status: not for us
+        self.instructions += 1
+        for m in self.models:
+            m.advance(now)
+        inst, params = packet.instruction, packet.params
+        broadcast = packet.id == dxl.BROADCAST_ID
+        alive = [m for m in self.models if m.id not in self.missing and now >= m.booting_until_s]
+        targets = alive if broadcast else [m for m in alive if m.id == packet.id]
+        if inst in (dxl.SYNC_READ, dxl.SYNC_WRITE, dxl.BULK_READ, dxl.BULK_WRITE):
+            if not broadcast:
+                return self._schedule([(m, self._status(m, dxl.ERR_INSTRUCTION)) for m in targets], now)
+            return self._schedule(self._group(inst, params, alive, now), now)
+        if not targets:
+            return []
+        replies = []
+        for m in targets:
+            m.last_contact_s = now
+            reply = self._single(m, inst, params, broadcast, now)
+            if reply is not None:
+                replies.append((m, reply))
+        return self._schedule(replies, now)
+
+    def _status(self, m: ServoModel, error: int, data: bytes = b"") -> bytes:
+        return dxl.encode_status(m.id, m.status_error(error), data)
+
+    def _wants_reply(self, m: ServoModel, inst: int, broadcast: bool) -> bool:
+        """Status Return Level (address 68): 0 PING only, 1 PING and READ, 2 everything; broadcasts only PING."""
+        if inst == dxl.PING:
+            return True
+        if broadcast:
+            return False
+        level = m.table.get("status_return_level")
+        return level == 2 or (level == 1 and inst == dxl.READ)
+
+    def _single(self, m: ServoModel, inst: int, params: bytes, broadcast: bool, now: float) -> bytes | None:
+        table = m.table
+        error, data = dxl.ERR_NONE, b""
+        if inst == dxl.PING:
+            if params:
+                error = dxl.ERR_DATA_LENGTH
+            else:
+                data = dxl.pack_value(table.get("model_number"), 2) + bytes([table.get("firmware_version")])
+        elif inst == dxl.READ:
+            parsed = dxl.parse_read(params)
+            if parsed is None:
+                error = dxl.ERR_DATA_LENGTH
+            else:
+                error, data = table.read(*parsed)
+        elif inst == dxl.WRITE:
+            parsed = dxl.parse_write(params)
+            error = dxl.ERR_DATA_LENGTH if parsed is None else table.write(*parsed)
+        elif inst == dxl.REBOOT:
+            m.reboot(now)
+        else:
+            error = dxl.ERR_INSTRUCTION
+        if not self._wants_reply(m, inst, broadcast):
+            return None
+        return self._status(m, error, data)
+
+    def _group(self, inst: int, params: bytes, alive: list[ServoModel], now: float) -> list[tuple]:
+        by_id = {m.id: m for m in alive}
+        replies = []
+        if inst == dxl.SYNC_READ:
+            parsed = dxl.parse_sync_read(params)
+            if parsed is None:
+                return []
+            address, length, ids = parsed
+            for servo_id in ids:                                     # status packets in the order listed
+                m = by_id.get(servo_id)
+                if m is not None:
+                    m.last_contact_s = now
+                    error, data = m.table.read(address, length)
+                    replies.append((m, self._status(m, error, data)))
+        elif inst == dxl.BULK_READ:
+            for servo_id, address, length in dxl.parse_bulk_read(params) or []:
+                m = by_id.get(servo_id)
+                if m is not None:
+                    m.last_contact_s = now
+                    error, data = m.table.read(address, length)
+                    replies.append((m, self._status(m, error, data)))
+        elif inst == dxl.SYNC_WRITE:
+            parsed = dxl.parse_sync_write(params)
+            if parsed is not None:
+                address, _, data = parsed
+                for servo_id, value in data.items():
+                    m = by_id.get(servo_id)
+                    if m is not None:
+                        m.last_contact_s = now
+                        m.table.write(address, value)               # no status: errors are silent, as on the bus
+        elif inst == dxl.BULK_WRITE:
+            for servo_id, address, value in dxl.parse_bulk_write(params) or []:
+                m = by_id.get(servo_id)
+                if m is not None:
+                    m.last_contact_s = now
+                    m.table.write(address, value)
+        return replies
+
+
+# -- fault injection and the loop ----------------------------------------------------------------------------------
+@dataclass
+class DxlFaults:
+    """Per status packet: dropped (never sent) or one bit flipped; plus hardware errors at given times."""
+    drop_rate: float = 0.0
+    corrupt_rate: float = 0.0
+    hw_errors: list[tuple[float, int, int]] = field(default_factory=list)   # (at s, servo id, error bits)
+    counts: dict = field(default_factory=lambda: {"dropped": 0, "corrupted": 0, "hw_errors": 0})
+
+
+class DynamixelEmulator:
+    """The rig's servos on a pty: :class:`Bus` + :class:`PtyLink`, run by :meth:`run` (in a thread or process)."""
+
+    def __init__(self, rig: DxlRig, *, baud: int | None = None, faults: DxlFaults | None = None,
+                 seed: int | None = None, missing_ids: tuple[int, ...] = ()):
+        self.rig = rig
+        self.baud = baud or rig.baud
+        self.faults = faults or DxlFaults()
+        self.rng = random.Random(rig.seed if seed is None else seed)
+        self.bus = Bus(rig.servos, self.baud)
+        self.bus.missing |= set(missing_ids)
+        self.link = PtyLink(self.baud)
+        self.pending: list[Reply] = []
+        self.stop_event = threading.Event()
+        self.started_s = 0.0
+        self.reason = ""
+
+    @property
+    def slave_path(self) -> str:
+        return self.link.slave_path
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _release(self, now: float) -> None:
+        """Hand every status packet whose start time has come to the UART (with the injected faults)."""
+        due = [r for r in self.pending if r.start_s <= now]
+        if not due:
+            return
+        self.pending = [r for r in self.pending if r.start_s > now]
+        f = self.faults
+        for reply in due:
+            data = reply.data
+            if f.drop_rate and self.rng.random() < f.drop_rate:
+                f.counts["dropped"] += 1
+                continue
+            if f.corrupt_rate and self.rng.random() < f.corrupt_rate:
+                f.counts["corrupted"] += 1
+                buf = bytearray(data)
+                k = self.rng.randrange(len(buf))
+                buf[k] ^= 1 << self.rng.randrange(8)
+                data = bytes(buf)
+            self.link.queue(data, reply.start_s)
+
+    def run(self, duration_s: float | None = None) -> str:
+        self.started_s = time.monotonic()
+        bus, link = self.bus, self.link
+        hw_errors = sorted(self.faults.hw_errors)
+        last_rx_s = 0.0
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic() - self.started_s
+                if duration_s is not None and now >= duration_s:
+                    self.reason = "duration"
+                    break
+                while hw_errors and hw_errors[0][0] <= now:
+                    _, servo_id, bits = hw_errors.pop(0)
+                    m = bus.servo(servo_id)
+                    if m is not None:
+                        m.advance(now)
+                        m.hardware_error(bits)
+                        self.faults.counts["hw_errors"] += 1
+                data = link.read(now)
+                if data:
+                    last_rx_s = now
+                    self.pending += bus.receive(data, now)
+                elif bus.parser.pending and now - last_rx_s > RX_IDLE_EXPIRE_S:
+                    self.pending += bus.expire(now)
+                bus.advance(now)
+                self._release(now)
+                link.pump_tx(now)
+                waits = [MAX_IDLE_S, link.tx_wait_s(now)] + [r.start_s - now for r in self.pending]
+                select.select([link.master_fd], [], [], max(0.0, min(w for w in waits if w is not None)))
+            else:
+                self.reason = "stopped"
+        finally:
+            link.close()
+        return self.reason
+
+    def stats(self) -> dict:
+        b = self.bus
+        return {"rig": self.rig.name, "reason": self.reason, "baud": self.baud,
+                "elapsed_s": round(time.monotonic() - self.started_s, 3) if self.started_s else 0.0,
+                "bytes_rx": self.link.bytes_rx, "bytes_tx": self.link.bytes_tx, "instructions": b.instructions,
+                "status_packets": b.replies, "rx": b.parser.counters.as_dict(), "faults": self.faults.counts,
+                "servos": {m.id: {"position": m.table.get("present_position"),
+                                  "hardware_error_status": m.table.get("hardware_error_status")}
+                           for m in b.models}}
+
+
+# -- command line --------------------------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rig", required=True, help='rig file with [rig] kind = "dynamixel", e.g. '
+                        "configs/rigs/flapper_dynamixel_rig.toml")
+    parser.add_argument("--baud", type=int, default=None, help="override the rig's baud rate (bit/s)")
+    parser.add_argument("--seed", type=int, default=None, help="fault-injection random seed (default: the rig's)")
+    parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds "
+                        "(default: run until SIGINT/SIGTERM)")
+    faults = parser.add_argument_group("fault injection")
+    faults.add_argument("--drop-rate", type=float, default=0.0, help="probability a status packet is not sent")
+    faults.add_argument("--corrupt-rate", type=float, default=0.0,
+                        help="probability a status packet gets one bit flipped")
+    faults.add_argument("--missing-ids", default="", metavar="ID,ID",
+                        help="servo IDs that never answer (unplugged), comma-separated")
+    faults.add_argument("--hw-error", action="append", default=[], metavar="T:ID:BITS",
+                        help="at T s latch Hardware Error Status BITS on servo ID (e.g. 1.0:2:32 = overload); "
+                        "repeatable")
+    parser.add_argument("--stats", default=None, metavar="FILE", help="also write the final statistics as JSON")
+
+
+def _parse_ids(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(None, "--missing-ids", f"got {text!r}, expected comma-separated integers") from None
+
+
+def _parse_hw_error(text: str) -> tuple[float, int, int]:
+    try:
+        at, servo_id, bits = text.split(":")
+        return float(at), int(servo_id), int(bits, 0)
+    except ValueError:
+        raise ConfigError(None, "--hw-error", f"got {text!r}, expected T:ID:BITS (e.g. 1.0:2:32)") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("drop_rate", "corrupt_rate"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise ConfigError(None, "--" + name.replace("_", "-"), "expected a probability from 0 to 1")
+    rig = load_dxl_rig(args.rig)
+    if args.baud is not None and args.baud not in dxl.BAUD_RATES.values():
+        raise ConfigError(None, "--baud", f"got {args.baud}, expected one of {sorted(dxl.BAUD_RATES.values())}")
+    faults = DxlFaults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate,
+                       hw_errors=[_parse_hw_error(h) for h in args.hw_error])
+    emulator = DynamixelEmulator(rig, baud=args.baud, faults=faults, seed=args.seed,
+                                 missing_ids=_parse_ids(args.missing_ids))
+    print(emulator.slave_path, flush=True)
+    print(f"dynamixel emulator: rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, servo IDs "
+          f"{rig.ids}", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: emulator.stop())
+    signal.signal(signal.SIGINT, lambda *_: emulator.stop())
+    reason = emulator.run(args.duration)
+    stats = emulator.stats()
+    print(f"dynamixel emulator: stopped ({reason}): {json.dumps(stats)}", file=sys.stderr, flush=True)
+    if args.stats:
+        with open(args.stats, "w") as handle:
+            json.dump(stats, handle, indent=2)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m firmware_interface.dynamixel_emulator",
+                                     description="emulate a Dynamixel (Protocol 2.0) servo bus on a pseudo-terminal")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"dynamixel emulator: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,549 @@
+"""``mms emulate``: a rig's firmware on a pseudo-terminal, byte-paced like a real UART.
+
+The emulator opens a pty (raw mode), prints the slave's path on the first line of stdout, and then behaves as
+the rig's microcontroller does (docs/protocol.md, docs/rigs.md):
+
+* receives frames at most as fast as the configured baud allows and answers them (hello, setpoints, configure,
+  heartbeat, e-stop, e-stop reset, link statistics), NACKing bad requests;
+* samples at the telemetry rate on its own clock (streamed once a host has said HELLO): servo dynamics (deadband, first-order lag, rate limit) and
+  the sensors (plant, then gain, offset, drift, noise, quantisation, saturation), batched into telemetry frames;
+* keeps the rig safe: a device watchdog (no valid setpoints for the timeout -> servos to neutral, flagged and
+  reported) and a latched e-stop (host command, or the "button": SIGUSR1) released only by ESTOP_RESET;
+* sends its bytes no faster than 10 bits per byte at the baud rate, through a bounded transmit buffer (frames
+  that do not fit are dropped and counted, as firmware does when the host stops reading);
+* injects faults on request: dropped, corrupted frames, bursts of line noise, host->device bit errors, and an
+  unplug (closes the pty and exits) after a given time.
+
+The device logic (:class:`Device`) is separate from the transport (:class:`PtyLink`) and the loop
+(:class:`Emulator`), so tests can run it in a thread on a real pty as well as in a subprocess.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import math
+import os
+import random
+import select
+import signal
+import sys
+import termios
+import threading
+import time
+import tty
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from firmware_interface import protocol as p
+from firmware_interface.plant import make_plant
+from firmware_interface.rig import Rig, load_rig
+
+#: Bytes the firmware can hold for transmission (its UART ring buffer: 16 KiB, as on a Teensy/STM32-class board;
+#: about 0.18 s of the flapper rig's telemetry). Frames that do not fit are dropped and counted.
+TX_BUFFER_BYTES = 16384
+#: How far ahead of the wire the emulator hands bytes to the pty, s (one loop period of slack).
+TX_LEAD_S = 1e-3
+#: Most the loop sleeps without checking the port, s.
+MAX_IDLE_S = 2e-3
+#: If the loop falls further behind its sampling clock than this, s, it skips ahead (and counts an overrun).
+MAX_CATCH_UP_S = 0.5
+#: While the e-stop is latched, setpoints are NACKed at most this often, s (a 500 Hz host would flood the link).
+ESTOP_NACK_INTERVAL_S = 0.1
+MAX_SAMPLE_RATE_HZ = 20_000
+
+
+@dataclass
+class Faults:
+    """Fault injection, per device->host frame unless named otherwise."""
+    drop_rate: float = 0.0           # probability a frame is silently not sent
+    corrupt_rate: float = 0.0        # probability one bit of a frame is flipped
+    burst_rate: float = 0.0          # probability a burst of random bytes precedes a frame
+    burst_bytes: int = 16            # length of a burst
+    rx_byte_error_rate: float = 0.0  # probability a received byte has one bit flipped
+    disconnect_after_s: float | None = None  # close the pty and exit, as an unplugged USB device
+    counts: dict = field(default_factory=lambda: {"dropped": 0, "corrupted": 0, "bursts": 0, "rx_corrupted": 0})
+
+
+class ServoBank:
+    """The emulated servos: per channel a deadband on the command, a first-order lag toward it and a rate limit.
+
+    Exact discretisation of the lag over a step ``dt``: ``x += (target - x) (1 - exp(-dt / tau))``, the step then
+    clipped to ``max_rate dt`` (with ``tau = 0`` the servo moves at its rate limit straight to the target).
+    Angles ``(n_servo,)`` rad at the horn.
+    """
+
+    def __init__(self, rig: Rig):
+        truths = [rig.emulator.servo[s.name] for s in rig.servos]
+        self.max_rate = np.array([t.max_rate_rad_s for t in truths])      # (n,) rad/s
+        self.tau = np.array([t.time_constant_s for t in truths])          # (n,) s
+        self.deadband = np.array([t.deadband_rad for t in truths])        # (n,) rad
+        self.angle = np.array([s.neutral_rad for s in rig.servos])        # (n,) rad, where the horns are
+        self.held = self.angle.copy()                                     # (n,) rad, command past the deadband
+
+    def step(self, command: np.ndarray, dt: float) -> None:
+        moved = np.abs(command - self.held) > self.deadband
+        self.held = np.where(moved, command, self.held)
+        with np.errstate(divide="ignore", over="ignore"):
+            fraction = np.where(self.tau > 0, -np.expm1(-dt / np.where(self.tau > 0, self.tau, 1.0)), 1.0)
+        delta = (self.held - self.angle) * fraction
+        limit = self.max_rate * dt
+        self.angle = self.angle + np.clip(delta, -limit, limit)
+
+
+class SensorBank:
+    """Sensor models: ``counts = round(to_counts(gain * truth + offset + drift * t + noise))``, saturated to the
+    ADC range. ``truth`` ``(n_sensor,)`` in each channel's unit; ``t`` device time, s."""
+
+    def __init__(self, rig: Rig, rng: np.random.Generator):
+        truths = [rig.emulator.sensors[s.name] for s in rig.sensors]
+        self.gain = np.array([t.gain for t in truths])                    # (n,) dimensionless
+        self.offset = np.array([t.offset for t in truths])                # (n,) channel unit
+        self.noise = np.array([t.noise_std for t in truths])              # (n,) channel unit
+        self.drift = np.array([t.drift_per_s for t in truths])            # (n,) channel unit / s
+        self.cal_gain = np.array([s.gain for s in rig.sensors])           # (n,) unit / count
+        self.cal_offset = np.array([s.offset_counts for s in rig.sensors])  # (n,) counts
+        self.lo = np.array([s.count_range[0] for s in rig.sensors], dtype=float)
+        self.hi = np.array([s.count_range[1] for s in rig.sensors], dtype=float)
+        self.rng = rng
+
+    def sample(self, truth: np.ndarray, t: float) -> list[int]:
+        value = self.gain * truth + self.offset + self.drift * t + self.noise * self.rng.standard_normal(len(truth))
+        counts = np.clip(np.rint(value / self.cal_gain + self.cal_offset), self.lo, self.hi)
+        return [int(c) for c in counts]
+
+
+class Device:
+    """The firmware's logic, transport-free: ``receive(bytes, now)`` and ``tick(now)`` return frames to send.
+
+    ``now`` is the device clock in s since power-up (the emulator passes its monotonic clock).
+    """
+
+    def __init__(self, rig: Rig, plant, rng: np.random.Generator):
+        self.rig = rig
+        self.plant = plant
+        self.servos = ServoBank(rig)
+        self.sensors = SensorBank(rig, rng)
+        self.n_servo, self.n_strain, self.n_load = len(rig.servos), len(rig.strain), len(rig.load)
+        self.neutral = np.array([s.neutral_rad for s in rig.servos])       # (n_servo,) rad
+        self.command = self.neutral.copy()                                 # (n_servo,) rad, last valid setpoints
+        self.min_raw = np.array([s.min_raw for s in rig.servos])
+        self.max_raw = np.array([s.max_raw for s in rig.servos])
+        self.decoder = p.StreamDecoder()
+        self.tx_seq = 0
+        self.frames_tx = 0
+        self.tx_dropped = 0
+        self.watchdog_trips = 0
+        self.overruns = 0
+        self.estop = False
+        self.configured = False
+        self.streaming = False                # telemetry and heartbeats flow once a host has said HELLO
+        self.watchdog_tripped = True          # no setpoints since power-up: neutral until the first ones
+        self.watchdog_s = rig.watchdog_timeout_s
+        self.last_setpoint_s = -math.inf
+        self.last_estop_nack_s = -math.inf
+        self.heartbeat_period = 1.0 / rig.heartbeat_hz
+        self.next_heartbeat_s = 0.0
+        self.pending: list[p.TelemetrySample] = []
+        self._set_rate(rig.telemetry_hz, rig.samples_per_frame, 0.0)
+
+    # -- clock ------------------------------------------------------------------------------------------------
+    def _set_rate(self, rate_hz: int, per_frame: int, now: float) -> None:
+        self.rate_hz = rate_hz
+        self.samples_per_frame = per_frame
+        self.epoch_s = now                    # sample k is taken at epoch + k / rate
+        self.sample_index = 0
+        self.pending = []
+
+    def next_sample_s(self) -> float:
+        return self.epoch_s + self.sample_index / self.rate_hz
+
+    @staticmethod
+    def _us(t: float) -> int:
+        return int(round(t * 1e6)) % p.TIME_MODULUS
+
+    @property
+    def flags(self) -> int:
+        return ((p.FLAG_ESTOP if self.estop else 0) | (p.FLAG_WATCHDOG if self.watchdog_tripped else 0)
+                | (p.FLAG_CONFIGURED if self.configured else 0))
+
+    def _frame(self, message: p.Message, now: float) -> bytes:
+        data = p.encode(message, self.tx_seq, self._us(now))
+        self.tx_seq = (self.tx_seq + 1) % p.SEQ_MODULUS
+        return data
+
+    # -- receive ------------------------------------------------------------------------------------------------
+    def receive(self, data: bytes, now: float) -> list[bytes]:
+        out = []
+        for packet in self.decoder.feed(data):
+            reply = self._handle(packet, now)
+            if reply is not None:
+                out.append(self._frame(reply, now))
+        for kind, type_id, seq in self.decoder.rejected:
+            reason = {"bad_version": p.NACK_BAD_VERSION, "unknown_type": p.NACK_UNKNOWN_TYPE}.get(kind,
+                                                                                                 p.NACK_BAD_LENGTH)
+            out.append(self._frame(p.Nack(type_id, seq, reason), now))
+        self.decoder.rejected.clear()
+        return out
+
+    def _handle(self, packet: p.Packet, now: float) -> p.Message | None:
+        m, seq = packet.message, packet.seq
+        type_id = p.TYPE_OF[type(m)]
+        if type_id not in p.REQUEST_TYPES:
+            return p.Nack(type_id, seq, p.NACK_NOT_A_REQUEST)
+        if isinstance(m, p.Hello):
+            self.streaming = True
+            return p.DeviceInfo(p.PROTOCOL_VERSION, self.rig.emulator.firmware_version, self.rig.name,
+                                self.n_servo, self.n_strain, self.n_load)
+        if isinstance(m, p.Setpoints):
+            return self._setpoints(m, seq, now)
+        if isinstance(m, p.Heartbeat):
+            return p.Heartbeat(self.flags, self._uptime_ms(now))
+        if isinstance(m, p.EStop):
+            self.estop = True
+            return p.Ack(type_id, seq)
+        if isinstance(m, p.EStopReset):
+            self.estop = False
+            # Servos stay at neutral until new setpoints arrive: the watchdog restarts from "no setpoints".
+            self.command = self.neutral.copy()
+            self.last_setpoint_s = -math.inf
+            self.watchdog_tripped = True
+            return p.Ack(type_id, seq)
+        if isinstance(m, p.Configure):
+            n_max = p.max_samples_per_frame(self.n_servo, self.n_strain, self.n_load)
+            if not (1 <= m.sample_rate_hz <= MAX_SAMPLE_RATE_HZ and 1 <= m.samples_per_frame <= n_max
+                    and m.watchdog_ms >= 1):
+                return p.Nack(type_id, seq, p.NACK_BAD_CONFIG)
+            self._set_rate(m.sample_rate_hz, m.samples_per_frame, now)
+            self.watchdog_s = m.watchdog_ms / 1000.0
+            self.configured = True
+            return p.Ack(type_id, seq)
+        if isinstance(m, p.GetLinkStats):
+            return self.link_stats()
+        return p.Nack(type_id, seq, p.NACK_NOT_A_REQUEST)
+
+    def _setpoints(self, m: p.Setpoints, seq: int, now: float) -> p.Message | None:
+        type_id = p.T_SETPOINTS
+        if self.estop:
+            if now - self.last_estop_nack_s >= ESTOP_NACK_INTERVAL_S:
+                self.last_estop_nack_s = now
+                return p.Nack(type_id, seq, p.NACK_ESTOP_LATCHED)
+            return None
+        if len(m.raw) != self.n_servo:
+            return p.Nack(type_id, seq, p.NACK_CHANNEL_COUNT)
+        raw = np.array(m.raw, dtype=float)
+        if not (np.all(np.isfinite(raw)) and np.all(raw >= self.min_raw) and np.all(raw <= self.max_raw)):
+            return p.Nack(type_id, seq, p.NACK_OUT_OF_RANGE)
+        self.command = np.array([s.to_rad(r) for s, r in zip(self.rig.servos, raw)])
+        self.last_setpoint_s = now
+        self.watchdog_tripped = False
+        return None
+
+    def _uptime_ms(self, now: float) -> int:
+        return int(now * 1000) % p.TIME_MODULUS
+
+    def link_stats(self) -> p.LinkStats:
+        c = self.decoder.counters
+        wrap = p.TIME_MODULUS
+        return p.LinkStats(frames_rx=c.frames % wrap, frames_tx=self.frames_tx % wrap, crc_errors=c.crc_errors % wrap,
+                           framing_errors=c.framing_errors % wrap, oversize=c.oversize % wrap,
+                           malformed=(c.malformed + c.bad_version + c.unknown_type) % wrap,
+                           seq_gaps=c.seq_gaps % wrap, tx_dropped=self.tx_dropped % wrap,
+                           watchdog_trips=self.watchdog_trips % wrap)
+
+    # -- periodic -----------------------------------------------------------------------------------------------
+    def tick(self, now: float) -> list[bytes]:
+        """Run every sampling instant up to ``now``; return the frames that became due."""
+        out = []
+        if now - self.next_sample_s() > MAX_CATCH_UP_S:
+            self.overruns += 1
+            self.epoch_s, self.sample_index = now, 0
+            self.pending = []
+        dt = 1.0 / self.rate_hz
+        while self.next_sample_s() <= now:
+            t = self.next_sample_s()
+            if not self.watchdog_tripped and not self.estop and t - self.last_setpoint_s > self.watchdog_s:
+                self.watchdog_tripped = True
+                self.watchdog_trips += 1
+                if self.streaming:
+                    out.append(self._frame(p.Heartbeat(self.flags, self._uptime_ms(t)), t))
+            target = self.neutral if (self.estop or self.watchdog_tripped) else self.command
+            before = self.servos.angle
+            self.servos.step(target, dt)
+            truth = self.plant.sense(self.servos.angle, (self.servos.angle - before) / dt)
+            raw = tuple(float(s.to_raw(a)) for s, a in zip(self.rig.servos, self.servos.angle))
+            counts = self.sensors.sample(truth, t)
+            self.pending.append(p.TelemetrySample(self._us(t), raw, tuple(counts[:self.n_strain]),
+                                                  tuple(counts[self.n_strain:])))
+            self.sample_index += 1
+            if not self.streaming:
+                self.pending = []
+            elif len(self.pending) >= self.samples_per_frame:
+                out.append(self._frame(p.Telemetry(self.flags, self.n_servo, self.n_strain, self.n_load,
+                                                   tuple(self.pending)), t))
+                self.pending = []
+        if self.streaming and now >= self.next_heartbeat_s:
+            self.next_heartbeat_s = now + self.heartbeat_period
+            out.append(self._frame(p.Heartbeat(self.flags, self._uptime_ms(now)), now))
+        return out
+
+    def button(self, now: float) -> list[bytes]:
+        """The rig's physical e-stop button: latch and tell the host."""
+        self.estop = True
+        return [self._frame(p.EStop(p.ESTOP_BUTTON), now)]
+
+
+class PtyLink:
+    """The device's end of the serial port: a pty master in raw mode, paced at 10 bits per byte both ways.
+
+    The slave side is kept open by the emulator too, so the port stays valid while no host has it open
+    (as a USB CDC device stays enumerated), and its termios settings persist.
+    """
+
+    def __init__(self, baud: int):
+        self.master_fd, self.slave_fd = os.openpty()
+        tty.setraw(self.slave_fd, termios.TCSANOW)
+        os.set_blocking(self.master_fd, False)
+        self.slave_path = os.ttyname(self.slave_fd)
+        self.byte_s = 10.0 / baud                 # one start bit, 8 data bits, one stop bit
+        self.tx_queue: deque[bytes] = deque()     # frames waiting for the wire, oldest first
+        self.tx_queued_bytes = 0
+        self.tx_free_s = 0.0                      # when the wire finishes the bytes already handed over
+        self.rx_credit_s = None                   # the wire time up to which received bytes are accounted
+        self.bytes_tx = 0
+        self.bytes_rx = 0
+        self.closed = False
+
+    def queue(self, frame: bytes, now: float) -> bool:
+        """Queue a frame for sending; False (frame dropped) when the transmit buffer has no room for it."""
+        if self.tx_queued_bytes + len(frame) > TX_BUFFER_BYTES:
+            return False
+        if not self.tx_queue:
+            self.tx_free_s = max(self.tx_free_s, now)   # an idle wire starts sending now, not in the past
+        self.tx_queue.append(frame)
+        self.tx_queued_bytes += len(frame)
+        return True
+
+    def pump_tx(self, now: float) -> None:
+        """Hand the pty as many queued bytes as the wire could have carried by ``now + TX_LEAD_S``.
+
+        While bytes are queued the UART sends continuously (in hardware, whatever the firmware loop does), so
+        the wire time runs on from the last byte, not from when this loop last woke up.
+        """
+        budget = int((now + TX_LEAD_S - self.tx_free_s) / self.byte_s)
+        while self.tx_queue and budget > 0:
+            head = self.tx_queue[0]
+            chunk = head[:budget]
+            try:
+                written = os.write(self.master_fd, chunk)
+            except BlockingIOError:
+                return                             # nobody reads the port: the bytes wait in our buffer
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.EAGAIN):
+                    return
+                raise
+            budget -= written
+            self.bytes_tx += written
+            self.tx_free_s += written * self.byte_s
+            self.tx_queued_bytes -= written
+            if written == len(head):
+                self.tx_queue.popleft()
+            else:
+                self.tx_queue[0] = head[written:]
+                return
+
+    def tx_wait_s(self, now: float) -> float | None:
+        """Seconds until more queued bytes may go out (None when nothing is queued)."""
+        if not self.tx_queue:
+            return None
+        return max(0.0, self.tx_free_s - TX_LEAD_S - now + self.byte_s)
+
+    def read(self, now: float) -> bytes:
+        """Read what the wire could have delivered since the last read (the host's extra bytes wait in the pty)."""
+        if self.rx_credit_s is None or self.rx_credit_s < now - 0.01:
+            self.rx_credit_s = now - 0.01           # an idle line accrues at most 10 ms of credit
+        budget = int((now - self.rx_credit_s) / self.byte_s)
+        if budget <= 0:
+            return b""
+        try:
+            data = os.read(self.master_fd, min(budget, 65536))
+        except (BlockingIOError, InterruptedError):
+            return b""
+        except OSError as exc:
+            if exc.errno == errno.EIO:              # no host has the port open
+                return b""
+            raise
+        self.rx_credit_s += len(data) * self.byte_s
+        self.bytes_rx += len(data)
+        return data
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.master_fd)
+            os.close(self.slave_fd)
+
+
+class Emulator:
+    """A rig's firmware on a pty: :class:`Device` + :class:`PtyLink` + a plant, run by :meth:`run`."""
+
+    def __init__(self, rig: Rig, *, plant_kind: str | None = None, baud: int | None = None,
+                 faults: Faults | None = None, seed: int | None = None):
+        self.rig = rig
+        self.faults = faults or Faults()
+        seed = rig.emulator.seed if seed is None else seed
+        self.rng = random.Random(seed)
+        self.plant = make_plant(rig, plant_kind)
+        self.device = Device(rig, self.plant, np.random.default_rng(seed))
+        self.baud = baud or rig.baud
+        self.link = PtyLink(self.baud)
+        self.stop_event = threading.Event()
+        self._button_pressed = threading.Event()
+        self.started_s = 0.0
+        self.reason = ""
+
+    @property
+    def slave_path(self) -> str:
+        return self.link.slave_path
+
+    def press_button(self) -> None:
+        """The rig's e-stop button (thread- and signal-safe: handled by the loop)."""
+        self._button_pressed.set()
+
+    def _send(self, frames: list[bytes], now: float) -> None:
+        f = self.faults
+        for frame in frames:
+            self.device.frames_tx += 1
+            if f.drop_rate and self.rng.random() < f.drop_rate:
+                f.counts["dropped"] += 1
+                continue
+            if f.corrupt_rate and self.rng.random() < f.corrupt_rate:
+                f.counts["corrupted"] += 1
+                data = bytearray(frame)
+                k = self.rng.randrange(1, len(data) - 1)          # inside the frame, not its delimiters
+                data[k] ^= 1 << self.rng.randrange(8)
+                frame = bytes(data)
+            if f.burst_rate and self.rng.random() < f.burst_rate:
+                f.counts["bursts"] += 1
+                frame = self.rng.randbytes(f.burst_bytes) + frame
+            if not self.link.queue(frame, now):
+                self.device.tx_dropped += 1
+
+    def _corrupt_rx(self, data: bytes) -> bytes:
+        rate = self.faults.rx_byte_error_rate
+        if not rate or not data:
+            return data
+        out = bytearray(data)
+        for k in range(len(out)):
+            if self.rng.random() < rate:
+                out[k] ^= 1 << self.rng.randrange(8)
+                self.faults.counts["rx_corrupted"] += 1
+        return bytes(out)
+
+    def run(self, duration_s: float | None = None) -> str:
+        """Run until :meth:`stop`, ``duration_s`` or the injected unplug; return why it ended."""
+        self.started_s = time.monotonic()
+        self.plant.start()
+        device, link = self.device, self.link
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic() - self.started_s
+                if duration_s is not None and now >= duration_s:
+                    self.reason = "duration"
+                    break
+                if self.faults.disconnect_after_s is not None and now >= self.faults.disconnect_after_s:
+                    self.reason = "disconnect"
+                    break
+                if self._button_pressed.is_set():
+                    self._button_pressed.clear()
+                    self._send(device.button(now), now)
+                data = link.read(now)
+                if data:
+                    self._send(device.receive(self._corrupt_rx(data), now), now)
+                self._send(device.tick(now), now)
+                link.pump_tx(now)
+                waits = [device.next_sample_s() - now, MAX_IDLE_S, link.tx_wait_s(now)]
+                timeout = max(0.0, min(w for w in waits if w is not None))
+                select.select([link.master_fd], [], [], timeout)
+            else:
+                self.reason = "stopped"
+        finally:
+            self.plant.stop()
+            link.close()
+        return self.reason
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def stats(self) -> dict:
+        d = self.device
+        elapsed = time.monotonic() - self.started_s if self.started_s else 0.0
+        cpu = os.times()
+        return {"rig": self.rig.name, "reason": self.reason, "elapsed_s": round(elapsed, 3), "baud": self.baud,
+                "bytes_tx": self.link.bytes_tx, "bytes_rx": self.link.bytes_rx, "frames_tx": d.frames_tx,
+                "tx_dropped": d.tx_dropped, "watchdog_trips": d.watchdog_trips, "overruns": d.overruns,
+                "rx": d.decoder.counters.as_dict(), "faults": self.faults.counts, "plant": self.plant.status(),
+                "cpu_s": round(cpu.user + cpu.system, 3),
+                "children_cpu_s": round(cpu.children_user + cpu.children_system, 3)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rig", required=True, help="rig file, e.g. configs/rigs/flapper_rig.toml")
+    parser.add_argument("--baud", type=int, default=None, help="override the rig's baud rate (bit/s)")
+    parser.add_argument("--plant", choices=("kinematic", "physics"), default=None,
+                        help="override the rig's [emulator] plant")
+    parser.add_argument("--seed", type=int, default=None, help="random seed for noise and faults "
+                        "(default: the rig's [emulator] seed)")
+    parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds "
+                        "(default: run until SIGINT/SIGTERM)")
+    faults = parser.add_argument_group("fault injection (device -> host frames unless noted)")
+    faults.add_argument("--drop-rate", type=float, default=0.0, help="probability a frame is not sent")
+    faults.add_argument("--corrupt-rate", type=float, default=0.0, help="probability a frame gets one bit flipped")
+    faults.add_argument("--burst-rate", type=float, default=0.0,
+                        help="probability a burst of random bytes (line noise) precedes a frame")
+    faults.add_argument("--burst-bytes", type=int, default=16, help="length of a noise burst, bytes (default 16)")
+    faults.add_argument("--rx-byte-error-rate", type=float, default=0.0,
+                        help="host -> device: probability a received byte has one bit flipped")
+    faults.add_argument("--disconnect-after", type=float, default=None, metavar="S",
+                        help="close the port and exit after S seconds, as an unplugged USB device")
+    parser.add_argument("--stats", default=None, metavar="FILE", help="also write the final statistics as JSON")
+    dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
+    dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
+                     help="servo IDs that never answer (unplugged), comma-separated")
+    dxl.add_argument("--hw-error", action="append", default=[], metavar="T:ID:BITS",
+                     help="at T s latch Hardware Error Status BITS on servo ID (e.g. 1.0:2:32 = overload); repeatable")
+
+
+def _check_rate(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        from sim.config import ConfigError
+        raise ConfigError(None, f"--{name}", f"got {value}, expected a probability from 0 to 1")
+
+
+def run(args: argparse.Namespace) -> int:
+    from firmware_interface import dynamixel_emulator
+
+    if dynamixel_emulator.rig_kind(args.rig) == "dynamixel":
+        return dynamixel_emulator.run(args)
+    for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):
+        _check_rate(name.replace("_", "-"), getattr(args, name))
+    rig = load_rig(args.rig)
+    faults = Faults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate, burst_rate=args.burst_rate,
+                    burst_bytes=max(1, args.burst_bytes), rx_byte_error_rate=args.rx_byte_error_rate,
+                    disconnect_after_s=args.disconnect_after)
+    emulator = Emulator(rig, plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed)
+    print(emulator.slave_path, flush=True)
+    print(f"mms emulate: rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, "
+          f"{emulator.plant.kind} plant, telemetry {rig.telemetry_hz} Hz", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: emulator.stop())
+    signal.signal(signal.SIGINT, lambda *_: emulator.stop())
+    signal.signal(signal.SIGUSR1, lambda *_: emulator.press_button())
+    reason = emulator.run(args.duration)
+    stats = emulator.stats()
+    print(f"mms emulate: stopped ({reason}): {json.dumps(stats)}", file=sys.stderr, flush=True)
+    if args.stats:
+        with open(args.stats, "w") as handle:
+            json.dump(stats, handle, indent=2)
+    return 0

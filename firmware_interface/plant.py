@@ -1,0 +1,297 @@
+"""What the emulated rig's sensors feel: the plant between the servo horns and the strain gauges / load cell.
+
+Two kinds, chosen by the rig file's ``[emulator] plant``:
+
+* :class:`KinematicPlant`: every sensor is a fixed linear function of the servo angles (the rig's
+  ``[emulator.kinematic]`` table). Cheap, exact, for protocol and driver tests.
+* :class:`SimulatorPlant`: the MMS simulator itself (``sim.simulation.Simulation``, docs/sim-api.md) runs the
+  rig's robot with its "truth" overrides (stiffer wings, tethered base, ...). The servo-driven joints follow
+  the emulated servo angles through :class:`sim.laws.ExternalMotion`; the sensors read the simulator's
+  outputs (passive joint strains, the base (tether) wrench, ...). It runs in its own process (its own core
+  and interpreter lock), paced to the wall clock, so the emulator's sampling loop only reads its newest
+  outputs from shared memory.
+
+Both give, for the current servo angles ``(n_servo,)`` rad, a dict sensor name -> true physical value in the
+sensor channel's unit (before the sensor model adds gain error, offset, drift, noise and quantisation).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import queue
+import signal
+import time
+
+import numpy as np
+
+from sim.config import ConfigError, load_toml
+
+from firmware_interface.rig import Rig, deep_merge
+
+
+class KinematicPlant:
+    """``value[sensor] = bias + sum_k coefficient[sensor, k] * servo_angle[k]`` (rig ``[emulator.kinematic]``);
+    sensors the table does not name read 0."""
+
+    kind = "kinematic"
+
+    def __init__(self, rig: Rig):
+        self.sensor_names = [s.name for s in rig.sensors]
+        servo_index = {name: k for k, name in enumerate(rig.servo_names)}
+        # (n_sensor, n_servo) sensor unit per rad; (n_sensor,) sensor unit
+        self.coefficients = np.zeros((len(self.sensor_names), len(rig.servos)))
+        self.bias = np.zeros(len(self.sensor_names))
+        for i, name in enumerate(self.sensor_names):
+            source = rig.emulator.kinematic.get(name)
+            if source is None:
+                continue
+            self.bias[i] = source.bias
+            for servo, c in source.coefficients.items():
+                self.coefficients[i, servo_index[servo]] = c
+
+    def start(self) -> None:
+        """Nothing runs in the background."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> np.ndarray:
+        """True sensor values ``(n_sensor,)`` for the servo angles ``(n_servo,)`` rad (rates unused)."""
+        return self.bias + self.coefficients @ servo_rad
+
+    def status(self) -> dict:
+        return {"plant": self.kind}
+
+
+class SimulatorCore:
+    """The rig's robot in the MMS simulator, with the servo inputs and the sensor readers wired (no threads).
+
+    ``set_inputs(servo_rad (n_servo,) rad, servo_rate (n_servo,) rad/s)`` drives the servo-driven joints;
+    ``advance_to(t)`` steps; ``read()`` gives the true sensor values ``(n_sensor,)`` in the channels' units.
+    """
+
+    def __init__(self, rig: Rig):
+        from sim.laws import ExternalMotion
+        from sim.robots import build_robot
+        from sim.simulation import Simulation
+
+        physics = rig.emulator.physics
+        if physics is None:
+            raise ConfigError(rig.path, "emulator.physics", "missing, the physics plant needs it")
+        config = deep_merge(load_toml(physics.robot), physics.overrides)
+        model = build_robot(config, physics.robot)
+        joint_index = {name: j for j, name in enumerate(model.joint_names)}
+        self.servo_index = {name: k for k, name in enumerate(rig.servo_names)}
+        # (servo index, input law, joint angle -> input value factor) for every servo-driven joint
+        self.drives = []
+        motion_laws = dict(model.motion_laws)
+        for m in rig.joints:
+            if m.joint not in joint_index:
+                raise ConfigError(rig.path, "joints", f"joint {m.joint!r} is not in robot {physics.robot} "
+                                  f"(joints: {', '.join(model.joint_names)})")
+            j = joint_index[m.joint]
+            if not model.actuated[j]:
+                raise ConfigError(rig.path, "joints", f"joint {m.joint!r} is passive in robot {physics.robot}; "
+                                  "a servo can only drive an actuated joint")
+            law, factor = _external_input(motion_laws[j])
+            if law is None:
+                law, factor = ExternalMotion(), 1.0
+                motion_laws[j] = law
+            self.drives.append((self.servo_index[m.servo], law, factor, m))
+        self.model = model.replace(motion_laws=motion_laws)
+        passive_position = {int(j): k for k, j in enumerate(np.flatnonzero(~self.model.actuated))}
+        # (sensor index, signal, component index, scale)
+        self.readers = []
+        for i, sensor in enumerate(rig.sensors):
+            source = physics.sensors.get(sensor.name)
+            if source is None:
+                continue
+            if source.joint is not None:
+                if source.joint not in joint_index:
+                    raise ConfigError(rig.path, f"emulator.physics.sensors.{sensor.name}.joint",
+                                      f"no joint {source.joint!r} in robot {physics.robot}")
+                j = joint_index[source.joint]
+                if source.signal == "strain" and j not in passive_position:
+                    raise ConfigError(rig.path, f"emulator.physics.sensors.{sensor.name}.joint",
+                                      f"joint {source.joint!r} is actuated: it has no strain (read its q or tau)")
+                component = passive_position[j] if source.signal == "strain" else j
+            else:
+                component = source.index
+            self.readers.append((i, source.signal, component, source.scale))
+        self.n_sensor = len(rig.sensors)
+        self.simulation = Simulation(self.model, integrator=physics.integrator, dt=physics.dt)
+        self.simulation.reset()
+        self.steps = 0
+        neutral = np.array([s.neutral_rad for s in rig.servos])
+        self.set_inputs(neutral, np.zeros_like(neutral))
+
+    def read(self) -> np.ndarray:
+        outputs = self.simulation.outputs()
+        values = np.zeros(self.n_sensor)
+        for i, key, component, scale in self.readers:
+            values[i] = scale * float(np.asarray(outputs[key])[component])
+        return values
+
+    def set_inputs(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> None:
+        for k, law, factor, joint_map in self.drives:
+            rate = servo_rate[k] / (joint_map.direction * joint_map.gain)
+            law.set(factor * joint_map.joint_angle(servo_rad[k]), factor * rate, 0.0)
+
+    def advance_to(self, t: float) -> None:
+        sim = self.simulation
+        steps = int(math.floor((t - sim.t) / sim.dt + 0.5))
+        if steps > 0:
+            self.steps += sim.advance(steps * sim.dt)
+
+
+# Layout of the shared array between the emulator and the plant process (float64 slots).
+_T, _STEPS, _WALL_START, _WALL, _HEADER = 0, 1, 2, 3, 4   # sim time, steps, wall clock at go, wall at publish
+#: How long the emulator waits for the plant process to build its robot, s (numba compiles on first use).
+PLANT_START_TIMEOUT_S = 300.0
+#: Simulated time per slice between input/output exchanges with the emulator, s.
+PLANT_SLICE_S = 1e-3
+
+
+class SimulatorPlant:
+    """The MMS simulator as the rig's physics, in its own process (its own core and GIL), paced to the wall clock.
+
+    Servo angles go in and sensor values come out through a shared array; the emulator's serial loop never
+    waits for the physics. ``status()["rtf"]`` is the achieved real-time factor (simulated over wall time at
+    the last update) and ``lag_s`` how far the simulation was then behind the wall clock: when the simulator
+    cannot keep up on this machine the sensors lag (reported; the link is unaffected). A problem building the
+    robot (e.g. a joint name of the rig missing in the robot) is raised here as a one-line ConfigError.
+    """
+
+    kind = "physics"
+
+    def __init__(self, rig: Rig):
+        ctx = mp.get_context("fork")       # the child inherits the parsed rig; nothing is pickled
+        self.n_servo, self.n_sensor = len(rig.servos), len(rig.sensors)
+        self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor)
+        self._go, self._stop = ctx.Event(), ctx.Event()
+        self._messages = ctx.Queue()
+        self._process = ctx.Process(target=_plant_process, name="mms-emulate-plant", daemon=True,
+                                    args=(rig, self._shared, self._go, self._stop, self._messages))
+        self._process.start()
+        try:
+            message = self._messages.get(timeout=PLANT_START_TIMEOUT_S)
+        except queue.Empty:
+            self.stop()
+            raise RuntimeError("the physics plant did not start") from None
+        if message[0] == "config":
+            self.stop()
+            raise ConfigError(*message[1:])
+        if message[0] == "error":
+            self.stop()
+            raise RuntimeError(f"physics plant: {message[1]}")
+        self.joint_names = message[1]
+        self.error: str | None = None
+
+    def start(self) -> None:
+        self._go.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.set()
+        self._process.join(timeout=5.0)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=5.0)
+
+    def _slots(self):
+        a = self._shared.get_obj()
+        n, m = self.n_servo, self.n_sensor
+        return (np.frombuffer(a, dtype=np.float64, count=n, offset=8 * _HEADER),
+                np.frombuffer(a, dtype=np.float64, count=n, offset=8 * (_HEADER + n)),
+                np.frombuffer(a, dtype=np.float64, count=m, offset=8 * (_HEADER + 2 * n)))
+
+    def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> np.ndarray:
+        """Hand the servo angles ``(n_servo,)`` rad and rates rad/s to the simulator; return its newest sensor
+        values ``(n_sensor,)``."""
+        angle, speed, values = self._slots()
+        with self._shared.get_lock():
+            angle[:] = servo_rad
+            speed[:] = servo_rate
+            return values.copy()
+
+    def status(self) -> dict:
+        with self._shared.get_lock():
+            t, steps, wall = self._shared[_T], self._shared[_STEPS], self._shared[_WALL]
+        while self.error is None:
+            try:
+                message = self._messages.get_nowait()
+            except queue.Empty:
+                break
+            if message[0] == "error":
+                self.error = message[1]
+        return {"plant": self.kind, "sim_t": t, "rtf": t / wall if wall > 0 else 0.0, "lag_s": wall - t,
+                "steps": int(steps), "error": self.error, "alive": self._process.is_alive()}
+
+
+def _plant_process(rig: Rig, shared, go, stop, messages) -> None:
+    """The plant process: build the robot, report, then keep the simulation level with the wall clock."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # the emulator decides when we stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        core = SimulatorCore(rig)
+    except ConfigError as exc:
+        messages.put(("config", exc.path, exc.key, exc.message))
+        return
+    except Exception as exc:
+        messages.put(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    n, m = len(rig.servos), len(rig.sensors)
+    a = shared.get_obj()
+    angle = np.frombuffer(a, dtype=np.float64, count=n, offset=8 * _HEADER)
+    speed = np.frombuffer(a, dtype=np.float64, count=n, offset=8 * (_HEADER + n))
+    values = np.frombuffer(a, dtype=np.float64, count=m, offset=8 * (_HEADER + 2 * n))
+    with shared.get_lock():
+        angle[:] = [s.neutral_rad for s in rig.servos]
+        values[:] = core.read()
+    messages.put(("ready", list(core.model.joint_names)))
+    go.wait()
+    wall_start = time.monotonic()
+    with shared.get_lock():
+        shared[_WALL_START] = wall_start
+    sim = core.simulation
+    try:
+        while not stop.is_set():
+            wall = time.monotonic() - wall_start
+            if wall < sim.t + sim.dt:
+                stop.wait(min(sim.t + sim.dt - wall, 2e-3))
+                continue
+            with shared.get_lock():
+                servo_rad, servo_rate = angle.copy(), speed.copy()
+            core.set_inputs(servo_rad, servo_rate)
+            core.advance_to(min(wall, sim.t + max(PLANT_SLICE_S, sim.dt)))
+            out = core.read()
+            with shared.get_lock():
+                values[:] = out
+                shared[_T] = sim.t
+                shared[_STEPS] = core.steps
+                shared[_WALL] = time.monotonic() - wall_start
+    except Exception as exc:  # a diverging simulation must not take the serial link down: report it
+        messages.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _external_input(law):
+    """The ExternalMotion that sets an actuated joint's motion, and the factor from the joint angle to its value:
+    the law itself (factor 1), or the ``source`` of a linear mechanism ``r = ratio * source`` (factor 1/ratio;
+    e.g. RayBot's tail built with ``tail_drive.source = "external"``, whose caudal spring reads the same
+    source). (None, None) when the law is not driven from outside (the plant then replaces it)."""
+    from sim.laws import ExternalMotion
+
+    if isinstance(law, ExternalMotion):
+        return law, 1.0
+    source, ratio = getattr(law, "source", None), getattr(law, "ratio", None)
+    if isinstance(source, ExternalMotion) and isinstance(ratio, (int, float)) and ratio != 0:
+        return source, 1.0 / ratio
+    return None, None
+
+
+def make_plant(rig: Rig, kind: str | None = None):
+    """The plant the rig file (or ``kind``) asks for."""
+    kind = kind or rig.emulator.plant
+    if kind == "physics":
+        return SimulatorPlant(rig)
+    return KinematicPlant(rig)

@@ -1,0 +1,309 @@
+"""The dashboard's plots: which channel goes on which axes (simulated next to measured), and drawing them.
+
+:func:`assign_curves` is pure: from the streams present and the actuated joints it decides the curves of
+each panel. :class:`PlotPanel` wraps one pyqtgraph ``PlotItem`` (peak-preserving automatic downsampling,
+clipping to the view) and redraws its curves from the ring buffers at each frame.
+
+Line styles: simulated = solid, measured = dashed, commanded = dotted; a simulated channel and its
+measured counterpart share one colour (keyed by :func:`gui.signals.base_name`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PyQt5.QtCore import Qt
+
+from gui.ringbuffer import StreamStore
+from gui.signals import WRENCH_NAMES, base_name
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    key: str
+    title: str
+    y_label: str
+    y_units: str
+    measured_label: str | None = None   # measured curves on their own right-hand axis, when their unit differs
+    measured_units: str | None = None
+    style_key: str = "solid: simulated, dashed: measured"
+
+
+#: the panels, in display order (rows of two)
+PANELS = (
+    PanelSpec("torque", "Actuated joint torque", "torque", "N m"),
+    PanelSpec("tracking", "Servo tracking", "angle", "rad",
+              style_key="dotted: commanded, solid: simulated, dashed: measured"),
+    PanelSpec("tether_force", "Tether force (base wrench)", "force", "N"),
+    PanelSpec("tether_moment", "Tether moment (base wrench)", "moment", "N m"),
+    # simulated strain is a joint deformation (rad); gauges measure surface strain (m/m): right-hand axis
+    PanelSpec("strain", "Strain along the span (twist / bending)", "joint strain", "rad", "gauge strain", "m/m"),
+    PanelSpec("tip", "Tip twist / bending (sums along each wing)", "joint strain", "rad", "gauge strain", "m/m"),
+)
+
+SIMULATED, MEASURED, COMMANDED = "sim", "meas", "cmd"
+
+
+@dataclass(frozen=True)
+class CurveSpec:
+    panel: str
+    stream: str
+    channel: str
+    kind: str           # SIMULATED, MEASURED or COMMANDED
+    colour_key: str     # simulated and measured counterparts share it
+
+    @property
+    def label(self) -> str:
+        return f"{self.channel} ({self.kind})"
+
+    @property
+    def ident(self) -> str:
+        return f"{self.panel}:{self.stream}:{self.channel}"
+
+
+_FORCES = {name.lower() for name in WRENCH_NAMES[:3]}
+_MOMENTS = {name.lower() for name in WRENCH_NAMES[3:]}
+
+
+def assign_curves(streams: dict[str, tuple[str, ...]], actuated: dict[str, bool]) -> list[CurveSpec]:
+    """The curves of every panel for the streams present (``key -> channel names``).
+
+    ``actuated`` maps joint names to whether they are actuated (from the newest ``sim/state``).
+    """
+    curves: list[CurveSpec] = []
+    actuated_keys = {base_name(name) for name, is_actuated in actuated.items() if is_actuated}
+
+    def add(panel, stream, channel, kind, colour_key=None):
+        curves.append(CurveSpec(panel, stream, channel, kind, colour_key or base_name(channel)))
+
+    for name in streams.get("sim.tau", ()):
+        if actuated.get(name, False):
+            add("torque", "sim.tau", name, SIMULATED)
+    for name in streams.get("sim.base_wrench", ()):
+        add("tether_force" if name.lower() in _FORCES else "tether_moment", "sim.base_wrench", name, SIMULATED)
+    for name in streams.get("hw.load", ()):
+        key = base_name(name)
+        if key in _FORCES:
+            add("tether_force", "hw.load", name, MEASURED, key)
+        elif key in _MOMENTS:
+            add("tether_moment", "hw.load", name, MEASURED, key)
+        else:
+            add("torque", "hw.load", name, MEASURED)
+    for name in streams.get("sim.strain", ()):
+        if not actuated.get(name, False):
+            add("strain", "sim.strain", name, SIMULATED)
+    for name in streams.get("hw.strain", ()):
+        add("strain", "hw.strain", name, MEASURED)
+    for name in streams.get("sim.tip", ()):
+        add("tip", "sim.tip", name, SIMULATED)
+    for name in streams.get("hw.tip", ()):
+        add("tip", "hw.tip", name, MEASURED)
+    for name in streams.get("hw.setpoint", ()):
+        add("tracking", "hw.setpoint", name, COMMANDED)
+    for name in streams.get("hw.servo", ()):
+        add("tracking", "hw.servo", name, MEASURED)
+    if "hw.setpoint" not in streams:
+        # Without a driver the simulated actuated angles are what would be commanded: show them.
+        for name in streams.get("sim.q", ()):
+            if base_name(name) in actuated_keys:
+                add("tracking", "sim.q", name, SIMULATED)
+    return curves
+
+
+#: pyqtgraph's autoDownsampleFactor: the peak downsampling keeps one (min, max) pair per 1 / (this) pixels, so
+#: 0.5 draws about one point per pixel column (the envelope stays exact); the default 5 draws about ten
+DOWNSAMPLE_SAMPLES_PER_PIXEL = 0.5
+
+#: y autoscale: the range is padded by this fraction of the data's span on each side ...
+Y_PADDING = 0.05
+#: ... grows at once when the data leaves it, and shrinks only when the data fills less than this fraction of it
+#: (so the axis, whose ticks are costly to redraw, changes rarely instead of every frame)
+Y_SHRINK_BELOW = 0.5
+#: half-height of the range given to a flat signal, as a fraction of its magnitude (1 unit when it is 0)
+FLAT_SIGNAL_HALF_RANGE = 0.1
+
+#: beyond this many entries a legend would hide the curves: the Channels list (with colours) replaces it
+LEGEND_MAX_ENTRIES = 8
+
+#: distinguishable line colours (RGB), reused in order of first appearance in a panel
+PALETTE = ((31, 119, 255), (255, 127, 14), (44, 200, 44), (230, 40, 40), (160, 103, 220), (170, 110, 80),
+           (240, 110, 200), (180, 180, 180), (200, 200, 30), (23, 200, 220))
+
+
+def _colour(index: int):
+    if index < len(PALETTE):
+        return PALETTE[index]
+    return pg.intColor(index, hues=17, values=2).getRgb()[:3]
+
+
+class PlotPanel:
+    """One pyqtgraph PlotItem and its curves. ``time_values``: False for panels above others, whose x axis is
+    linked to theirs (not drawn: less to draw each frame, more room for the curves)."""
+
+    def __init__(self, plot: pg.PlotItem, spec: PanelSpec, time_values: bool = True):
+        self.plot = plot
+        self.spec = spec
+        self.curves: dict[str, tuple[CurveSpec, pg.PlotDataItem]] = {}
+        self._colours: dict[str, tuple] = {}
+        plot.setTitle(f"{spec.title} <span style='color:#aaaaaa; font-size:8pt'>({spec.style_key})</span>")
+        plot.setLabel("left", spec.y_label, units=spec.y_units)
+        # a plain "s" label, no SI prefix: scrolling must not rewrite (and re-render) the label every frame
+        plot.getAxis("bottom").enableAutoSIPrefix(False)
+        if time_values:
+            plot.setLabel("bottom", "time (s)")
+        else:
+            # no x axis at all: a scrolling axis regenerates its ticks and grid at every frame, the costliest
+            # part of a redraw (benchmarks/bench_dashboard.py); the bottom row's axis and grid serve all
+            plot.hideAxis("bottom")
+        plot.showGrid(x=True, y=True, alpha=0.25)
+        plot.setDownsampling(auto=True, mode="peak")
+        plot.setClipToView(True)
+        self.legend = plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="7pt", brush=(0, 0, 0, 150))
+        self.autoscale = True
+        plot.enableAutoRange(axis="y", enable=False)
+        self.measured_view: pg.ViewBox | None = None
+        if spec.measured_units is not None:
+            # a second ViewBox sharing the x axis, drawn over the main one, scaled by the right axis
+            self.measured_view = pg.ViewBox()
+            plot.scene().addItem(self.measured_view)
+            plot.getAxis("right").linkToView(self.measured_view)
+            plot.setLabel("right", spec.measured_label, units=spec.measured_units)
+            plot.hideAxis("right")   # until a measured curve arrives
+            self.measured_view.setXLink(plot)
+            # x follows the main view (and clip-to-view works only without x autorange); y scales itself
+            self.measured_view.enableAutoRange(axis="x", enable=False)
+            self.measured_view.enableAutoRange(axis="y", enable=False)
+            plot.vb.sigResized.connect(self._follow_geometry)
+
+    def _follow_geometry(self) -> None:
+        self.measured_view.setGeometry(self.plot.vb.sceneBoundingRect())
+
+    def set_autoscale(self, enabled: bool) -> None:
+        """Y autoscale by :meth:`update` (pyqtgraph's own autorange stays off: it re-ranges, and so redraws the
+        axis, at every frame); off: the ranges stay where they are, for the mouse to set."""
+        self.autoscale = enabled
+
+    def colour_of(self, colour_key: str):
+        if colour_key not in self._colours:
+            self._colours[colour_key] = _colour(len(self._colours))
+        return self._colours[colour_key]
+
+    def add_curve(self, spec: CurveSpec) -> pg.PlotDataItem:
+        if spec.ident in self.curves:
+            return self.curves[spec.ident][1]
+        colour = self.colour_of(spec.colour_key)
+        # 1-pixel pens: Qt's raster engine draws wider lines several times slower (benchmarks/bench_dashboard.py)
+        if spec.kind == MEASURED:
+            pen = pg.mkPen(colour, width=1, style=Qt.DashLine)
+        elif spec.kind == COMMANDED:
+            pen = pg.mkPen(colour, width=1, style=Qt.DotLine)
+        else:
+            pen = pg.mkPen(colour, width=1)
+        if spec.kind == MEASURED and self.measured_view is not None:
+            curve = pg.PlotDataItem(pen=pen, name=spec.label)
+            curve.setDownsampling(auto=True, method="peak")
+            curve.setClipToView(True)
+            self.measured_view.addItem(curve)
+            self.plot.showAxis("right")
+        else:
+            curve = self.plot.plot(pen=pen)
+        # one legend entry per colour: a measured curve whose simulated twin is listed needs none
+        twin_listed = spec.kind == MEASURED and any(
+            other.colour_key == spec.colour_key and other.kind != MEASURED for other, _ in self.curves.values())
+        if not twin_listed:
+            self.legend.addItem(curve, spec.label if spec.kind == MEASURED else spec.channel)
+        self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)
+        curve.opts["autoDownsampleFactor"] = DOWNSAMPLE_SAMPLES_PER_PIXEL   # no setter in pyqtgraph 0.13
+        self.curves[spec.ident] = (spec, curve)
+        return curve
+
+    def remove_missing(self, present: set[str]) -> None:
+        for ident in [i for i in self.curves if i not in present]:
+            _spec, curve = self.curves.pop(ident)
+            if curve.getViewBox() is self.measured_view and self.measured_view is not None:
+                self.measured_view.removeItem(curve)
+            else:
+                self.plot.removeItem(curve)
+            self.legend.removeItem(curve)
+        self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)
+
+    def update(self, windows: dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...]]]) -> None:
+        """Redraw every visible curve from ``windows``: stream -> (times (k,), values (k, n), names)."""
+        extremes: dict[int, list[float]] = {}   # id(view) -> [low, high] of the visible data
+        for spec, curve in self.curves.values():
+            if not curve.isVisible():
+                continue
+            window = windows.get(spec.stream)
+            column = -1
+            if window is not None and spec.channel in window[2]:
+                column = window[2].index(spec.channel)
+            if column < 0 or len(window[0]) == 0:
+                curve.setData([], [])
+                continue
+            ys = window[1][:, column]
+            curve.setData(window[0], ys)
+            if self.autoscale:
+                finite = ys[np.isfinite(ys)]
+                if len(finite):
+                    low_high = extremes.setdefault(id(curve.getViewBox()), [np.inf, -np.inf])
+                    low_high[0] = min(low_high[0], float(finite.min()))
+                    low_high[1] = max(low_high[1], float(finite.max()))
+        if self.autoscale:
+            for view in (self.plot.vb, self.measured_view):
+                if view is not None and id(view) in extremes:
+                    _follow_y(view, *extremes[id(view)])
+
+
+def _follow_y(view: pg.ViewBox, low: float, high: float) -> None:
+    """Set the y range of ``view`` to hold ``[low, high]``, with hysteresis (:data:`Y_SHRINK_BELOW`)."""
+    if high > low:
+        pad = Y_PADDING * (high - low)
+    else:
+        pad = FLAT_SIGNAL_HALF_RANGE * abs(high) or 1.0
+    target_low, target_high = low - pad, high + pad
+    current_low, current_high = view.viewRange()[1]
+    outside = low < current_low or high > current_high
+    too_loose = (target_high - target_low) < Y_SHRINK_BELOW * (current_high - current_low)
+    if outside or too_loose:
+        view.setYRange(target_low, target_high, padding=0)
+
+
+def peak_decimate(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Min/max envelope of every channel at once: ``times (k,)``, ``values (k, n)`` -> ``(2 m,)``, ``(2 m, n)``.
+
+    The samples are cut into ``m <= bins`` consecutive bins of equal count; each bin becomes two points at its
+    first time, its minimum then its maximum (per channel), so every peak stays visible. Fewer than
+    ``2 * bins`` samples are returned unchanged. The same idea as pyqtgraph's ``mode='peak'``, done once per
+    stream for all its channels instead of once per curve.
+    """
+    count = len(times)
+    if bins < 1 or count <= 2 * bins:
+        return times, values
+    per_bin = -(-count // bins)               # ceil: at most `bins` bins
+    used = (count // per_bin) * per_bin
+    start = count - used                      # keep the newest samples whole: drop the oldest remainder
+    shaped = values[start:].reshape(used // per_bin, per_bin, values.shape[1])
+    envelope = np.empty((2 * shaped.shape[0], values.shape[1]))
+    envelope[0::2] = shaped.min(axis=1)
+    envelope[1::2] = shaped.max(axis=1)
+    return np.repeat(times[start::per_bin], 2), envelope
+
+
+def stream_windows(store: StreamStore, streams: set[str], t_start: float, t_end: float, bins: int = 0
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...]]]:
+    """The samples of ``streams`` within ``[t_start, t_end]``, peak-decimated to ``bins`` bins when ``bins > 0``.
+
+    Always copies (the rings keep being written while pyqtgraph holds the arrays).
+    """
+    windows = {}
+    for key in streams:
+        buffer = store.buffers.get(key)
+        if buffer is None or len(buffer) == 0:
+            continue
+        times, values = buffer.window(t_start, t_end)
+        decimated_times, decimated_values = peak_decimate(times, values, bins)
+        if decimated_times is times:
+            decimated_times, decimated_values = times.copy(), values.copy()
+        windows[key] = (decimated_times, decimated_values, store.names[key])
+    return windows

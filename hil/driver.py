@@ -1,0 +1,724 @@
+"""``mms drive``: the servo driver, the only code that moves hardware (docs/driver.md).
+
+Simulator states (``sim/state``) become servo setpoints through the rig's joint-to-servo map and limits
+(hil/driver_mapping.py, hil/driver_core.py); device telemetry comes back calibrated on ``hw/telemetry``;
+``hw/command`` says what was actually sent and ``hw/status`` the lifecycle, link counters, watchdog, e-stop
+and latencies. One thread runs one loop: it polls the SUB socket, the control socket and the serial port,
+and ticks the command clock at the rig's ``command_hz``.
+
+Lifecycle (ros2_control style) over the control socket: configure / activate / deactivate / cleanup /
+estop / reset_estop / status / shutdown. SIGINT and SIGTERM deactivate to neutral, then exit. With
+``--emulate`` the driver starts ``mms emulate --rig RIG`` as a child, reads the pty path from its first
+stdout line, restarts it when it dies (that is the emulated unplug/replug) and always terminates it on exit.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import zmq
+
+from firmware_interface import protocol as p
+from firmware_interface.rig import Rig, load_rig
+from hil.driver_core import DriverCore
+from hil.driver_lifecycle import State, TransitionError
+from hil.driver_link import LinkError, SerialLink, now_us
+from hil.driver_mapping import servo_map_from_rig
+from hil.driver_messages import HwPublisherSeq, command_payload, telemetry_payload
+from hil.driver_safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S
+from hil.supervisor import die_with_parent, mms_argv
+from sim.config import ConfigError
+from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
+                          TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
+from sim.network import load_endpoints, warn_if_not_loopback
+from sim.server_control import encode_reply, error_reply, one_line
+
+#: control commands -> what they do (the reply of "help", and docs/driver.md)
+COMMANDS = {
+    "configure": "open the port, check the device (hello, protocol version, channels), configure it; "
+                 "telemetry only",
+    "activate": "start sending setpoints from the simulator (refused while the e-stop is latched)",
+    "deactivate": "stop tracking and ramp the servos to neutral at the rate limits",
+    "cleanup": "close the port (from inactive)",
+    "estop": "latch the e-stop: stop sending, tell the device to hold neutral",
+    "reset_estop": "release the e-stop on the device and in the driver; the driver stays inactive",
+    "status": "the latest hw/status payload",
+    "help": "list the commands",
+    "shutdown": "ramp to neutral and exit",
+}
+DEFAULT_STATUS_HZ = 10.0
+DEFAULT_LINK_TIMEOUT_S = 0.5
+#: how long an explicit configure / reset_estop waits for the device before it replies with an error, s
+CONTROL_WAIT_S = 10.0
+#: reconnect backoff: first delay, factor, ceiling (s)
+BACKOFF_FIRST_S, BACKOFF_FACTOR, BACKOFF_MAX_S = 0.05, 2.0, 1.0
+#: how long `mms emulate` has to print its pty path, s
+EMULATOR_START_S = 20.0
+#: zmq polls in whole milliseconds: the loop wakes this early (ms) and sleeps the rest
+COARSE_WAIT_MS = 1.0
+#: how often the loop looks for the booting emulator's pty path, s
+EMULATOR_POLL_S = 0.01
+#: a servo within this of neutral (rad) counts as arrived when the driver exits
+NEUTRAL_ARRIVED_RAD = 0.02
+#: after the commanded ramp ends, how long the driver waits for the measured servos to reach neutral, s
+NEUTRAL_SETTLE_S = 1.0
+#: how often the driver asks the device for its link counters, s
+DEVICE_STATS_PERIOD_S = 0.5
+#: how long the PUB socket may hold the last messages at exit, ms
+PUB_LINGER_MS = 500
+#: latency samples kept for the p50/p99 in hw/status
+LATENCY_WINDOW = 2000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rig", required=True, help="rig file (configs/rigs/*.toml)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--port", help="serial device (default: the rig file's [serial] port)")
+    where.add_argument("--emulate", action="store_true",
+                       help="start `mms emulate --rig RIG` as a child and drive its pseudo-terminal")
+    parser.add_argument("--emulator-args", default="",
+                        help='extra arguments for the emulator child, one string (e.g. "--corrupt-rate 0.01")')
+    parser.add_argument("--config", help="network endpoints (default configs/network.toml)")
+    parser.add_argument("--autoactivate", action="store_true",
+                        help="activate as soon as the device is configured (default: wait for `activate`)")
+    parser.add_argument("--state-timeout", type=float, default=DEFAULT_STATE_TIMEOUT_S, metavar="S",
+                        help="no fresh sim/state for this long -> hold (default %(default)s s)")
+    parser.add_argument("--hold", type=float, default=DEFAULT_HOLD_S, metavar="S",
+                        help="hold this long before ramping to neutral (default %(default)s s)")
+    parser.add_argument("--max-state-age", type=float, default=None, metavar="S",
+                        help="refuse states published longer ago than this, by the publisher's clock against "
+                             "ours (default: the state timeout; 0: off, for hosts without synchronised clocks)")
+    parser.add_argument("--link-timeout", type=float, default=DEFAULT_LINK_TIMEOUT_S, metavar="S",
+                        help="nothing received from the device for this long (at least 10 telemetry frames and 3 "
+                             "heartbeats) -> link lost, reconnect (default %(default)s s)")
+    parser.add_argument("--status-hz", type=float, default=DEFAULT_STATUS_HZ,
+                        help="hw/status rate (default %(default)s Hz)")
+    parser.add_argument("--rt-priority", type=int, default=0, metavar="N",
+                        help="run under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE); "
+                             "default 0: the normal scheduler")
+
+
+class EmulatorChild:
+    """``mms emulate`` as a child process: its pty path from the first stdout line, the rest to our stderr.
+
+    Started without blocking (:meth:`spawn`, then :meth:`poll_path` from the driver's loop), so the driver keeps
+    publishing status and serving its control socket while the emulator boots.
+    """
+
+    def __init__(self, rig_path: Path, extra: list[str]):
+        self.argv = mms_argv("emulate", "--rig", str(rig_path), *extra)
+        self.process: subprocess.Popen | None = None
+        self.path: str | None = None
+        self.starts = 0
+        self._line = b""
+        self._deadline = 0.0
+
+    def spawn(self, now: float) -> None:
+        self.stop()
+        self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                        preexec_fn=die_with_parent)
+        self.starts += 1
+        self.path, self._line, self._deadline = None, b"", now + EMULATOR_START_S
+
+    def poll_path(self, now: float) -> str | None:
+        """The pty path once the child has printed it, else None; LinkError if it died or took too long."""
+        if self.path is not None:
+            return self.path
+        assert self.process is not None and self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        while select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            self._line += chunk
+            if b"\n" in self._line:
+                first, rest = self._line.split(b"\n", 1)
+                self.path = first.decode(errors="replace").strip()
+                if rest:
+                    sys.stderr.write("[emulator] " + rest.decode(errors="replace"))
+                threading.Thread(target=self._pump, args=(self.process.stdout,), daemon=True).start()
+                return self.path
+        code = self.process.poll()
+        if code is not None or now > self._deadline:
+            self.stop()
+            raise LinkError(f"`{' '.join(self.argv[2:])}` printed no pty path "
+                            f"({'exit code ' + str(code) if code is not None else 'timeout'})")
+        return None
+
+    @staticmethod
+    def _pump(stream) -> None:
+        for raw in stream:
+            sys.stderr.write("[emulator] " + raw.decode(errors="replace"))
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def stop(self) -> None:
+        self.path = None
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(3.0)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+def _percentiles_us(samples) -> dict:
+    if not samples:
+        return {"n": 0}
+    a = np.asarray(samples, dtype=float)
+    return {"n": int(a.size), "p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
+            "max": float(a.max())}
+
+
+class Driver:
+    def __init__(self, rig: Rig, args: argparse.Namespace):
+        self.rig = rig
+        self.args = args
+        self.endpoints = load_endpoints(args.config)
+        self.map = servo_map_from_rig(rig)
+        self.period = 1.0 / rig.command_hz
+        self.core = DriverCore(self.map, self.period, state_timeout_s=args.state_timeout, hold_s=args.hold,
+                               max_state_age_s=args.max_state_age)
+        self.link = SerialLink(rig)
+        self.emulator = EmulatorChild(rig.path, shlex.split(args.emulator_args)) if args.emulate else None
+        self.port_name = args.port or (None if args.emulate else rig.port)
+        self.seqs = HwPublisherSeq()
+        self.sim_seq = SeqTracker()
+        self.sim_malformed = 0
+        self.states_received = 0
+        self.want_link = False              # configure requested: keep (re)connecting
+        self.activate_when_up = args.autoactivate
+        self.backoff_s = BACKOFF_FIRST_S
+        self.next_connect_s = 0.0
+        self.last_error = ""
+        self.device_flags = 0
+        self.pending_reply: tuple[str, float] | None = None    # (command, deadline) awaiting the device
+        self.reset_seq: int | None = None
+        self.stop_requested = False
+        self.shutdown_deadline: float | None = None
+        self.settle_deadline: float | None = None
+        self.state_to_send_us: deque = deque(maxlen=LATENCY_WINDOW)
+        self.tick_late_us: deque = deque(maxlen=LATENCY_WINDOW)
+        self.overruns = 0
+        self.last_status: dict = {}
+        self.published_key: tuple = ()
+        self.last_sent_sim_seq = -1
+        self._poller: zmq.Poller | None = None
+        self._poller_key: tuple | None = None
+        self.strain_cal = [(s.gain, s.offset_counts) for s in rig.strain]
+        self.load_cal = [(s.gain, s.offset_counts) for s in rig.load]
+
+    # ---- sockets ------------------------------------------------------------------------------------
+    def open_sockets(self) -> None:
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.RCVHWM, 1000)
+        self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC_SIM_STATE.encode())
+        self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC_SIM_STATUS.encode())
+        self.sub.connect(self.endpoints.sim_pub)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.SNDHWM, 10000)
+        self.rep = self.ctx.socket(zmq.REP)
+        for sock, endpoint, what in ((self.pub, self.endpoints.driver_pub, "driver PUB"),
+                                     (self.rep, self.endpoints.driver_control, "driver control")):
+            warn_if_not_loopback(endpoint, what)
+            # the PUB lingers a little at exit so that the last hw/status (finalized) leaves
+            sock.setsockopt(zmq.LINGER, PUB_LINGER_MS if sock is self.pub else 0)
+            try:
+                sock.bind(endpoint)
+            except zmq.ZMQError as exc:
+                raise ConfigError(self.args.config or "configs/network.toml", what,
+                                  f"cannot bind {endpoint}: {exc}") from None
+        self.sub.setsockopt(zmq.LINGER, 0)
+
+    def close(self) -> None:
+        self.link.close()
+        if self.emulator is not None:
+            self.emulator.stop()
+        for sock in (getattr(self, "sub", None), getattr(self, "pub", None), getattr(self, "rep", None)):
+            if sock is not None:
+                sock.close(0)
+        if getattr(self, "ctx", None) is not None:
+            self.ctx.term()
+
+    def publish(self, topic: str, payload: dict) -> None:
+        self.pub.send_multipart(encode(topic, payload))
+
+    # ---- main loop ----------------------------------------------------------------------------------
+    def run(self) -> int:
+        self.open_sockets()
+        self.request_configure()
+        now = time.monotonic()
+        next_tick = now + self.period
+        next_status = now
+        next_heartbeat = now
+        next_stats = now
+        try:
+            while True:
+                now = time.monotonic()
+                if self.stop_requested and self.shutdown_deadline is None:
+                    self.begin_shutdown(now)
+                if self.shutdown_deadline is not None and self.shutdown_done(now):
+                    break
+                deadline = min(next_tick, next_status, next_heartbeat if self.link.up else math.inf,
+                               self.next_connect_s if self.want_link and self.link.state == "closed" else math.inf)
+                timeout_ms = max(0.0, (deadline - now) * 1000.0)
+                fd = self.link.fileno()
+                poller = self.poller(fd)
+                # zmq polls in whole ms: poll coarsely until COARSE_WAIT_MS before the deadline, then sleep finely
+                events = dict(poller.poll(timeout=int(timeout_ms - COARSE_WAIT_MS) if timeout_ms > 2 * COARSE_WAIT_MS
+                                          else 0))
+                now = time.monotonic()
+                if not events and now < deadline and deadline - now < 2 * COARSE_WAIT_MS * 1e-3:
+                    time.sleep(deadline - now)
+                    events = dict(poller.poll(timeout=0))   # what arrived meanwhile (the newest state)
+                    now = time.monotonic()
+                if self.sub in events:
+                    self.read_sim(now)
+                if fd is not None and fd in events or self.link.state in ("hello", "configuring"):
+                    self.read_serial(now)
+                if self.rep in events and self.pending_reply is None:
+                    self.serve_control(now)
+                self.check_pending(now)
+                if self.want_link and self.link.state == "closed" and now >= self.next_connect_s:
+                    self.connect(now)
+                self.check_link_silence(now)
+                if now >= next_tick:
+                    late = now - next_tick
+                    self.tick_late_us.append(late * 1e6)
+                    next_tick += self.period
+                    if now >= next_tick:
+                        self.overruns += 1
+                        next_tick = now + self.period
+                    self.command_tick(now)
+                if self.link.up and now >= next_heartbeat:
+                    next_heartbeat = now + 1.0 / self.rig.heartbeat_hz
+                    self.send_safe(p.Heartbeat(0, int(now * 1000) % p.TIME_MODULUS), now)
+                if self.link.up and now >= next_stats:
+                    next_stats = now + DEVICE_STATS_PERIOD_S
+                    self.send_safe(p.GetLinkStats(), now)
+                if now >= next_status or self.status_key() != self.published_key:
+                    next_status = now + 1.0 / self.args.status_hz
+                    self.publish_status()
+        finally:
+            self.core.lifecycle.state = State.FINALIZED
+            self.publish_status()
+            self.close()
+        return 0
+
+    def poller(self, fd: int | None) -> zmq.Poller:
+        """The poller for the current sockets: the SUB, the REP unless a reply is pending, the serial port."""
+        key = (fd, self.pending_reply is None)
+        if key != self._poller_key:
+            self._poller = zmq.Poller()
+            self._poller.register(self.sub, zmq.POLLIN)
+            if self.pending_reply is None:
+                self._poller.register(self.rep, zmq.POLLIN)
+            if fd is not None:
+                self._poller.register(fd, zmq.POLLIN)
+            self._poller_key = key
+        return self._poller
+
+    # ---- simulator input ----------------------------------------------------------------------------
+    def read_sim(self, now: float) -> None:
+        latest = None
+        for _ in range(100_000):
+            try:
+                frames = self.sub.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                topic, payload = decode(frames)
+            except MalformedMessage:
+                self.sim_malformed += 1
+                continue
+            seq = payload.get("seq")
+            if isinstance(seq, int):
+                self.sim_seq.update(topic, seq)
+            if topic == TOPIC_SIM_STATE:
+                self.states_received += 1
+                if isinstance(payload.get("joint_names"), list):
+                    self.core.on_sim_status(payload)
+                latest = payload
+            elif topic == TOPIC_SIM_STATUS:
+                self.core.on_sim_status(payload)
+        if latest is not None:
+            self.core.on_state(latest, now, time.time_ns())
+
+    # ---- serial -------------------------------------------------------------------------------------
+    def request_configure(self) -> None:
+        self.want_link = True
+        self.next_connect_s = 0.0
+
+    def connect(self, now: float) -> None:
+        try:
+            if self.emulator is not None:
+                if self.emulator.process is None or not self.emulator.alive:
+                    self.emulator.spawn(now)
+                path = self.emulator.poll_path(now)
+                if path is None:
+                    self.next_connect_s = now + EMULATOR_POLL_S
+                    return
+                self.port_name = path
+            self.link.open(self.port_name, now)
+        except LinkError as exc:
+            self.link_lost(now, str(exc))
+
+    def link_lost(self, now: float, why: str) -> None:
+        was_up = self.link.up
+        self.link.close()
+        if was_up:
+            self.link.totals.link_losses += 1
+        self.core.link_reset(now)
+        self.note(why)
+        self.next_connect_s = now + self.backoff_s
+        self.backoff_s = min(self.backoff_s * BACKOFF_FACTOR, BACKOFF_MAX_S)
+        if self.emulator is not None and self.emulator.alive and was_up:
+            # the emulated device is still there but its link failed: replug it
+            self.emulator.stop()
+
+    def note(self, message: str) -> None:
+        """Keep ``message`` as the status error; say it on stderr unless it repeats the last one (retries)."""
+        line = one_line(message)
+        if line != self.last_error:
+            print(f"mms drive: {line}", file=sys.stderr, flush=True)
+        self.last_error = line
+
+    def read_serial(self, now: float) -> None:
+        try:
+            packets = self.link.receive(now)
+            was_up = self.link.up
+            packets = self.link.handshake_step(packets, now)
+        except LinkError as exc:
+            self.link_lost(now, str(exc))
+            return
+        if self.link.up and not was_up:
+            self.link_came_up(now)
+        for packet in packets:
+            self.handle_packet(packet, now)
+
+    def link_came_up(self, now: float) -> None:
+        if self.link.totals.connects > 1:
+            self.link.totals.reconnects += 1
+        self.backoff_s = BACKOFF_FIRST_S
+        self.core.link_reset(now)
+        if self.core.lifecycle.state is State.UNCONFIGURED:
+            self.core.lifecycle.apply("configure")
+        if self.core.estop.latched and "control" in self.core.estop.sources:
+            self.send_safe(p.EStop(p.ESTOP_HOST), now)
+        if self.pending_reply is not None and self.pending_reply[0] == "configure":
+            self.reply({"ok": True, "lifecycle": self.core.lifecycle.state.value, "port": self.link.port_name})
+        if self.activate_when_up and self.core.lifecycle.state is State.INACTIVE and not self.core.estop.latched:
+            self.activate_when_up = False
+            try:
+                self.core.activate(now)
+            except TransitionError as exc:
+                self.note(str(exc))
+
+    def check_link_silence(self, now: float) -> None:
+        """A device that sends nothing for several telemetry frames is gone even if the port still opens."""
+        if not self.link.up or self.link.last_rx_s is None:
+            return
+        frame_period = self.rig.samples_per_frame / self.rig.telemetry_hz
+        silence = max(self.args.link_timeout, 10 * frame_period, 3.0 / self.rig.heartbeat_hz)
+        if now - self.link.last_rx_s > silence:
+            self.link_lost(now, f"{self.link.port_name}: nothing received for {silence:.2f} s")
+
+    def send_safe(self, message: p.Message, now: float) -> int | None:
+        try:
+            return self.link.send(message, now_us())
+        except LinkError as exc:
+            self.link_lost(now, str(exc))
+            return None
+
+    def handle_packet(self, packet: p.Packet, now: float) -> None:
+        m = packet.message
+        if isinstance(m, p.Telemetry):
+            self.on_telemetry(packet, m, now)
+        elif isinstance(m, p.Heartbeat):
+            self.on_device_flags(m.flags)
+        elif isinstance(m, p.EStop):
+            names = {p.ESTOP_HOST: "host", p.ESTOP_BUTTON: "button", p.ESTOP_FAULT: "fault"}
+            self.core.trigger_estop(f"device:{names.get(m.reason, m.reason)}")
+        elif isinstance(m, p.LinkStats):
+            self.link.device_stats = m
+        elif isinstance(m, p.Ack):
+            if m.msg_type == p.T_ESTOP_RESET and m.seq == self.reset_seq:
+                self.reset_seq = None
+                try:
+                    self.core.reset_estop()
+                    self.reply({"ok": True, "lifecycle": self.core.lifecycle.state.value})
+                except ValueError as exc:
+                    self.reply(error_reply(str(exc)))
+        elif isinstance(m, p.Nack):
+            nacks = self.link.totals.nacks
+            reason = p.NACK_REASONS.get(m.reason, str(m.reason))
+            nacks[reason] = nacks.get(reason, 0) + 1
+            if m.msg_type == p.T_ESTOP_RESET and m.seq == self.reset_seq:
+                self.reset_seq = None
+                self.reply(error_reply(f"device refused the e-stop reset: {reason}"))
+
+    def on_device_flags(self, flags: int) -> None:
+        self.device_flags = flags
+        if flags & p.FLAG_ESTOP and self.reset_seq is None and not self.core.estop.latched:
+            self.core.trigger_estop("device")
+
+    def on_telemetry(self, packet: p.Packet, m: p.Telemetry, now: float) -> None:
+        host_ns = time.time_ns()
+        self.on_device_flags(m.flags)
+        if not m.samples:
+            return
+        servo_raw = np.array([s.servo for s in m.samples], dtype=float)          # (k, n_servo) raw
+        servo_rad = self.map.raw_to_angles(servo_raw)                             # (k, n_servo) rad
+        strain = np.array([[g * (c - o) for (g, o), c in zip(self.strain_cal, s.strain)] for s in m.samples],
+                          dtype=float).reshape(len(m.samples), len(self.strain_cal))
+        load = np.array([[g * (c - o) for (g, o), c in zip(self.load_cal, s.load)] for s in m.samples],
+                        dtype=float).reshape(len(m.samples), len(self.load_cal))
+        self.core.on_measured(servo_rad[-1])
+        payload = telemetry_payload(
+            self.seqs.header(TOPIC_HW_TELEMETRY, host_ns), host_ns=host_ns,
+            device_us=[s.t_us for s in m.samples], servo_names=self.map.names, servo_rad=servo_rad,
+            strain_names=[s.name for s in self.rig.strain], strain=strain,
+            load_names=[s.name for s in self.rig.load], load=load, device_flags=m.flags, frame_seq=packet.seq)
+        self.publish(TOPIC_HW_TELEMETRY, payload)
+
+    # ---- commands to the device ---------------------------------------------------------------------
+    def command_tick(self, now: float) -> None:
+        if not self.link.up:
+            return
+        command = self.core.tick(now)
+        if command is None:
+            return
+        raw = tuple(float(r) for r in command.raw)
+        frame_seq = self.send_safe(p.Setpoints(raw), now)
+        if frame_seq is None:
+            return
+        stamp = time.time_ns()
+        if command.state_stamp_ns and command.sim_seq != self.last_sent_sim_seq:
+            # the first frame carrying a state: its latency (later frames re-sending it measure its age)
+            self.state_to_send_us.append((stamp - command.state_stamp_ns) / 1e3)
+        self.last_sent_sim_seq = command.sim_seq
+        self.publish(TOPIC_HW_COMMAND, command_payload(
+            self.seqs.header(TOPIC_HW_COMMAND, stamp), mode=command.mode.value, channels=self.map.names,
+            angles=command.angles, raw=command.raw, limited=command.limited, sim_seq=command.sim_seq,
+            sim_t=command.sim_t, state_stamp_ns=command.state_stamp_ns, frame_seq=frame_seq,
+            lifecycle=self.core.lifecycle.state.value))
+
+    # ---- shutdown -----------------------------------------------------------------------------------
+    def begin_shutdown(self, now: float) -> None:
+        self.core.begin_shutdown()
+        self.want_link = self.link.state != "closed"
+        start = self.core.previous if self.core.previous is not None else self.core.measured
+        ramp_s = 0.0 if start is None else float(np.max(np.abs(start - self.map.neutral) / self.map.max_rate))
+        self.shutdown_deadline = now + ramp_s + 2 * self.period + NEUTRAL_SETTLE_S
+
+    def shutdown_done(self, now: float) -> bool:
+        """True once the servos are at neutral (commanded, and measured when the rig reports positions), or
+        the link is gone (the device's own watchdog then takes them to neutral), or time is up."""
+        if not self.link.up or now >= self.shutdown_deadline:
+            return True
+        if self.core.ramping:
+            return False
+        measured = self.core.measured
+        return measured is None or bool(np.all(np.abs(measured - self.map.neutral) <= NEUTRAL_ARRIVED_RAD))
+
+    # ---- control socket -----------------------------------------------------------------------------
+    def reply(self, reply: dict) -> None:
+        if self.pending_reply is None:
+            return
+        self.pending_reply = None
+        self.rep.send(encode_reply(reply))
+
+    def check_pending(self, now: float) -> None:
+        if self.pending_reply is None or now < self.pending_reply[1]:
+            return
+        what = self.pending_reply[0]
+        if what == "configure":
+            self.reply(error_reply(f"device not configured within {CONTROL_WAIT_S:.0f} s "
+                                   f"({self.last_error or 'no answer'}); still retrying, send cleanup to stop"))
+        else:
+            self.reset_seq = None
+            self.reply(error_reply(f"no answer from the device to the e-stop reset within {CONTROL_WAIT_S:.0f} s"))
+
+    def serve_control(self, now: float) -> None:
+        try:
+            frames = self.rep.recv_multipart(flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        self.pending_reply = ("immediate", math.inf)
+        try:
+            result = self.handle_control(frames, now)
+        except (ValueError, TransitionError) as exc:
+            result = error_reply(str(exc))
+        if result is not None:
+            self.reply(result)
+
+    def handle_control(self, frames: list[bytes], now: float) -> dict | None:
+        """The reply to a request, or None when it comes later (the device has to answer first)."""
+        if len(frames) != 1:
+            raise ValueError(f"expected one frame holding a MessagePack map, got {len(frames)} frames")
+        try:
+            request = msgpack.unpackb(bytes(frames[0]), raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several unrelated types on bad bytes
+            raise ValueError(f"request is not MessagePack ({type(exc).__name__})") from None
+        if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
+            raise ValueError(f'expected a map {{"cmd": NAME}}; commands: {", ".join(COMMANDS)}')
+        cmd = request["cmd"]
+        core = self.core
+        if self.shutdown_deadline is not None and cmd not in ("status", "help", "estop"):
+            raise ValueError("shutting down")
+        if cmd == "status":
+            return {"ok": True, **self.status_payload()}
+        if cmd == "help":
+            return {"ok": True, "commands": COMMANDS}
+        if cmd == "configure":
+            core.lifecycle.target("configure")
+            self.request_configure()
+            self.pending_reply = ("configure", now + CONTROL_WAIT_S)
+            return None
+        if cmd == "activate":
+            if not self.link.up:
+                raise ValueError(f"cannot activate: the link is {self.link_state_name()} ({self.last_error or 'no device'})")
+            core.activate(now)
+            return {"ok": True, "lifecycle": core.lifecycle.state.value}
+        if cmd == "deactivate":
+            core.deactivate()
+            return {"ok": True, "lifecycle": core.lifecycle.state.value}
+        if cmd == "cleanup":
+            core.lifecycle.target("cleanup")
+            if core.ramping:
+                raise ValueError("cannot cleanup while the servos ramp to neutral; try again")
+            self.want_link = False
+            self.link.close()
+            if self.emulator is not None:
+                self.emulator.stop()
+            core.link_reset(now)
+            core.lifecycle.apply("cleanup")
+            return {"ok": True, "lifecycle": core.lifecycle.state.value}
+        if cmd == "estop":
+            newly = core.trigger_estop("control")
+            sent = self.link.up and self.send_safe(p.EStop(p.ESTOP_HOST), now) is not None
+            return {"ok": True, "latched": True, "newly": newly, "device_told": bool(sent),
+                    "lifecycle": core.lifecycle.state.value}
+        if cmd == "reset_estop":
+            if not core.estop.latched:
+                return {"ok": True, "latched": False, "lifecycle": core.lifecycle.state.value}
+            if not self.link.up:
+                raise ValueError(f"cannot reset the e-stop: the link is {self.link_state_name()}")
+            self.reset_seq = self.send_safe(p.EStopReset(), now)
+            self.pending_reply = ("reset_estop", now + CONTROL_WAIT_S)
+            return None
+        if cmd == "shutdown":
+            self.stop_requested = True
+            return {"ok": True, "lifecycle": core.lifecycle.state.value}
+        raise ValueError(f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)}")
+
+    # ---- status -------------------------------------------------------------------------------------
+    def watchdog_state(self) -> str:
+        core = self.core
+        if core.lifecycle.state is State.ACTIVE and not core.estop.latched or core.ramping:
+            return core.mode.value
+        return "idle"
+
+    def link_state_name(self) -> str:
+        """closed (not wanted), connecting (handshake), up, down (lost or not reachable, retrying)."""
+        if self.link.up:
+            return "up"
+        if self.link.state in ("hello", "configuring"):
+            return "connecting"
+        return "down" if self.want_link else "closed"
+
+    def status_payload(self) -> dict:
+        core = self.core
+        link = {"state": self.link_state_name(), "port": self.link.port_name or "", **self.link.counters()}
+        if self.link.device_stats is not None:
+            link["device"] = {k: getattr(self.link.device_stats, k) for k in
+                              ("frames_rx", "frames_tx", "crc_errors", "framing_errors", "oversize", "malformed",
+                               "seq_gaps", "tx_dropped", "watchdog_trips")}
+        if self.emulator is not None:
+            link["emulator_pid"] = self.emulator.pid or 0
+            link["emulator_starts"] = self.emulator.starts
+        return {"lifecycle": core.lifecycle.state.value, "rig": self.rig.name, "estop": core.estop.latched,
+                "estop_sources": list(core.estop.sources), "watchdog": self.watchdog_state(), "link": link,
+                "device_flags": self.device_flags,
+                "states": {"received": self.states_received, "used": core.states_used,
+                           "gaps": self.sim_seq.gaps.get(TOPIC_SIM_STATE, 0),
+                           "restarts": self.sim_seq.restarts.get(TOPIC_SIM_STATE, 0),
+                           "malformed": self.sim_malformed, "rejected": dict(core.rejections)},
+                "latency_us": {"state_to_send": _percentiles_us(self.state_to_send_us),
+                               "tick_late": _percentiles_us(self.tick_late_us), "overruns": self.overruns},
+                "error": core.mapping_error or self.last_error}
+
+    def status_key(self) -> tuple:
+        """What a subscriber must hear about at once, not at the next status period."""
+        return (self.core.lifecycle.state, self.core.estop.latched, self.link_state_name(), self.watchdog_state())
+
+    def publish_status(self) -> None:
+        self.published_key = self.status_key()
+        payload = {**self.seqs.header(TOPIC_HW_STATUS), **self.status_payload()}
+        self.last_status = payload
+        self.publish(TOPIC_HW_STATUS, payload)
+
+
+def set_realtime_priority(priority: int) -> None:
+    """SCHED_FIFO for this process and the threads it starts (ZeroMQ's I/O thread), so a busy machine delays
+    the command loop less; children (the emulator) get the normal scheduler back (SCHED_RESET_ON_FORK).
+    The loop never spins, so it cannot starve the machine. Without the permission: one line, and go on."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
+    except (PermissionError, OSError) as exc:
+        print(f"mms drive: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); "
+              f"running under the normal scheduler", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from firmware_interface.dynamixel_emulator import rig_kind
+
+    if rig_kind(args.rig) == "dynamixel":
+        from hil import driver_dynamixel
+
+        return driver_dynamixel.run(args)
+    rig = load_rig(args.rig)
+    for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
+    if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
+        raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
+    if not 0 <= args.rt_priority <= 99:
+        raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
+    if args.rt_priority:
+        set_realtime_priority(args.rt_priority)
+    driver = Driver(rig, args)
+
+    def on_signal(signum, frame):
+        driver.stop_requested = True
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return driver.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

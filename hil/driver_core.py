@@ -1,0 +1,202 @@
+"""The servo driver's decisions, without any I/O: what to send on each command tick.
+
+:class:`DriverCore` takes simulator states, measured servo angles and lifecycle/e-stop requests, and on each
+tick returns the :class:`Command` to send (or ``None``: send nothing). hil/driver.py wraps it with the serial
+port, the ZeroMQ sockets and the clock; the tests drive it directly with made-up times.
+
+The rules (docs/driver.md, "Safety"):
+- only ``active`` and not e-stopped tracks the simulator; every setpoint passes the position and rate limits;
+- a state is used only if it passes :class:`hil.driver_safety.StateCheck` (finite, newer, not too old) and
+  arrived after the last (re)activation or reconnect, so nothing from before a link loss is ever replayed;
+- no fresh state for ``state_timeout_s``: hold; ``hold_s`` later: ramp to neutral at the rate limits;
+- deactivate and exit ramp to neutral at the rate limits and then stop sending; an e-stop stops sending at
+  once (the device holds neutral while its e-stop is latched);
+- the ramp starts from the last angle sent, or from the measured angle when nothing was sent on this link
+  (start-up, after a reconnect), or from neutral when the rig reports no positions.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from hil.driver_lifecycle import Lifecycle, State, TransitionError
+from hil.driver_mapping import MappingError, ServoMap, apply_limits, move_toward
+from hil.driver_safety import (DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, EStop, Mode, Rejection, StateCheck,
+                               watchdog_mode)
+
+#: the longest interval the rate limiter credits between two sends (in command periods): after a scheduling
+#: hiccup the servo gets at most this many periods' worth of motion in one step
+MAX_DT_PERIODS = 2.0
+
+
+@dataclass(frozen=True)
+class Command:
+    """One setpoint frame, as sent: angles (n,) rad, raw (n,) device units, limited (n,) bool."""
+    mode: Mode
+    angles: np.ndarray
+    raw: np.ndarray
+    limited: np.ndarray
+    sim_seq: int       # seq of the sim/state it came from, -1 if none
+    sim_t: float       # its simulation time, s (0.0 if none)
+    state_stamp_ns: int  # its publisher stamp (wall clock ns), 0 if none
+
+
+class DriverCore:
+    def __init__(self, servo_map: ServoMap, command_period_s: float,
+                 state_timeout_s: float = DEFAULT_STATE_TIMEOUT_S, hold_s: float = DEFAULT_HOLD_S,
+                 max_state_age_s: float | None = None):
+        self.map = servo_map
+        self.command_period_s = command_period_s
+        self.state_timeout_s = state_timeout_s
+        self.hold_s = hold_s
+        self.lifecycle = Lifecycle()
+        self.estop = EStop()
+        self.state_check = StateCheck(max_age_s=state_timeout_s if max_state_age_s is None else max_state_age_s)
+        self.rejections: Counter[str] = Counter()
+        self.states_used = 0
+        self.joint_names: list[str] | None = None   # from sim/status when sim/state does not carry them
+        self.measured: np.ndarray | None = None      # (n,) rad, last measured servo angles
+        self.previous: np.ndarray | None = None      # (n,) rad, last angles sent on this link
+        self.last_send_s: float | None = None
+        self.goal: np.ndarray | None = None          # (n,) rad, mapped angles of the newest usable state
+        self.goal_seq, self.goal_t, self.goal_stamp_ns = -1, 0.0, 0
+        self.fresh_s: float | None = None            # when the newest usable state arrived
+        self.baseline_s: float = 0.0                 # (re)activation / reconnect time: the age of "no state"
+        self.ramping = False                         # inactive, but still on the way to neutral
+        self.mode: Mode = Mode.NEUTRAL
+        self.mapping_error: str | None = None
+        #: False for rigs whose telemetry carries no servo positions: a ramp then assumes the servos start at
+        #: neutral (where the device puts them at power-up and on its watchdog)
+        self.positions_reported = True
+
+    # ---- inputs -------------------------------------------------------------------------------------
+    def on_sim_status(self, payload: dict) -> None:
+        names = payload.get("joint_names")
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            self.joint_names = names
+
+    def on_state(self, payload: dict, now_s: float, now_ns: int) -> Rejection | None:
+        """Take a ``sim/state`` payload received at ``now_s`` (monotonic) / ``now_ns`` (wall clock)."""
+        names = payload.get("joint_names", self.joint_names)
+        indices = None
+        if isinstance(names, list):
+            try:
+                indices = self.map.joint_indices(names)
+                self.mapping_error = None
+            except MappingError as exc:
+                self.mapping_error = str(exc)
+        reason = self.state_check.check(payload, indices, now_ns)
+        if reason is not None:
+            self.rejections[reason.value] += 1
+            return reason
+        q = np.asarray(payload["q"], dtype=float)
+        self.goal = self.map.joints_to_angles(q, indices)
+        self.goal_seq, self.goal_t, self.goal_stamp_ns = payload["seq"], float(payload["t"]), payload["stamp_ns"]
+        self.fresh_s = now_s
+        self.states_used += 1
+        return None
+
+    def on_measured(self, angles: np.ndarray) -> None:
+        """Measured servo angles (n,) rad from telemetry."""
+        self.measured = np.asarray(angles, dtype=float)
+
+    # ---- lifecycle and e-stop ------------------------------------------------------------------------
+    def activate(self, now_s: float) -> None:
+        if self.estop.latched:
+            raise TransitionError(f"cannot activate: e-stop latched by {', '.join(self.estop.sources)} "
+                                  f"(send reset_estop first)")
+        self.lifecycle.target("activate")
+        self._require_new_state(now_s)
+        self.ramping = False
+        self.lifecycle.apply("activate")
+
+    def deactivate(self) -> None:
+        self.lifecycle.apply("deactivate")
+        self.ramping = True
+
+    def trigger_estop(self, source: str) -> bool:
+        """Latch the e-stop. An active driver drops to inactive and sends nothing more: the device, told by its
+        own ESTOP (or having raised it), holds the servos at neutral and refuses setpoints until its reset.
+        The next motion starts from the measured angles. True if newly latched."""
+        newly = self.estop.trigger(source)
+        if self.lifecycle.state is State.ACTIVE:
+            self.lifecycle.apply("deactivate")
+        self.ramping = False
+        self.previous = None
+        self.last_send_s = None
+        self.mode = Mode.NEUTRAL
+        return newly
+
+    def reset_estop(self, device_still_stopped: bool = False) -> None:
+        """Clear the latch; the driver stays inactive until an explicit activate."""
+        self.estop.reset(device_still_stopped)
+
+    def begin_shutdown(self) -> None:
+        """Stop tracking and ramp to neutral (the caller ticks until :attr:`ramping` is False)."""
+        if self.lifecycle.state is State.ACTIVE:
+            self.deactivate()
+        elif self.previous is not None:
+            self.ramping = True
+
+    def link_reset(self, now_s: float) -> None:
+        """The serial link was (re)opened: forget what was sent and every state from before."""
+        self.previous = None
+        self.measured = None
+        self.last_send_s = None
+        self._require_new_state(now_s)
+
+    def _require_new_state(self, now_s: float) -> None:
+        self.goal = None
+        self.goal_seq, self.goal_t, self.goal_stamp_ns = -1, 0.0, 0
+        self.fresh_s = None
+        self.baseline_s = now_s
+        self.state_check.forget()
+
+    # ---- the tick -----------------------------------------------------------------------------------
+    def tick(self, now_s: float) -> Command | None:
+        """The command to send at ``now_s`` (monotonic s), or None to send nothing this tick."""
+        active = self.lifecycle.state is State.ACTIVE and not self.estop.latched
+        if not active and not self.ramping:
+            return None
+        start = self._start_angles()
+        if start is None:
+            return None
+        dt = self.command_period_s if self.last_send_s is None else now_s - self.last_send_s
+        dt = min(max(dt, 0.0), MAX_DT_PERIODS * self.command_period_s)
+        limited = np.zeros(len(self.map), dtype=bool)
+        if active:
+            age = now_s - (self.fresh_s if self.fresh_s is not None else self.baseline_s)
+            mode = watchdog_mode(age, self.state_timeout_s, self.hold_s)
+            if mode is Mode.TRACK and self.goal is None:
+                mode = Mode.HOLD
+        else:
+            mode = Mode.RAMP
+        if mode is Mode.TRACK:
+            angles, limited = apply_limits(self.goal, start, dt, self.map.min_angle, self.map.max_angle,
+                                           self.map.max_rate)
+        elif mode is Mode.HOLD:
+            # identity when start is the last angle sent; a measured start outside the limits is walked in
+            angles = move_toward(start, np.clip(start, self.map.min_angle, self.map.max_angle), dt,
+                                 self.map.max_rate)
+        else:
+            angles = move_toward(start, self.map.neutral, dt, self.map.max_rate)
+            if self.map.at_neutral(angles):
+                mode = Mode.NEUTRAL
+                self.ramping = False
+        self.previous = angles
+        self.last_send_s = now_s
+        self.mode = mode
+        return Command(mode=mode, angles=angles, raw=self.map.angles_to_raw(angles), limited=limited,
+                       sim_seq=self.goal_seq, sim_t=self.goal_t,
+                       state_stamp_ns=self.goal_stamp_ns if mode is Mode.TRACK else 0)
+
+    def _start_angles(self) -> np.ndarray | None:
+        if self.previous is not None:
+            return self.previous
+        if self.measured is not None:
+            return self.measured
+        if not self.positions_reported:
+            return self.map.neutral
+        return None

@@ -1,0 +1,335 @@
+"""``mms record``: every topic of the simulator and the driver into one MCAP file per run (docs/recording.md).
+
+One SUB socket connects to the sim and driver PUB endpoints, subscribed to everything, with a high
+receive high-water mark so that bursts queue instead of being dropped; ``seq`` gaps are counted per topic
+(:class:`sim.messages.SeqTracker`) so a drop is never silent. Payload bytes are written exactly as received
+(:class:`hil.mcap_io.RecordingWriter`), with ``log_time`` = receive wall clock and ``publish_time`` = the
+payload's ``stamp_ns``. The writer closes a chunk and fsyncs at least every 0.5 s: a ``kill -9`` loses at most
+the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mcap`` rebuilds a valid file.
+
+A REQ/REP control socket (``Endpoints.recorder_control``) takes msgpack maps ``{"cmd": "start", "path": ...}``,
+``{"cmd": "stop"}`` and ``{"cmd": "status"}`` and replies ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
+SIGINT and SIGTERM finish the open file cleanly.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+from hil.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
+from sim.config import ConfigError
+from sim.messages import SeqTracker
+from sim.network import Endpoints, load_endpoints, warn_if_not_loopback
+
+#: receive queue length (messages) before ZeroMQ drops: at 10 kmsg/s this is 100 s of backlog
+DEFAULT_HWM = 1_000_000
+#: how often the progress line is redrawn, s
+PROGRESS_INTERVAL_S = 0.5
+#: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
+LOOP_TIMEOUT_S = 0.05
+#: messages taken from the SUB queue per loop turn before the control socket and the flush get a look
+BATCH_MESSAGES = 2000
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_run_path() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S.mcap")
+
+
+def resolve_config(value: str | None, kind: str) -> Path | None:
+    """A config file path, or a bare name looked up in ``configs/<kind>/NAME.toml``; None stays None."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_file():
+        return path
+    candidate = REPO_ROOT / "configs" / kind / f"{value}.toml"
+    if path.suffix == "" and candidate.is_file():
+        return candidate
+    raise ConfigError(value, None, f"file not found (nor configs/{kind}/{value}.toml)")
+
+
+@dataclass
+class TopicStats:
+    messages: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Session:
+    """One open recording: its file, counters and gap tracker."""
+    writer: RecordingWriter
+    started_ns: int
+    stats: dict[str, TopicStats] = field(default_factory=dict)
+    seq: SeqTracker = field(default_factory=SeqTracker)
+    malformed: int = 0
+
+    @property
+    def messages(self) -> int:
+        return sum(s.messages for s in self.stats.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.stats.values())
+
+    def summary(self) -> dict[str, Any]:
+        return {"path": str(self.writer.path), "elapsed_s": (time.time_ns() - self.started_ns) / 1e9,
+                "messages": self.messages, "bytes": self.bytes, "malformed": self.malformed,
+                "topics": {topic: {"messages": s.messages, "bytes": s.bytes,
+                                   "gaps": self.seq.gaps.get(topic, 0),
+                                   "restarts": self.seq.restarts.get(topic, 0)}
+                           for topic, s in sorted(self.stats.items())}}
+
+
+class Recorder:
+    """The recorder process: SUB to the publishers, REP for control, at most one open file at a time."""
+
+    def __init__(self, endpoints: Endpoints, *, robot: Path | None = None, rig: Path | None = None,
+                 hwm: int = DEFAULT_HWM, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+                 progress: bool = True, context: zmq.Context | None = None):
+        self.endpoints = endpoints
+        self.robot, self.rig = robot, rig
+        self.flush_interval_s = flush_interval_s
+        self.progress = progress
+        self.context = context or zmq.Context.instance()
+        self.sub = self.context.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.RCVHWM, hwm)
+        self.sub.setsockopt(zmq.SNDHWM, hwm)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(endpoints.sim_pub)
+        self.sub.connect(endpoints.driver_pub)
+        warn_if_not_loopback(endpoints.recorder_control, "the recorder's control socket")
+        self.control = self.context.socket(zmq.REP)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.control.bind(endpoints.recorder_control)
+        self.session: Session | None = None
+        self.stop_requested = False
+        self.dropped_while_idle = 0
+        self._last_progress = 0.0
+
+    # --- recording sessions -------------------------------------------------------------------------------
+    def start(self, path: str | Path | None = None, overwrite: bool = False, robot: Path | None = None,
+              rig: Path | None = None) -> Session:
+        if self.session is not None:
+            raise RecordingError(f"already recording to {self.session.writer.path}")
+        path = Path(path) if path else default_run_path()
+        robot = robot or self.robot
+        rig = rig or self.rig
+        configs = {name: (p, p.read_text()) for name, p in (("robot_config", robot), ("rig_config", rig)) if p}
+        writer = RecordingWriter(path, flush_interval_s=self.flush_interval_s, overwrite=overwrite)
+        started = time.time_ns()
+        writer.add_metadata("software", software_versions())
+        writer.add_metadata("recording", {
+            "started_ns": str(started), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "sim_pub": self.endpoints.sim_pub, "driver_pub": self.endpoints.driver_pub,
+            "flush_interval_s": str(self.flush_interval_s), "log_time": "recorder wall clock at receipt, ns",
+            "publish_time": "payload stamp_ns (publisher wall clock), ns"})
+        for name, (config_path, text) in configs.items():
+            writer.add_metadata(name, {"path": str(config_path), "text": text})
+        writer.sync()
+        self.session = Session(writer=writer, started_ns=started)
+        return self.session
+
+    def stop(self) -> dict[str, Any]:
+        if self.session is None:
+            raise RecordingError("not recording")
+        session, self.session = self.session, None
+        summary = session.summary()
+        session.writer.add_metadata("recorder_stats", {
+            "stopped_ns": str(time.time_ns()), "messages": str(summary["messages"]),
+            "bytes": str(summary["bytes"]), "malformed": str(summary["malformed"]),
+            "topics": json.dumps(summary["topics"], sort_keys=True)})
+        session.writer.close()
+        if self.progress:
+            self._draw_progress(session, final=True)
+        return summary
+
+    # --- the loop -----------------------------------------------------------------------------------------
+    def receive_batch(self) -> int:
+        """Take up to BATCH_MESSAGES queued messages off the SUB socket; write them if recording."""
+        count = 0
+        session = self.session
+        for _ in range(BATCH_MESSAGES):
+            try:
+                frames = self.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            log_time = time.time_ns()
+            count += 1
+            if session is None:
+                self.dropped_while_idle += 1
+                continue
+            if len(frames) != 2:
+                session.malformed += 1
+                continue
+            try:
+                topic = frames[0].decode("ascii")
+                payload = msgpack.unpackb(frames[1], raw=False, strict_map_key=False)
+                seq = payload["seq"]
+                stamp = payload.get("stamp_ns", 0)
+                if not (isinstance(seq, int) and isinstance(stamp, int) and seq >= 0 and stamp >= 0):
+                    raise ValueError("seq and stamp_ns must be non-negative integers")
+            except Exception:  # anything undecodable is one malformed message, never a crash
+                session.malformed += 1
+                continue
+            session.writer.add(topic, frames[1], log_time, stamp, seq)
+            stats = session.stats.get(topic)
+            if stats is None:
+                stats = session.stats[topic] = TopicStats()
+            stats.messages += 1
+            stats.bytes += len(frames[1])
+            session.seq.update(topic, seq)
+        return count
+
+    def handle_control(self) -> None:
+        try:
+            raw = self.control.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        try:
+            reply = self._dispatch(raw)
+        except (RecordingError, ConfigError, FileExistsError, OSError) as exc:
+            reply = {"ok": False, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+        self.control.send(msgpack.packb(reply, use_bin_type=True))
+
+    def _dispatch(self, raw: bytes) -> dict[str, Any]:
+        try:
+            request = msgpack.unpackb(raw, raw=False)
+        except Exception as exc:  # noqa: BLE001 - any undecodable request gets an error reply
+            raise RecordingError(f"request is not MessagePack: {exc}") from None
+        if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
+            raise RecordingError('request must be a map with a string "cmd"')
+        cmd = request["cmd"]
+        if cmd == "start":
+            path = request.get("path")
+            if path is not None and not isinstance(path, str):
+                raise RecordingError('"path" must be a string')
+            robot = resolve_config(request["robot"], "robots") if request.get("robot") else None
+            rig = resolve_config(request["rig"], "rigs") if request.get("rig") else None
+            session = self.start(path, overwrite=bool(request.get("overwrite", False)), robot=robot, rig=rig)
+            return {"ok": True, "recording": True, "path": str(session.writer.path)}
+        if cmd == "stop":
+            return {"ok": True, "recording": False, **self.stop()}
+        if cmd == "status":
+            if self.session is None:
+                return {"ok": True, "recording": False}
+            return {"ok": True, "recording": True, **self.session.summary()}
+        raise RecordingError(f"unknown cmd {cmd!r} (expected start, stop or status)")
+
+    def run(self, duration_s: float | None = None) -> None:
+        """Loop until a signal or ``duration_s`` after the recording started; the open file is finished."""
+        poller = zmq.Poller()
+        poller.register(self.sub, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        timeout_ms = int(LOOP_TIMEOUT_S * 1000)
+        try:
+            while not self.stop_requested:
+                events = dict(poller.poll(timeout_ms))
+                if self.sub in events:
+                    self.receive_batch()
+                if self.control in events:
+                    self.handle_control()
+                session = self.session
+                if session is not None:
+                    session.writer.maybe_sync()
+                    if self.progress and time.monotonic() - self._last_progress > PROGRESS_INTERVAL_S:
+                        self._draw_progress(session)
+                    if duration_s is not None and time.time_ns() - session.started_ns >= duration_s * 1e9:
+                        break
+        finally:
+            if self.session is not None:
+                self.receive_batch()
+                self.stop()
+            self.sub.close()
+            self.control.close()
+
+    def _draw_progress(self, session: Session, final: bool = False) -> None:
+        self._last_progress = time.monotonic()
+        summary = session.summary()
+        parts = [f"{topic} {s['messages']} msg {s['bytes'] / 1e6:.2f} MB"
+                 + (f" GAPS {s['gaps']}" if s["gaps"] else "") for topic, s in summary["topics"].items()]
+        line = (f"rec {summary['path']} {summary['elapsed_s']:.1f} s | " + " | ".join(parts or ["waiting"])
+                + (f" | malformed {summary['malformed']}" if summary["malformed"] else ""))
+        sys.stderr.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
+        sys.stderr.flush()
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", help="MCAP file to write (default runs/YYYYmmdd-HHMMSS.mcap); with --recover, "
+                                      "the rebuilt file (default BROKEN.recovered.mcap)")
+    parser.add_argument("--config", help="network endpoints TOML (default configs/network.toml)")
+    parser.add_argument("--robot", help="robot config (file or name in configs/robots/) stored in the recording")
+    parser.add_argument("--rig", help="rig config (file or name in configs/rigs/) stored in the recording")
+    parser.add_argument("--wait", action="store_true",
+                        help="start idle and record only when told over the control socket")
+    parser.add_argument("--duration", type=float, metavar="S",
+                        help="stop and exit S seconds after the recording started (default: until Ctrl-C)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--hwm", type=int, default=DEFAULT_HWM,
+                        help=f"receive high-water mark, messages (default {DEFAULT_HWM})")
+    parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
+                        help="close a chunk and fsync at least this often, s: the crash-loss bound "
+                             f"(default {DEFAULT_FLUSH_INTERVAL_S})")
+    parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    parser.add_argument("--recover", metavar="BROKEN.mcap",
+                        help="rebuild a valid file from the complete records of a truncated recording, then exit")
+
+
+def _run_recover(args) -> int:
+    source = Path(args.recover)
+    destination = Path(args.out) if args.out else source.with_suffix(".recovered.mcap")
+    try:
+        report = recover(source, destination, overwrite=args.overwrite)
+    except (RecordingError, OSError) as exc:
+        print(f"mms record: error: {exc}", file=sys.stderr)
+        return 2
+    state = "complete (had a footer)" if report.had_footer else (
+        f"truncated: kept {report.complete_bytes} of {report.source_bytes} bytes")
+    topics = ", ".join(f"{t} {n}" for t, n in sorted(report.per_topic.items())) or "none"
+    print(f"recovered {report.messages} messages ({topics}) from {source} [{state}] into {destination}")
+    return 0
+
+
+def run(args) -> int:
+    if args.recover:
+        return _run_recover(args)
+    if args.flush_interval <= 0 or args.hwm <= 0:
+        print("mms record: error: --flush-interval and --hwm must be positive", file=sys.stderr)
+        return 2
+    endpoints = load_endpoints(args.config)
+    robot = resolve_config(args.robot, "robots")
+    rig = resolve_config(args.rig, "rigs")
+    try:
+        recorder = Recorder(endpoints, robot=robot, rig=rig, hwm=args.hwm, flush_interval_s=args.flush_interval,
+                            progress=not args.quiet)
+    except zmq.ZMQError as exc:
+        print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)
+        return 2
+
+    def request_stop(signum, frame):
+        recorder.stop_requested = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    if not args.wait:
+        try:
+            recorder.start(args.out, overwrite=args.overwrite)
+        except (RecordingError, FileExistsError, OSError) as exc:
+            recorder.sub.close()
+            recorder.control.close()
+            print(f"mms record: error: {exc}", file=sys.stderr)
+            return 2
+    print(f"mms record: subscribed to {endpoints.sim_pub} and {endpoints.driver_pub}, control on "
+          f"{endpoints.recorder_control}" + ("" if args.wait else f", writing {recorder.session.writer.path}"),
+          file=sys.stderr, flush=True)
+    recorder.run(duration_s=args.duration)
+    return 0

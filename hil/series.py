@@ -1,0 +1,451 @@
+"""Recorded messages -> named time series: one table of flat columns per topic (for export and validation).
+
+Every numeric key of a payload becomes one column, every numeric array one column per element named
+``<key>_<name>`` with the element names the payload (or its companion topic) gives: ``joint_names`` for the
+``sim/*`` joint arrays, ``channels`` for ``hw/command``, ``servo_names`` / ``strain_names`` / ``load_names`` for
+``hw/telemetry``, and fixed component names for poses, twists and wrenches (docs/sim-api.md conventions:
+twist ``(V, Omega)``, wrench ``(force, moment)``). Arrays without names get ``<key>_<index>``.
+
+Rows: one per message, except ``hw/telemetry``, whose payload is a batch of device samples
+(``(samples, channels)`` matrices): one row per sample. Time columns of every table:
+
+- ``log_time`` (int64 ns): recorder wall clock at receipt;
+- ``stamp_ns`` (int64 ns): publisher wall clock (the payload's ``stamp_ns``);
+- ``t`` (s): simulation time where the payload has one, NaN otherwise;
+- ``time_s`` (s): the signal's own wall time relative to the recording origin (the earliest ``stamp_ns``):
+  ``stamp_ns`` for one-row-per-message topics; for telemetry samples, ``host_ns`` moved back by the device
+  clock: ``sample_ns = host_ns - 1000 * (device_us[last] - device_us[i])`` (the frame's last sample is taken
+  as read at ``host_ns``; serial transfer latency is not removed), also given as column ``sample_ns``.
+"""
+from __future__ import annotations
+
+import os
+from itertools import chain
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+
+from hil.mcap_io import RawRecording, gc_paused
+from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
+
+_JOINT_ARRAYS = ("q", "qd", "qdd", "tau", "strain", "actuated")
+#: array key -> the key holding its element names, per topic
+NAME_KEYS: dict[str, dict[str, str]] = {
+    TOPIC_SIM_STATE: {key: "joint_names" for key in _JOINT_ARRAYS},
+    TOPIC_SIM_STATUS: {"actuated": "joint_names"},
+    TOPIC_HW_COMMAND: {"setpoint_rad": "channels", "setpoint_raw": "channels", "limited": "channels"},
+    TOPIC_HW_TELEMETRY: {"servo_rad": "servo_names", "strain": "strain_names", "load": "load_names"},
+}
+_ALL_NAME_KEYS = frozenset(k for names in NAME_KEYS.values() for k in names.values())
+#: topic whose name lists stand in when a payload does not carry its own (sim/state may leave joint_names out)
+NAME_FALLBACK_TOPIC = {TOPIC_SIM_STATE: TOPIC_SIM_STATUS}
+WRENCH_NAMES = ["fx", "fy", "fz", "mx", "my", "mz"]
+FIXED_NAMES: dict[str, list[str]] = {
+    "base_pos": ["x", "y", "z"], "base_quat": ["w", "x", "y", "z"],
+    "base_twist": ["vx", "vy", "vz", "wx", "wy", "wz"],
+    "base_wrench": WRENCH_NAMES, "ext_wrench": WRENCH_NAMES,
+}
+TIME_COLUMNS = ("time_s", "t", "stamp_ns", "log_time")
+#: payload keys that are time columns already (kept exact as int64 there, not repeated as numbers)
+_TIME_KEYS = ("stamp_ns",)
+_UINT32 = 1 << 32
+#: messages decoded and turned into numpy blocks at a time (bounds the memory of decoded Python objects)
+_BATCH = 5000
+#: recordings with at least this many messages per available core are decoded in worker processes
+PARALLEL_MIN_MESSAGES = 50_000
+
+
+@dataclass
+class Table:
+    """A topic's time series: flat columns of equal length (rows), grouped by the payload key they come from.
+
+    ``columns[name]``: (rows,) array: float64, or int64 for the ``*_ns``/``log_time``/``seq`` columns.
+    ``groups[key]``: the column names of payload key ``key`` in element order (``q`` -> ``[q_j1, q_j2]``).
+    ``element_names[key]``: the element names of an array key (``q`` -> ``[j1, j2]``).
+    ``text[name]``: string columns (``mode``, ``state``...), one string per row.
+    """
+    topic: str
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    element_names: dict[str, list[str]] = field(default_factory=dict)
+    text: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return len(self.columns["log_time"]) if "log_time" in self.columns else 0
+
+    def group(self, key: str) -> np.ndarray:
+        """The columns of payload key ``key`` as a (rows, elements) array."""
+        return np.column_stack([self.columns[c] for c in self.groups[key]])
+
+    def element(self, key: str, element: str | int) -> np.ndarray:
+        """One element of an array key, by name or index; raises KeyError naming what exists."""
+        if key not in self.groups:
+            raise KeyError(f"{self.topic} has no key {key!r} (has {sorted(self.groups)})")
+        names = self.element_names.get(key, [])
+        if isinstance(element, str) and element in names:
+            index = names.index(element)
+        elif isinstance(element, int) or (isinstance(element, str) and element.isdigit()):
+            index = int(element)
+        else:
+            raise KeyError(f"{self.topic}:{key} has no element {element!r} (has {names})")
+        if not 0 <= index < len(self.groups[key]):
+            raise KeyError(f"{self.topic}:{key} has no element {index} (has {len(self.groups[key])})")
+        return self.columns[self.groups[key][index]]
+
+
+class _Column:
+    """One payload key over many rows, kept as numpy blocks ``(first row, (k,) or (k, width) array)``.
+
+    Blocks of integers stay int64 (``seq``, ``host_ns``, counters: exact); everything else is float64.
+    """
+
+    def __init__(self):
+        self.blocks: list[tuple[int, np.ndarray]] = []
+        self.vector = False
+
+    def add(self, row: int, block: np.ndarray) -> None:
+        self.vector |= block.ndim == 2
+        self.blocks.append((row, block))
+
+    def integers(self, total_rows: int) -> np.ndarray | None:
+        """(total_rows,) int64 when every row has an integer, else None."""
+        if self.vector or any(b.dtype.kind != "i" for _, b in self.blocks):
+            return None
+        if sum(len(b) for _, b in self.blocks) != total_rows or self.blocks[0][0] != 0:
+            return None
+        return np.concatenate([b for _, b in self.blocks]).astype(np.int64)
+
+    def matrix(self, total_rows: int) -> np.ndarray:
+        """(total_rows, width) float64; rows without this key are NaN."""
+        width = max((b.shape[1] if b.ndim == 2 else 1) for _, b in self.blocks)
+        out = np.full((total_rows, width), np.nan)
+        for row, block in self.blocks:
+            block = block.reshape(len(block), -1)
+            out[row:row + len(block), :block.shape[1]] = block
+        return out
+
+
+def _numeric_block(values: list) -> np.ndarray | None:
+    """``values`` (one per row: numbers, or lists of numbers) as a (k,) or (k, width) array; None if they are
+    not numeric. Ragged lists are padded with NaN, missing values (None) are NaN."""
+    try:
+        block = np.asarray(values)
+    except ValueError:   # ragged lists
+        block = None
+    if block is not None and block.dtype.kind in "iufb" and block.ndim in (1, 2):
+        if block.dtype.kind == "i":
+            return block.astype(np.int64, copy=False)
+        if block.ndim == 2 and block.shape[1] == 0:
+            return None
+        return block.astype(np.float64, copy=False)
+    rows = []
+    for value in values:
+        if isinstance(value, (int, float)):
+            rows.append([float(value)])
+        elif isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+            rows.append([float(v) for v in value])
+        elif value is None:
+            rows.append([])
+        else:
+            return None   # strings, nested lists, maps: not a numeric column
+    width = max((len(r) for r in rows), default=0)
+    if width == 0:
+        return None
+    out = np.full((len(rows), width), np.nan)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    vector = any(isinstance(v, list) for v in values)
+    return out if vector else out[:, 0]
+
+
+def _flatten_dict(prefix: str, value: dict, out: dict[str, Any]) -> None:
+    for key, item in value.items():
+        name = f"{prefix}.{key}"
+        if isinstance(item, dict):
+            _flatten_dict(name, item, out)
+        else:
+            out[name] = item
+
+
+class _TableBuilder:
+    """Builds a :class:`Table` from decoded payloads, a batch of messages at a time (numpy per key and batch)."""
+
+    def __init__(self, topic: str, keys: set[str] | None = None):
+        self.topic = topic
+        self.keys = keys   # payload keys to keep (None: all); name lists are always kept
+        self.rows = 0
+        self.columns: dict[str, _Column] = {}
+        self.text: dict[str, list[str]] = {}
+        self.names: dict[str, list[str]] = {}
+        self.log_time: list[np.ndarray] = []
+        self.stamp_ns: list[np.ndarray] = []
+        self.sample_ns: list[np.ndarray] = []
+
+    def _wanted(self, key: str) -> bool:
+        return self.keys is None or key in self.keys or key in _ALL_NAME_KEYS
+
+    def _text(self, key: str, row: int, values: list[str]) -> None:
+        column = self.text.setdefault(key, [])
+        column.extend([""] * (row - len(column)))
+        column.extend(values)
+
+    def _add_values(self, key: str, row: int, values: list) -> None:
+        sample = next((v for v in values if v is not None), None)
+        if isinstance(sample, dict):
+            flat = []
+            for value in values:
+                out: dict[str, Any] = {}
+                if isinstance(value, dict):
+                    _flatten_dict(key, value, out)
+                flat.append(out)
+            for sub in dict.fromkeys(k for d in flat for k in d):
+                self._add_values(sub, row, [d.get(sub) for d in flat])
+        elif isinstance(sample, str):
+            self._text(key, row, [v if isinstance(v, str) else "" for v in values])
+        elif isinstance(sample, list) and sample and isinstance(sample[0], str):
+            self.names[key] = next(v for v in reversed(values) if isinstance(v, list) and v)
+        elif sample is not None:
+            block = _numeric_block(values)
+            if block is not None:
+                self.columns.setdefault(key, _Column()).add(row, block)
+
+    def add_batch(self, log_times: list[int], publish_times: list[int], payloads: list[dict]) -> None:
+        if self.topic == TOPIC_HW_TELEMETRY:
+            self._add_sample_batch(log_times, payloads)
+            return
+        row = self.rows
+        for key in dict.fromkeys(k for p in payloads for k in p):
+            if key not in _TIME_KEYS and self._wanted(key):
+                self._add_values(key, row, [p.get(key) for p in payloads])
+        stamps = [p.get("stamp_ns") for p in payloads]
+        stamps = [s if type(s) is int else pt for s, pt in zip(stamps, publish_times)]
+        self.log_time.append(np.asarray(log_times, dtype=np.int64))
+        self.stamp_ns.append(np.asarray(stamps, dtype=np.int64))
+        self.sample_ns.append(self.stamp_ns[-1])
+        self.rows += len(payloads)
+
+    def _add_sample_batch(self, log_times: list[int], payloads: list[dict]) -> None:
+        """Telemetry frames: one row per device sample. Per-sample keys (matrices with one row per sample,
+        arrays with one value per sample) are stacked; per-frame scalars and strings are repeated."""
+        frames = [(lt, p) for lt, p in zip(log_times, payloads)
+                  if isinstance(p.get("device_us"), list) and p["device_us"]]
+        if not frames:
+            return
+        counts = np.array([len(p["device_us"]) for _, p in frames])
+        try:
+            device_us = np.asarray(list(chain.from_iterable(p["device_us"] for _, p in frames)), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return   # not integer device times: no sample series
+        ends = np.cumsum(counts)
+        starts = self.rows + ends - counts   # first row of each frame
+        back_ns = ((np.repeat(device_us[ends - 1], counts) - device_us) % _UINT32) * 1000
+        host_ns = np.repeat(np.asarray([p.get("host_ns", p.get("stamp_ns", lt)) for lt, p in frames],
+                                       dtype=np.int64), counts)
+        row = self.rows
+        for key in dict.fromkeys(k for _, p in frames for k in p):
+            if key in _TIME_KEYS or not self._wanted(key):
+                continue
+            values = [p.get(key) for _, p in frames]
+            sample = next((v for v in values if v is not None), None)
+            if isinstance(sample, list) and sample and isinstance(sample[0], str):
+                self.names[key] = sample
+            elif isinstance(sample, list):
+                per_sample = [isinstance(v, list) and len(v) == n for v, n in zip(values, counts)]
+                if all(per_sample):
+                    block = _numeric_block(list(chain.from_iterable(values)))
+                    if block is not None:
+                        self.columns.setdefault(key, _Column()).add(row, block)
+                else:   # some frames do not carry one entry per sample: take the frames that do, one by one
+                    for v, ok, start in zip(values, per_sample, starts):
+                        block = _numeric_block(v) if ok else None
+                        if block is not None:
+                            self.columns.setdefault(key, _Column()).add(int(start), block)
+            elif isinstance(sample, (int, float)):
+                block = _numeric_block(values)
+                if block is not None and block.ndim == 1:
+                    self.columns.setdefault(key, _Column()).add(row, np.repeat(block, counts))
+            elif isinstance(sample, str):
+                self._text(key, row, [v if isinstance(v, str) else ""
+                                      for v, n in zip(values, counts) for _ in range(n)])
+        stamps = np.asarray([p.get("stamp_ns", 0) for _, p in frames], dtype=np.int64)
+        self.log_time.append(np.repeat(np.asarray([lt for lt, _ in frames], dtype=np.int64), counts) - back_ns)
+        self.stamp_ns.append(np.repeat(stamps, counts))
+        self.sample_ns.append(host_ns - back_ns)
+        self.rows += int(ends[-1])
+
+    def absorb(self, other: "_TableBuilder") -> None:
+        """Append the rows of ``other`` (the next range of messages of the same topic) after these."""
+        offset = self.rows
+        for key, column in other.columns.items():
+            mine = self.columns.setdefault(key, _Column())
+            for row, block in column.blocks:
+                mine.add(row + offset, block)
+        for key, values in other.text.items():
+            mine_text = self.text.setdefault(key, [])
+            mine_text.extend([""] * (offset - len(mine_text)))
+            mine_text.extend(values)
+        self.names.update(other.names)
+        self.log_time += other.log_time
+        self.stamp_ns += other.stamp_ns
+        self.sample_ns += other.sample_ns
+        self.rows += other.rows
+
+    def build(self, fallback_names: dict[str, list[str]], origin_ns: int) -> Table:
+        table = Table(self.topic)
+        empty = np.zeros(0, dtype=np.int64)
+        table.columns["log_time"] = np.concatenate(self.log_time) if self.log_time else empty
+        table.columns["stamp_ns"] = np.concatenate(self.stamp_ns) if self.stamp_ns else empty
+        sample_ns = np.concatenate(self.sample_ns) if self.sample_ns else empty
+        if self.topic == TOPIC_HW_TELEMETRY:
+            table.columns["sample_ns"] = sample_ns
+        table.columns["time_s"] = (sample_ns - origin_ns) * 1e-9
+        name_keys = NAME_KEYS.get(self.topic, {})
+        for key, column in self.columns.items():
+            if not column.vector:
+                integers = column.integers(self.rows)
+                table.columns[key] = integers if integers is not None else column.matrix(self.rows)[:, 0]
+                table.groups[key] = [key]
+                continue
+            matrix = column.matrix(self.rows)
+            names = FIXED_NAMES.get(key)
+            name_key = name_keys.get(key)
+            if names is None and name_key is not None:
+                names = self.names.get(name_key) or fallback_names.get(name_key)
+            if names is None or len(names) != matrix.shape[1]:
+                names = [str(i) for i in range(matrix.shape[1])]
+            table.element_names[key] = list(names)
+            table.groups[key] = []
+            for i, name in enumerate(names):
+                name_column = f"{key}_{name}"
+                table.columns[name_column] = matrix[:, i]
+                table.groups[key].append(name_column)
+        if "t" not in table.columns:
+            table.columns["t"] = np.full(self.rows, np.nan)
+        for values in self.text.values():
+            values.extend([""] * (self.rows - len(values)))
+        table.text = self.text
+        return table
+
+
+def decode_payload(data: bytes) -> dict | None:
+    """A recorded payload as a map, or None if it is not one (counted by the caller)."""
+    try:
+        payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception:  # msgpack raises several unrelated types on bad bytes
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+@dataclass
+class Tables:
+    """All topic tables of a recording, with the common time origin (ns, publisher wall clock)."""
+    tables: dict[str, Table]
+    origin_ns: int
+    malformed: dict[str, int]
+
+
+def build_tables(recording: RawRecording, topics: Iterable[str] | None = None, progress: bool = False,
+                 keys: dict[str, set[str]] | None = None, max_messages: int | None = None) -> Tables:
+    """Decode the messages of the chosen topics of ``recording`` into :class:`Table` s.
+
+    ``keys``: per topic, the payload keys to turn into columns (other topics and keys: all); ``max_messages``:
+    only the first messages of each topic (a cheap look at the names before the full decode).
+    """
+    wanted = list(recording.messages) if topics is None else [t for t in topics if t in recording.messages]
+    if not wanted:
+        return Tables({}, 0, {})
+    origin_candidates = [messages[0][1] for t, messages in recording.messages.items() if messages and messages[0][1]]
+    origin_ns = min(origin_candidates) if origin_candidates else 0
+    builders: dict[str, _TableBuilder] = {}
+    malformed: dict[str, int] = {}
+    order = sorted(wanted, key=lambda t: t in NAME_FALLBACK_TOPIC)  # fallback providers first
+    if any(t in NAME_FALLBACK_TOPIC for t in wanted):
+        for provider in NAME_FALLBACK_TOPIC.values():
+            if provider not in order and provider in recording.messages:
+                order.insert(0, provider)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=sum(len(recording.messages[t][:max_messages]) for t in order), unit="msg", desc="decode",
+                   leave=False)
+    with gc_paused():
+        _fill(order, recording, builders, malformed, bar, keys or {}, max_messages)
+    if bar is not None:
+        bar.close()
+    tables = {}
+    for topic in order:
+        fallback = builders[NAME_FALLBACK_TOPIC[topic]].names if NAME_FALLBACK_TOPIC.get(topic) in builders else {}
+        tables[topic] = builders[topic].build(fallback, origin_ns)
+    return Tables({t: tables[t] for t in wanted}, origin_ns, malformed)
+
+
+def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> tuple[_TableBuilder, int]:
+    """Decode one topic's messages into a builder; returns it and the number of malformed payloads."""
+    builder = _TableBuilder(topic, keys)
+    malformed = 0
+    for start in range(0, len(messages), _BATCH):
+        log_times, publish_times, payloads = [], [], []
+        for log_time, publish_time, data in messages[start:start + _BATCH]:
+            payload = decode_payload(data)
+            if payload is None:
+                malformed += 1
+                continue
+            log_times.append(log_time)
+            publish_times.append(publish_time)
+            payloads.append(payload)
+        builder.add_batch(log_times, publish_times, payloads)
+        if bar is not None:
+            bar.update(min(_BATCH, len(messages) - start))
+    return builder, malformed
+
+
+#: (recording, keys, max_messages) of the decode in progress: forked workers inherit it (nothing is pickled in)
+_fork_job: tuple | None = None
+
+
+def _fill_range_in_worker(task: tuple[str, int, int]) -> tuple[str, int, _TableBuilder, int]:
+    topic, start, stop = task
+    recording, keys, _ = _fork_job
+    with gc_paused():
+        builder, malformed = _fill_topic(topic, recording.messages[topic][start:stop], keys.get(topic))
+    return topic, start, builder, malformed
+
+
+def _fill(order, recording, builders, malformed, bar, keys, max_messages) -> None:
+    """Decode every topic of ``order``. Large recordings are decoded in forked worker processes, in ranges of
+    messages (msgpack decoding is the bulk of reading a run); each topic's ranges are joined in order."""
+    global _fork_job
+    import multiprocessing
+
+    sizes = {topic: len(recording.messages[topic][:max_messages]) for topic in order}
+    total = sum(sizes.values())
+    workers = min(os.cpu_count() or 1, total // PARALLEL_MIN_MESSAGES)
+    if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
+        step = max(_BATCH, -(-total // (2 * workers)))   # about two ranges per worker
+        tasks = [(topic, start, min(start + step, sizes[topic])) for topic in order
+                 for start in range(0, sizes[topic], step)]
+        parts: dict[tuple[str, int], _TableBuilder] = {}
+        _fork_job = (recording, keys, max_messages)
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for topic, start, builder, bad in pool.imap_unordered(_fill_range_in_worker, tasks):
+                    parts[topic, start] = builder
+                    if bad:
+                        malformed[topic] = malformed.get(topic, 0) + bad
+                    if bar is not None:
+                        bar.update(min(step, sizes[topic] - start))
+        finally:
+            _fork_job = None
+        for topic in order:
+            builders[topic] = _TableBuilder(topic, keys.get(topic))
+            for (part_topic, _start), part in sorted(parts.items(), key=lambda item: item[0][1]):
+                if part_topic == topic:
+                    builders[topic].absorb(part)
+        return
+    for topic in order:
+        builders[topic], bad = _fill_topic(topic, recording.messages[topic][:max_messages], keys.get(topic), bar)
+        if bad:
+            malformed[topic] = bad

@@ -1,0 +1,663 @@
+"""``mms validate``: measured against simulated signals of a recorded run; report, plots and metrics.json.
+
+The simulated reference is the ``sim/*`` stream recorded in the same run (offline re-simulation from the
+recorded commands is not built: ``--sim`` is refused with a message saying so). Which measured channel is
+compared with which simulated one is a *pair* (docs/validation.md)::
+
+    [[pair]]
+    name = "tail"
+    measured = "hw/telemetry:servo_rad:tail_servo"   # topic:key:element (element = name or index)
+    simulated = "sim/state:q:tail_joint"
+    scale = 1.0      # the simulated value is mapped to the measured unit/sign: scale * sim + offset
+    offset = 0.0
+
+Without pairs in the config, they are derived from the rig file stored in the recording (or ``--rig``): each
+``[[joints]]`` map gives servo angle vs ``q`` (scale = direction * gain, offset = offset_rad); each strain or load
+channel with an ``[emulator.physics.sensors]`` source gives that simulated signal (scale from it); otherwise a
+strain channel named as a joint is compared with that joint's ``strain`` and a load channel named fx..mz with
+``base_wrench``. Analysis method: :mod:`hil.analysis`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hil.analysis import Comparison, Criterion, compare
+from hil.mcap_io import RecordingError, read_recording
+from hil.series import WRENCH_NAMES, Tables, build_tables
+from sim.config import ConfigError, load_toml, require
+from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
+
+#: default pass/fail criteria (overridden by [pass] and [pair.pass] of the config)
+DEFAULT_PASS = {"nrmse_max": 0.25, "r2_min": 0.5, "amplitude_ratio_min": 0.8, "amplitude_ratio_max": 1.25,
+                "phase_lag_deg_max": 45.0}
+#: config key -> (metric, bound, absolute)
+_CRITERIA_KEYS = {
+    "rmse_max": ("rmse", "upper", False), "nrmse_max": ("nrmse", "upper", False), "r2_min": ("r2", "lower", False),
+    "amplitude_ratio_min": ("amplitude_ratio", "lower", False),
+    "amplitude_ratio_max": ("amplitude_ratio", "upper", False),
+    "phase_lag_deg_max": ("phase_lag_deg", "upper", True), "lag_s_max": ("lag_s", "upper", True),
+    "residual_rms_max": ("residual_rms", "upper", False), "rmse_aligned_max": ("rmse_aligned", "upper", False),
+    "frequency_error_max": ("frequency_error", "upper", True),
+}
+PLOT_CHOICES = ("all", "failed", "none")
+#: messages per topic decoded to learn the channel names before the pairs are chosen
+NAME_PROBE_MESSAGES = 50
+#: cycles shown in the overlay panel of each channel's figure
+PLOT_CYCLES = 3
+
+
+@dataclass(frozen=True)
+class SignalRef:
+    """``topic:key:element`` — one column of a recorded topic."""
+    topic: str
+    key: str
+    element: str | None
+
+    @classmethod
+    def parse(cls, text: str, path=None, key: str = "") -> "SignalRef":
+        parts = text.rsplit(":", 2) if isinstance(text, str) else []
+        if len(parts) < 2 or not all(parts):
+            raise ConfigError(path, key, f"got {text!r}, expected topic:key[:element] like "
+                                         f"'hw/telemetry:servo_rad:tail' or 'sim/state:base_wrench:fz'")
+        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+
+    def __str__(self) -> str:
+        return ":".join(p for p in (self.topic, self.key, self.element) if p is not None)
+
+    def values(self, tables: Tables) -> tuple[np.ndarray, np.ndarray]:
+        """Sample times (n,) s on the recording clock and values (n,) of this signal."""
+        table = tables.tables.get(self.topic)
+        if table is None or table.rows == 0:
+            raise KeyError(f"{self}: the recording has no {self.topic} messages")
+        if self.element is None:
+            if self.key not in table.columns:
+                raise KeyError(f"{self}: {self.topic} has no column {self.key!r}")
+            return table.columns["time_s"], table.columns[self.key].astype(float)
+        return table.columns["time_s"], table.element(self.key, self.element)
+
+
+@dataclass
+class Pair:
+    name: str
+    measured: SignalRef
+    simulated: SignalRef
+    scale: float = 1.0
+    offset: float = 0.0
+    criteria: list[Criterion] = field(default_factory=list)
+    frequency_hz: float | None = None
+
+
+@dataclass
+class Settings:
+    frequency_hz: float | None = None
+    grid_hz: float | None = None
+    max_lag_s: float | None = None
+    phase_bins: int = 50
+    skip_s: float = 0.0
+    pass_defaults: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PASS))
+    pairs: list[Pair] = field(default_factory=list)
+
+
+def _criteria(table: dict[str, float], path, prefix: str) -> list[Criterion]:
+    merged: dict[str, tuple[float | None, float | None, bool]] = {}
+    for key, value in table.items():
+        if key not in _CRITERIA_KEYS:
+            raise ConfigError(path, f"{prefix}.{key}", f"unknown criterion, expected one of {sorted(_CRITERIA_KEYS)}")
+        number = require(table, key, float, path=path, prefix=prefix)
+        metric, bound, absolute = _CRITERIA_KEYS[key]
+        lower, upper, _ = merged.get(metric, (None, None, absolute))
+        merged[metric] = (number, upper, absolute) if bound == "lower" else (lower, number, absolute)
+    return [Criterion(metric, lower, upper, absolute) for metric, (lower, upper, absolute) in merged.items()]
+
+
+def load_settings(path: str | Path | None) -> Settings:
+    """Read the thresholds/mapping TOML (every key optional); one-line ConfigError on a bad value."""
+    settings = Settings()
+    if path is None:
+        return settings
+    doc = load_toml(path)
+    positive = dict(check=lambda v: v > 0, expected="a positive number")
+    section = require(doc, "validation", dict, path=path, default={})
+    settings.frequency_hz = require(section, "frequency_hz", float, path=path, prefix="validation", default=None,
+                                    **positive)
+    settings.grid_hz = require(section, "grid_hz", float, path=path, prefix="validation", default=None, **positive)
+    settings.max_lag_s = require(section, "max_lag_s", float, path=path, prefix="validation", default=None,
+                                 **positive)
+    settings.phase_bins = require(section, "phase_bins", int, path=path, prefix="validation", default=50,
+                                  check=lambda v: 4 <= v <= 10_000, expected="an integer from 4 to 10000")
+    settings.skip_s = require(section, "skip_s", float, path=path, prefix="validation", default=0.0,
+                              check=lambda v: v >= 0, expected="a number >= 0")
+    pass_table = require(doc, "pass", dict, path=path, default={})
+    _criteria(pass_table, path, "pass")   # checks the keys
+    settings.pass_defaults = {**DEFAULT_PASS, **{k: float(v) for k, v in pass_table.items()}}
+    pairs = require(doc, "pair", list, path=path, default=[], expected="an array of tables [[pair]]")
+    for k, item in enumerate(pairs):
+        prefix = f"pair[{k}]"
+        if not isinstance(item, dict):
+            raise ConfigError(path, prefix, "expected a table")
+        measured = SignalRef.parse(require(item, "measured", str, path=path, prefix=prefix), path,
+                                   f"{prefix}.measured")
+        simulated = SignalRef.parse(require(item, "simulated", str, path=path, prefix=prefix), path,
+                                    f"{prefix}.simulated")
+        own_pass = require(item, "pass", dict, path=path, prefix=prefix, default={})
+        settings.pairs.append(Pair(
+            name=require(item, "name", str, path=path, prefix=prefix, default=str(measured)),
+            measured=measured, simulated=simulated,
+            scale=require(item, "scale", float, path=path, prefix=prefix, default=1.0),
+            offset=require(item, "offset", float, path=path, prefix=prefix, default=0.0),
+            criteria=_criteria({**settings.pass_defaults, **own_pass}, path, f"{prefix}.pass"),
+            frequency_hz=require(item, "frequency_hz", float, path=path, prefix=prefix, default=None, **positive)))
+    return settings
+
+
+def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]:
+    """Default pairs from a :class:`firmware_interface.rig.Rig` (see the module docstring)."""
+    pairs = []
+    for joint in rig.joints:
+        pairs.append(Pair(f"{joint.servo} vs q[{joint.joint}]", SignalRef(TOPIC_HW_TELEMETRY, "servo_rad", joint.servo),
+                          SignalRef(TOPIC_SIM_STATE, "q", joint.joint), scale=joint.direction * joint.gain,
+                          offset=joint.offset_rad, criteria=criteria))
+    sources = rig.emulator.physics.sensors if rig.emulator.physics is not None else {}
+    for channel in rig.sensors:
+        key = "strain" if channel.kind == "strain" else "load"
+        measured = SignalRef(TOPIC_HW_TELEMETRY, key, channel.name)
+        source = sources.get(channel.name)
+        if source is not None:
+            element = source.joint if source.joint is not None else WRENCH_NAMES[source.index]
+            simulated, scale = SignalRef(TOPIC_SIM_STATE, source.signal, element), source.scale
+        else:
+            simulated, scale = _by_name(key, channel.name, tables), 1.0
+        if simulated is not None:
+            pairs.append(Pair(f"{channel.name} vs {simulated.key}[{simulated.element}]", measured, simulated,
+                              scale=scale, criteria=criteria))
+    return pairs
+
+
+def _by_name(key: str, name: str, tables: Tables) -> SignalRef | None:
+    """A simulated signal named like a measured channel: a joint's strain (or q for a servo), a wrench component."""
+    state = tables.tables.get(TOPIC_SIM_STATE)
+    joints = state.element_names.get("q", []) if state is not None else []
+    if key in ("strain", "servo_rad") and name in joints:
+        return SignalRef(TOPIC_SIM_STATE, "strain" if key == "strain" else "q", name)
+    if key == "load" and name in WRENCH_NAMES:
+        return SignalRef(TOPIC_SIM_STATE, "base_wrench", name)
+    return None
+
+
+def pairs_by_name(tables: Tables, criteria: list[Criterion]) -> list[Pair]:
+    """Default pairs when no rig is known: measured channels named like simulated joints or wrench components."""
+    telemetry = tables.tables.get(TOPIC_HW_TELEMETRY)
+    if telemetry is None:
+        return []
+    pairs = []
+    for key in ("servo_rad", "strain", "load"):
+        for name in telemetry.element_names.get(key, []):
+            simulated = _by_name(key, name, tables)
+            if simulated is not None:
+                pairs.append(Pair(f"{name} vs {simulated.key}[{name}]", SignalRef(TOPIC_HW_TELEMETRY, key, name),
+                                  simulated, criteria=criteria))
+    return pairs
+
+
+def load_rig_text(text: str, origin: str):
+    """Load a rig stored as text in a recording (through the rig loader, so the same checks apply)."""
+    from firmware_interface.rig import load_rig
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / Path(origin).name
+        path.write_text(text)
+        return load_rig(path)
+
+
+def default_pairs(settings: Settings, tables: Tables, metadata: dict[str, dict[str, str]], rig_path: str | None
+                  ) -> tuple[list[Pair], str]:
+    """The pairs to compare and where they came from."""
+    if settings.pairs:
+        return settings.pairs, "config"
+    criteria = _criteria(settings.pass_defaults, None, "pass")
+    rig = None
+    if rig_path is not None:
+        from firmware_interface.rig import load_rig
+        rig, origin = load_rig(rig_path), f"rig {rig_path}"
+    elif "rig_config" in metadata and metadata["rig_config"].get("text"):
+        stored = metadata["rig_config"]
+        try:
+            rig = load_rig_text(stored["text"], stored.get("path", "rig.toml"))
+            origin = f"rig stored in the recording ({stored.get('path', '?')})"
+        except ConfigError as exc:   # a rig of another version, or not a rig at all: fall back to the names
+            note = f" (the rig stored in the recording does not load: {exc.message})"
+            return pairs_by_name(tables, criteria), "channel names" + note
+    if rig is not None:
+        pairs = pairs_from_rig(rig, tables, criteria)
+        if pairs:
+            return pairs, origin
+    return pairs_by_name(tables, criteria), "channel names"
+
+
+@dataclass
+class PairResult:
+    pair: Pair
+    comparison: Comparison | None
+    metrics: dict[str, Any]
+    checks: list[tuple[bool, str]]
+    error: str | None = None
+    figure: str | None = None   # file name of its figure in the output folder, if one was drawn
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(ok for ok, _ in self.checks)
+
+
+def evaluate_pair(pair: Pair, tables: Tables, settings: Settings) -> PairResult:
+    try:
+        t_sim, x_sim = pair.simulated.values(tables)
+        t_meas, x_meas = pair.measured.values(tables)
+        comparison = compare(t_sim, pair.scale * x_sim + pair.offset, t_meas, x_meas,
+                             grid_hz=settings.grid_hz, frequency_hz=pair.frequency_hz or settings.frequency_hz,
+                             max_lag_s=settings.max_lag_s, phase_bins=settings.phase_bins, skip_s=settings.skip_s)
+    except (KeyError, ValueError) as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        return PairResult(pair, None, {}, [], error=str(message))
+    metrics = comparison.metrics.as_dict()
+    f_sim, f_meas = metrics["dominant_frequency_simulated_hz"], metrics["dominant_frequency_measured_hz"]
+    metrics["frequency_error"] = (f_meas - f_sim) / f_sim if f_sim and f_meas is not None else None
+    checks = [criterion.check(metrics) for criterion in pair.criteria]
+    return PairResult(pair, comparison, metrics, checks)
+
+
+#: channels compared per worker process; with fewer, everything runs in this process
+PAIRS_PER_WORKER = 8
+#: (pairs, tables, settings, finish) of the comparison in progress: forked workers inherit it (nothing pickled in)
+_evaluation: tuple | None = None
+
+
+def _evaluate_in_worker(index: int) -> tuple[int, PairResult]:
+    pairs, tables, settings, finish = _evaluation
+    result = evaluate_pair(pairs[index], tables, settings)
+    finish(result)
+    result.comparison = None   # the arrays stay here: what comes back is the metrics, checks and figure name
+    return index, result
+
+
+def evaluate_pairs(pairs: list[Pair], tables: Tables, settings: Settings, progress: bool = False,
+                   finish=None) -> list[PairResult]:
+    """Evaluate every pair on one stroke cycle: the configured frequency, else the dominant frequency of the
+    first pair whose simulated signal is a joint angle (the actuated stroke), else of the first pair.
+
+    ``finish(result)`` runs on each result where it was computed (it draws the figure). With many pairs and
+    several cores the pairs are compared in forked worker processes; their results then come back without
+    the comparison arrays.
+    """
+    global _evaluation
+    import multiprocessing
+
+    finish = finish or (lambda result: None)
+    cycle_hz = settings.frequency_hz
+    results: dict[int, PairResult] = {}
+    if cycle_hz is None:
+        order = sorted(range(len(pairs)), key=lambda i: pairs[i].simulated.key != "q")
+        for i in order:
+            results[i] = evaluate_pair(pairs[i], tables, settings)
+            finish(results[i])
+            if results[i].comparison is not None:
+                cycle_hz = results[i].comparison.metrics.frequency_hz
+                break
+    cycle_settings = replace(settings, frequency_hz=cycle_hz)
+    remaining = [i for i in range(len(pairs)) if i not in results]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(pairs), initial=len(results), desc="compare", unit="ch", leave=False)
+    workers = min(os.cpu_count() or 1, len(remaining) // PAIRS_PER_WORKER)
+    try:
+        if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
+            _evaluation = (pairs, tables, cycle_settings, finish)
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for i, result in pool.imap_unordered(_evaluate_in_worker, remaining):
+                    results[i] = result
+                    if bar is not None:
+                        bar.update()
+        else:
+            for i in remaining:
+                results[i] = evaluate_pair(pairs[i], tables, cycle_settings)
+                finish(results[i])
+                if bar is not None:
+                    bar.update()
+    finally:
+        _evaluation = None
+        if bar is not None:
+            bar.close()
+    return [results[i] for i in range(len(pairs))]
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")[:80] or "pair"
+
+
+class PairFigure:
+    """One reusable figure per report: overlay of the last cycles, phase-averaged cycles (mean and a band of one
+    standard deviation), RMS error per cycle. Its artists are made once and given new data per channel (no
+    axes rebuilt, no layout solved per figure: most of matplotlib's cost)."""
+
+    def __init__(self):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+
+        self.figure = Figure(figsize=(11, 3.2), dpi=80)
+        self.ax_time, self.ax_phase, self.ax_error = self.figure.subplots(1, 3)
+        self.figure.subplots_adjust(left=0.06, right=0.99, bottom=0.16, top=0.82, wspace=0.25)
+        (self.time_sim,) = self.ax_time.plot([], [], label="simulated", lw=1.2)
+        (self.time_meas,) = self.ax_time.plot([], [], label="measured", lw=1.0)
+        self.ax_time.legend(loc="upper right", fontsize=7)
+        (self.phase_sim,) = self.ax_phase.plot([], [], label="simulated")
+        (self.phase_meas,) = self.ax_phase.plot([], [], label="measured")
+        self.bands = []
+        (self.error,) = self.ax_error.plot([], [], lw=1.0)
+        self.ax_time.set_xlabel("time (s)")
+        self.ax_phase.set_xlabel("phase (deg of the cycle)")
+        self.ax_error.set(xlabel="time (s)", title="RMS error per cycle")
+        self.title = self.figure.suptitle("", fontsize=10)
+
+    def save(self, result: PairResult, path: Path) -> None:
+        c, m = result.comparison, result.comparison.metrics
+        window = c.t >= c.t[-1] - PLOT_CYCLES / m.frequency_hz
+        self.time_sim.set_data(c.t[window], c.simulated[window])
+        self.time_meas.set_data(c.t[window], c.measured[window])
+        self.ax_time.set(ylabel=result.pair.measured.key, title=f"last {PLOT_CYCLES} cycles")
+        for band in self.bands:
+            band.remove()
+        self.bands = []
+        for line, average in ((self.phase_sim, c.phase_simulated), (self.phase_meas, c.phase_measured)):
+            degrees = average.phase * 360
+            line.set_data(degrees, average.mean)
+            self.bands.append(self.ax_phase.fill_between(degrees, average.mean - average.std,
+                                                         average.mean + average.std, alpha=0.25,
+                                                         color=line.get_color()))
+        self.ax_phase.set_title(f"phase-averaged (mean, std), {m.cycles:.0f} cycles of {m.frequency_hz:.3g} Hz")
+        self.error.set_data(c.cycle_starts, c.cycle_rms_error)
+        for ax in (self.ax_time, self.ax_phase, self.ax_error):
+            ax.relim()
+            ax.autoscale_view()
+        self.title.set_text(f"{result.pair.name}: {'PASS' if result.passed else 'FAIL'}")
+        self.figure.savefig(path)
+
+
+_figure: PairFigure | None = None   # this process's figure (each worker process makes its own)
+
+
+class Figures:
+    """The ``finish`` step of :func:`evaluate_pairs` for a report: draws a result's figure into ``out`` when
+    ``plots`` asks for it ("all", or "failed" for the failing channels) and names it in the result."""
+
+    def __init__(self, out: Path, plots: str):
+        self.out, self.plots = out, plots
+
+    def __call__(self, result: PairResult) -> None:
+        global _figure
+        if result.comparison is None or self.plots == "none" or (self.plots == "failed" and result.passed):
+            return
+        if _figure is None:
+            _figure = PairFigure()
+        name = f"pair_{_slug(result.pair.name)}.png"
+        _figure.save(result, self.out / name)
+        result.figure = name
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+REPORT_METRICS = ("rmse", "nrmse", "r2", "amplitude_ratio", "phase_lag_deg", "lag_s", "residual_rms", "frequency_hz",
+                  "dominant_frequency_simulated_hz", "dominant_frequency_measured_hz")
+
+
+def write_report(out: Path, run: Path, results: list[PairResult], source: str, recording_info: dict,
+                 plots: dict[str, str]) -> None:
+    lines = [f"# Validation of `{run.name}`", "",
+             f"- recording: `{run}`" + (" (truncated: read up to its last complete record)"
+                                         if recording_info.get("truncated") else ""),
+             f"- pairs from: {source}",
+             "- simulated reference: the sim/* stream recorded in the same run (no offline re-simulation)",
+             f"- result: **{sum(r.passed for r in results)} of {len(results)} channels pass**", ""]
+    gaps = recording_info.get("gaps")
+    if gaps:
+        lines += [f"- seq gaps recorded per topic: {gaps}", ""]
+    lines += ["| channel | result | " + " | ".join(REPORT_METRICS) + " |",
+              "|---|---|" + "---|" * len(REPORT_METRICS)]
+    for r in results:
+        state = "error" if r.error else ("PASS" if r.passed else "FAIL")
+        lines.append(f"| {r.pair.name} | {state} | " + " | ".join(_fmt(r.metrics.get(k)) for k in REPORT_METRICS)
+                     + " |")
+    lines.append("")
+    for r in results:
+        lines += [f"## {r.pair.name}", "",
+                  f"measured `{r.pair.measured}` vs simulated `{r.pair.simulated}` "
+                  f"(x {r.pair.scale:g} + {r.pair.offset:g})", ""]
+        if r.error:
+            lines += [f"error: {r.error}", ""]
+            continue
+        lines += [f"- {'pass' if ok else 'FAIL'}: {text}" for ok, text in r.checks] + [""]
+        if r.pair.name in plots:
+            lines += [f"![{r.pair.name}]({plots[r.pair.name]})", ""]
+    (out / "report.md").write_text("\n".join(lines))
+
+
+def _gaps(metadata: dict[str, dict[str, str]]) -> dict[str, int]:
+    stats = metadata.get("recorder_stats", {})
+    try:
+        topics = json.loads(stats.get("topics", "{}"))
+    except json.JSONDecodeError:
+        return {}
+    return {topic: s.get("gaps", 0) for topic, s in topics.items() if s.get("gaps")}
+
+
+def _topics_needed(pairs: list[Pair]) -> set[str]:
+    return {p.measured.topic for p in pairs} | {p.simulated.topic for p in pairs}
+
+
+def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: bool, finish=None
+                ) -> tuple[list[PairResult], str, dict]:
+    from sim.messages import TOPIC_SIM_STATUS
+
+    wanted = {TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY} | _topics_needed(settings.pairs)
+    recording = read_recording(run, topics=wanted, progress=progress)
+    # names first (from the first messages), then decode only the keys the pairs use
+    probe = build_tables(recording, max_messages=NAME_PROBE_MESSAGES)
+    pairs, source = default_pairs(settings, probe, recording.metadata, rig_path)
+    if not pairs:
+        raise RecordingError(f"{run}: no measured/simulated pairs found: give them with --thresholds FILE "
+                             f"([[pair]] measured = 'topic:key:element', simulated = ...)")
+    keys: dict[str, set[str]] = {}
+    for pair in pairs:
+        for ref in (pair.measured, pair.simulated):
+            keys.setdefault(ref.topic, set()).add(ref.key)
+    tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
+    results = evaluate_pairs(pairs, tables, settings, progress, finish)
+    info = {"truncated": recording.truncated, "gaps": _gaps(recording.metadata),
+            "messages": {t: len(m) for t, m in recording.messages.items()}}
+    return results, source, info
+
+
+def validate_run(run: Path, out: Path, settings: Settings, rig_path: str | None, plots: str,
+                 progress: bool) -> tuple[list[PairResult], dict]:
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    results, source, info = analyse_run(run, settings, rig_path, progress, finish=Figures(out, plots))
+    plot_files = {r.pair.name: r.figure for r in results if r.figure}
+    write_report(out, run, results, source, info, plot_files)
+    document = {
+        "run": str(run), "pairs_from": source, "truncated": info["truncated"], "seq_gaps": info["gaps"],
+        "messages": info["messages"], "passed": all(r.passed for r in results),
+        "elapsed_s": time.perf_counter() - started,
+        "channels": [{"name": r.pair.name, "measured": str(r.pair.measured), "simulated": str(r.pair.simulated),
+                      "scale": r.pair.scale, "offset": r.pair.offset, "passed": r.passed, "error": r.error,
+                      "checks": [{"ok": ok, "text": text} for ok, text in r.checks], "metrics": r.metrics}
+                     for r in results]}
+    (out / "metrics.json").write_text(json.dumps(document, indent=1, allow_nan=False))
+    return results, document
+
+
+SWEEP_COLUMNS = ("run", "frequency_simulated_hz", "frequency_measured_hz", "amplitude_simulated",
+                 "amplitude_measured", "mean_pair", "mean_simulated", "mean_measured")
+
+
+def sweep(runs: list[Path], out: Path, settings: Settings, rig_path: str | None, channel: str | None,
+          mean_channel: str | None, progress: bool) -> list[dict]:
+    """Per run: the chosen pair's dominant frequency and amplitude, and a (possibly other) pair's mean, both
+    measured and simulated; written as sweep.csv and sweep.png (amplitude vs frequency, mean vs frequency)."""
+    rows = []
+    iterator = runs
+    if progress:
+        from tqdm import tqdm
+        iterator = tqdm(runs, desc="runs", unit="run")
+    for run in iterator:
+        results, _source, _info = analyse_run(run, settings, rig_path, progress=False)
+        by_name = {r.pair.name: r for r in results}
+        main = _pick(by_name, channel, run)
+        mean = _pick(by_name, mean_channel, run) if mean_channel else main
+        rows.append({"run": str(run),
+                     "frequency_simulated_hz": main.metrics["dominant_frequency_simulated_hz"],
+                     "frequency_measured_hz": main.metrics["dominant_frequency_measured_hz"],
+                     "amplitude_simulated": main.metrics["amplitude_simulated"],
+                     "amplitude_measured": main.metrics["amplitude_measured"],
+                     "mean_pair": mean.pair.name, "mean_simulated": mean.metrics["mean_simulated"],
+                     "mean_measured": mean.metrics["mean_measured"]})
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "sweep.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=SWEEP_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_amp, ax_mean) = plt.subplots(1, 2, figsize=(10, 4), dpi=90)
+    rows_sorted = sorted(rows, key=lambda r: r["frequency_simulated_hz"])
+    for kind, marker in (("simulated", "o-"), ("measured", "s--")):
+        f = [r[f"frequency_{kind}_hz"] for r in rows_sorted]
+        ax_amp.plot(f, [r[f"amplitude_{kind}"] for r in rows_sorted], marker, label=kind)
+        ax_mean.plot(f, [r[f"mean_{kind}"] for r in rows_sorted], marker, label=kind)
+    ax_amp.set(xlabel="dominant frequency (Hz)", ylabel="amplitude (fundamental)", title=main.pair.name)
+    ax_mean.set(xlabel="dominant frequency (Hz)", ylabel="mean", title=rows[0]["mean_pair"])
+    ax_amp.legend()
+    ax_mean.legend()
+    fig.tight_layout()
+    fig.savefig(out / "sweep.png")
+    plt.close(fig)
+    return rows
+
+
+def _pick(by_name: dict[str, PairResult], name: str | None, run: Path) -> PairResult:
+    if name is None:
+        ok = [r for r in by_name.values() if r.error is None]
+        if not ok:
+            raise RecordingError(f"{run}: no pair could be compared")
+        return ok[0]
+    if name not in by_name:
+        raise RecordingError(f"{run}: no pair named {name!r} (pairs: {sorted(by_name)})")
+    result = by_name[name]
+    if result.error:
+        raise RecordingError(f"{run}: {name}: {result.error}")
+    return result
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN.mcap", help="recording(s) made by mms record")
+    parser.add_argument("--sim", metavar="CONFIG",
+                        help="re-simulate offline from the recorded commands with this robot config "
+                             "(not built yet: the recorded sim/* stream is the reference)")
+    parser.add_argument("--thresholds", metavar="FILE",
+                        help="TOML with [validation] settings, [pass] criteria and [[pair]] mappings "
+                             "(docs/validation.md); default: pairs from the rig, default criteria")
+    parser.add_argument("--rig", metavar="RIG", help="rig TOML to derive the pairs from (default: the rig "
+                                                     "stored in the recording)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: RUN.validation/ beside the "
+                                                     "recording; sweep: sweep/ beside the first run)")
+    parser.add_argument("--plots", choices=PLOT_CHOICES, default="all", help="which channels get a figure")
+    parser.add_argument("--sweep", action="store_true",
+                        help="several runs: dominant frequency vs amplitude and mean, measured and simulated")
+    parser.add_argument("--channel", metavar="PAIR", help="sweep: the pair giving frequency and amplitude "
+                                                          "(default: the first)")
+    parser.add_argument("--mean-channel", metavar="PAIR", help="sweep: the pair whose mean is plotted "
+                                                               "(e.g. the lift load cell; default: --channel)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args) -> int:
+    if args.sim:
+        print("mms validate: error: offline re-simulation (--sim) is not built yet; without --sim the run is "
+              "compared with its recorded sim/* stream", file=sys.stderr)
+        return 2
+    settings = load_settings(args.thresholds)
+    runs = [Path(r) for r in args.runs]
+    progress = not args.no_progress
+    try:
+        if args.sweep:
+            out = Path(args.out) if args.out else runs[0].parent / "sweep"
+            rows = sweep(runs, out, settings, args.rig, args.channel, args.mean_channel, progress)
+            for row in rows:
+                print(f"{row['run']}: f sim {row['frequency_simulated_hz']:.4g} Hz meas "
+                      f"{row['frequency_measured_hz']:.4g} Hz, amplitude sim {row['amplitude_simulated']:.4g} "
+                      f"meas {row['amplitude_measured']:.4g}, mean sim {row['mean_simulated']:.4g} "
+                      f"meas {row['mean_measured']:.4g}")
+            print(f"wrote {out / 'sweep.csv'} and {out / 'sweep.png'}")
+            return 0
+        if len(runs) != 1:
+            print("mms validate: error: several runs need --sweep", file=sys.stderr)
+            return 2
+        run_path = runs[0]
+        out = Path(args.out) if args.out else run_path.with_suffix(".validation")
+        results, document = validate_run(run_path, out, settings, args.rig, args.plots, progress)
+    except RecordingError as exc:
+        print(f"mms validate: error: {exc}", file=sys.stderr)
+        return 2
+    for line in summary_lines(document):
+        print(line)
+    print(f"report {out / 'report.md'}, metrics {out / 'metrics.json'}")
+    return 0 if document["passed"] else 1
+
+
+def summary_lines(document: dict) -> list[str]:
+    """One line per channel of a metrics.json document, and a total."""
+    lines = []
+    for channel in document["channels"]:
+        if channel["error"]:
+            lines.append(f"ERROR {channel['name']}: {channel['error']}")
+            continue
+        m = channel["metrics"]
+        lines.append(f"{'PASS' if channel['passed'] else 'FAIL':5} {channel['name']}  nrmse {_fmt(m.get('nrmse'))}  "
+                     f"R2 {_fmt(m.get('r2'))}  ratio {_fmt(m.get('amplitude_ratio'))}  "
+                     f"lag {_fmt(m.get('phase_lag_deg'))} deg")
+    passed = sum(c["passed"] for c in document["channels"])
+    lines.append(f"{passed}/{len(document['channels'])} channels pass")
+    return lines
+
+
+def main_for_demo(recording: Path, robot: Path, rig: Path, out: Path) -> int:
+    """`mms demo`'s validation step: pairs from ``rig``, the default criteria, every figure. Returns the exit code
+    of `mms validate` (0 all pass, 1 a channel fails, 2 the run cannot be validated). ``robot`` is the model the
+    run simulated: the reference is its recorded sim/* stream (no offline re-simulation)."""
+    try:
+        _results, document = validate_run(Path(recording), Path(out), load_settings(None), str(rig), "all",
+                                          progress=False)
+    except RecordingError as exc:
+        print(f"mms validate: error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if document["passed"] else 1

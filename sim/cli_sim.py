@@ -1,0 +1,326 @@
+"""``mms sim``: run a robot simulation offline; write its time series, plots and an optional summary.
+
+    mms sim CONFIG [--periods 6 | --duration T] [--base free|tethered] [--dt DT] [--integrator rk4|rk45]
+                   [--out runs/<name>/] [--summary PATH] [--record-every N] [--no-plots] [--quiet]
+                   [--tailbeat-frequency F] [--tailbeat-amplitude A]
+
+The command is generic over robot kinds. It loads the config (``sim.config.load_toml``), lets the robot's
+module adapt it to the command-line options, builds the model (``sim.robots.build_robot``), steps a
+:class:`sim.simulation.Simulation` with a tqdm progress bar, records ``sim.outputs()`` after every step and
+writes (see docs/sim-output.md):
+- ``<out>/timeseries.npz``: named arrays (``t`` and every output field, one row per recorded time);
+- ``<out>/metadata.json``: units, shapes and meaning of every array, joint/body names, the robot's metadata
+  (frames, parameters), the options of the run and the wall time;
+- ``<out>/*.png``: plots (matplotlib, Agg);
+- ``--summary PATH``: a JSON object from the robot's ``summarize`` hook.
+
+Robot hooks (optional functions of the robot's module ``sim.robots.<kind>``, e.g. sim/robots/flapper.py):
+- ``apply_cli_overrides(config: dict, args: argparse.Namespace) -> dict``: return the config table changed
+  by the robot-specific options (``args.tailbeat_frequency``, ``args.tailbeat_amplitude``, ``args.duration``
+  ...; each is None when not given). Raise :class:`sim.config.ConfigError` (one line) for an option that
+  does not apply. Without the hook, any robot-specific option given is an error.
+- ``summarize(run: SimRun) -> dict``: the JSON-serialisable summary written by ``--summary``.
+  Without the hook the summary holds the generic ``sim_time_s``, ``wall_time_s``, ``real_time_factor``.
+- ``stable_dt(model, integrator: str) -> float | None``: the largest advised fixed step (s) for this model
+  (None: no advice, e.g. for an adaptive integrator). A config dt above it is lowered to it (with a note on
+  stderr); an explicit ``--dt`` above it is kept, with a warning.
+- ``make_plots(run: SimRun, out_dir: pathlib.Path) -> list[Path]``: write the robot's plots (matplotlib is
+  already switched to the Agg backend). Without the hook the generic plots (joint positions and torques)
+  are written.
+The ``run`` record (:class:`SimRun`) is a plain object: ``run.t`` (T,) s, ``run.arrays`` {name: (T, ...)
+array} (the fields of ``Simulation.outputs()``: q, qd, qdd, tau, strain, base_pos, base_quat, base_twist,
+base_wrench, ext_wrench), ``run.model``, ``run.config`` (the table actually built), ``run.options`` (dict of
+the command-line options), ``run.wall_time_s`` (wall time of the stepping loop, s), ``run.units``.
+The generic options ``--base``, ``--dt``, ``--integrator``, ``--periods``, ``--duration`` are handled here:
+``--base`` re-derives the built model with ``model.replace(base_mode=...)``; ``--periods`` needs the robot's
+``model.metadata["period_s"]``; defaults come from the config's optional ``[simulation]`` table
+(``integrator``, ``dt``, ``periods``, ``duration``).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.config import ConfigError, load_toml, require
+
+#: Units and meaning of the recorded arrays (the fields of Simulation.outputs(), docs/messages.md).
+OUTPUT_UNITS: dict[str, tuple[str, str]] = {
+    "t": ("s", "simulation time of each row"),
+    "q": ("rad or m", "joint positions, model.joint_names order"),
+    "qd": ("rad/s or m/s", "joint velocities"),
+    "qdd": ("rad/s^2 or m/s^2", "joint accelerations (imposed for actuated joints, computed for passive ones)"),
+    "tau": ("N m or N", "joint torques (computed for actuated joints, applied by the joint law for passive ones)"),
+    "strain": ("rad or m", "q - q_rest"),
+    "base_pos": ("m", "position of the base frame origin O_0 in the world frame (x, y, z)"),
+    "base_quat": ("1", "orientation of the base frame in the world, unit quaternion (w, x, y, z)"),
+    "base_twist": ("m/s, rad/s", "base twist (V, Omega) in the base frame"),
+    "base_wrench": ("N, N m", "wrench (force, moment) the support exerts on the base, base frame, about O_0 "
+                              "(zero in free flight)"),
+    "ext_wrench": ("N, N m", "total non-gravity external wrench (e.g. quasi-steady aerodynamics), world axes, "
+                             "about O_0 (added-mass reactions are inside the dynamics, not in this field)"),
+}
+
+ROBOT_OPTIONS = ("tailbeat_frequency", "tailbeat_amplitude")
+BASES = {"free": "floating", "tethered": "fixed"}
+INTEGRATORS = ("rk4", "rk45")
+#: Relative tolerance when comparing the chosen dt with a robot's advised step.
+DT_SLACK = 1e-9
+
+
+@dataclass
+class SimRun:
+    """Record of one run (see the module docstring). Arrays have one row per recorded time."""
+    t: np.ndarray
+    arrays: dict[str, np.ndarray]
+    model: Any
+    config: dict
+    options: dict
+    wall_time_s: float
+    units: dict = field(default_factory=lambda: dict(OUTPUT_UNITS))
+
+    @property
+    def sim_time_s(self) -> float:
+        return float(self.t[-1] - self.t[0]) if self.t.size else 0.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", type=Path, help="robot TOML file (configs/robots/*.toml)")
+    span = parser.add_mutually_exclusive_group()
+    span.add_argument("--periods", type=float, default=None,
+                      help="simulated time in actuation periods (default: the config's [simulation] periods, or 6)")
+    span.add_argument("--duration", type=float, default=None, help="simulated time in s")
+    parser.add_argument("--base", choices=sorted(BASES), default=None,
+                        help="free (floating base, free flight) or tethered (base fixed, its wrench is an output)")
+    parser.add_argument("--dt", type=float, default=None,
+                        help="time step in s (output interval for rk45; default: config, else 1e-4)")
+    parser.add_argument("--integrator", choices=INTEGRATORS, default=None,
+                        help="rk4 (fixed step) or rk45 (adaptive Dormand-Prince); default: config, else rk4")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder for the time series and plots (default runs/<robot name>/)")
+    parser.add_argument("--summary", type=Path, default=None, help="write a JSON summary of the run here")
+    parser.add_argument("--record-every", type=int, default=1, metavar="N",
+                        help="record the outputs every N steps (default 1: every step; recording costs about "
+                             "one extra dynamics evaluation per record)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the plots")
+    parser.add_argument("--tailbeat-frequency", type=float, default=None,
+                        help="robot-specific (RayBot): tail-beat frequency, Hz")
+    parser.add_argument("--tailbeat-amplitude", type=float, default=None,
+                        help="robot-specific (RayBot): tail-beat amplitude, deg")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def robot_module(kind: str):
+    """The module ``sim.robots.<kind>`` (where the optional hooks live), or None if there is none."""
+    try:
+        return importlib.import_module(f"sim.robots.{kind}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"sim.robots.{kind}":
+            return None
+        raise
+
+
+def prepare(args: argparse.Namespace):
+    """Config -> (model, config actually built, robot module, options dict, integrator, dt, duration)."""
+    from sim.robots import build_robot
+
+    path = Path(args.config)
+    config = load_toml(path)
+    robot = require(config, "robot", dict, path=path)
+    kind = require(robot, "kind", str, path=path, prefix="robot")
+    module = robot_module(kind)
+    config = copy.deepcopy(config)
+    hook = getattr(module, "apply_cli_overrides", None)
+    if hook is not None:
+        config = hook(config, args)
+    else:
+        for name in ROBOT_OPTIONS:
+            if getattr(args, name, None) is not None:
+                raise ConfigError(path, None, f"--{name.replace('_', '-')} does not apply to robot kind {kind!r}")
+    model = build_robot(config, path)
+    if args.base is not None:
+        model = model.replace(base_mode=BASES[args.base])
+    table = config.get("simulation", {})
+    if not isinstance(table, dict):
+        raise ConfigError(path, "simulation", "expected a table")
+    integrator = args.integrator or require(table, "integrator", str, path=path, prefix="simulation",
+                                            default="rk4", check=lambda v: v in INTEGRATORS,
+                                            expected="\"rk4\" or \"rk45\"")
+    dt = args.dt if args.dt is not None else require(table, "dt", float, path=path, prefix="simulation",
+                                                     default=1e-4, check=lambda v: v > 0.0,
+                                                     expected="a time step > 0 (s)")
+    if not (dt > 0.0 and math.isfinite(dt)):
+        raise ConfigError(None, "--dt", f"got {dt!r}, expected a time step > 0 (s)")
+    advise = getattr(module, "stable_dt", None)
+    limit = advise(model, integrator) if advise is not None else None
+    if limit is not None and dt > limit * (1.0 + DT_SLACK):
+        if args.dt is None:
+            print(f"mms sim: the config's dt = {dt:g} s is above this model's advised step {limit:.4g} s "
+                  f"(stiffest mode); using {limit:.4g} s", file=sys.stderr)
+            dt = limit
+        else:
+            print(f"mms sim: warning: --dt {dt:g} s is above this model's advised step {limit:.4g} s "
+                  "(stiffest mode); the run may go unstable", file=sys.stderr)
+    if args.duration is not None:
+        duration = args.duration
+    else:
+        period = model.metadata.get("period_s")
+        periods = args.periods if args.periods is not None else require(
+            table, "periods", float, path=path, prefix="simulation", default=6.0,
+            check=lambda v: v > 0.0, expected="a number of periods > 0")
+        if period is None and args.periods is not None:
+            raise ConfigError(path, None, "--periods needs a robot with a period (this one has none); use --duration")
+        if period is None:
+            duration = require(table, "duration", float, path=path, prefix="simulation",
+                               check=lambda v: v > 0.0, expected="a duration > 0 (s) (this robot has no period)")
+        else:
+            duration = periods * period
+    if not (duration > 0.0 and math.isfinite(duration)):
+        raise ConfigError(None, "--duration/--periods", f"got {duration!r}, expected a positive time")
+    options = {"config": str(path), "kind": kind, "base": model.base_mode, "integrator": integrator, "dt": dt,
+               "duration": duration, "periods": args.periods,
+               "tailbeat_frequency": args.tailbeat_frequency, "tailbeat_amplitude": args.tailbeat_amplitude}
+    return model, config, module, options, integrator, dt, duration
+
+
+def simulate(model, integrator: str, dt: float, duration: float, *, progress: bool = True,
+             config: dict | None = None, options: dict | None = None, record_every: int = 1) -> SimRun:
+    """Step a Simulation of ``model`` for ``duration`` s, recording ``outputs()`` at t = 0 and after every
+    ``record_every`` steps (the last step is always recorded)."""
+    from tqdm import tqdm
+
+    from sim.simulation import Simulation
+
+    sim = Simulation(model, integrator=integrator, dt=dt)
+    sim.reset()
+    n_steps = max(1, int(round(duration / dt)))
+    record_every = max(1, int(record_every))
+    recorded = [0] + [i for i in range(1, n_steps + 1) if i % record_every == 0 or i == n_steps]
+    times = np.empty(len(recorded))
+    first = sim.outputs()
+    arrays = {name: np.empty((len(recorded),) + np.shape(value)) for name, value in first.items()
+              if np.asarray(value).dtype.kind in "fiub"}
+    for name in arrays:
+        arrays[name][0] = first[name]
+    times[0] = sim.t
+    bar = tqdm(total=n_steps, unit="step", disable=not progress, desc=f"sim {model.metadata.get('name', '')}",
+               mininterval=0.5)
+    row = 1
+    start = time.perf_counter()
+    for i in range(1, n_steps + 1):
+        sim.step()
+        if row < len(recorded) and recorded[row] == i:
+            out = sim.outputs()
+            times[row] = sim.t
+            for name, target in arrays.items():
+                target[row] = out[name]
+            row += 1
+        if i % 200 == 0:
+            bar.update(200)
+    wall = time.perf_counter() - start
+    bar.update(n_steps - bar.n)
+    bar.close()
+    return SimRun(t=times, arrays=arrays, model=model, config=config or {}, options=options or {},
+                  wall_time_s=wall)
+
+
+def generic_summary(run: SimRun) -> dict:
+    """Timing figures common to every robot: simulated time, wall time (stepping loop), real-time factor."""
+    return {"sim_time_s": run.sim_time_s, "wall_time_s": run.wall_time_s,
+            "real_time_factor": run.sim_time_s / run.wall_time_s if run.wall_time_s > 0 else float("inf")}
+
+
+def write_timeseries(run: SimRun, out_dir: Path) -> tuple[Path, Path]:
+    """Write ``timeseries.npz`` (named arrays) and ``metadata.json`` (units, names, metadata) in out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    npz = out_dir / "timeseries.npz"
+    np.savez(npz, t=run.t, **run.arrays)
+    meta = {
+        "format": "numpy .npz of named arrays, one row per recorded time; read with numpy.load",
+        "arrays": {name: {"unit": run.units.get(name, ("", ""))[0], "description": run.units.get(name, ("", ""))[1],
+                          "shape": list(run.arrays[name].shape) if name != "t" else list(run.t.shape)}
+                   for name in ["t", *run.arrays]},
+        "joint_names": list(run.model.joint_names),
+        "body_names": list(run.model.body_names),
+        "joint_types": list(run.model.joint_types),
+        "actuated": [bool(a) for a in run.model.actuated],
+        "base_mode": run.model.base_mode,
+        "options": run.options,
+        "wall_time_s": run.wall_time_s,
+        "robot_metadata": _jsonable(run.model.metadata),
+    }
+    meta_path = out_dir / "metadata.json"
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return npz, meta_path
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def generic_plots(run: SimRun, out_dir: Path) -> list[Path]:
+    """Joint positions and torques against time (any robot)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
+    for k, name in enumerate(run.model.joint_names):
+        axes[0].plot(run.t, run.arrays["q"][:, k], label=name)
+        axes[1].plot(run.t, run.arrays["tau"][:, k], label=name)
+    axes[0].set_ylabel("joint position (rad or m)")
+    axes[1].set_ylabel("joint torque (N m or N)")
+    axes[1].set_xlabel("time (s)")
+    if run.model.n <= 12:
+        axes[0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = out_dir / "joints.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def run(args: argparse.Namespace) -> int:
+    model, config, module, options, integrator, dt, duration = prepare(args)
+    if args.record_every < 1:
+        raise ConfigError(None, "--record-every", f"got {args.record_every}, expected an integer >= 1")
+    options["record_every"] = args.record_every
+    run_record = simulate(model, integrator, dt, duration, progress=not args.quiet, config=config,
+                          options=options, record_every=args.record_every)
+    out_dir = args.out or Path("runs") / str(model.metadata.get("name") or options["kind"])
+    npz, meta = write_timeseries(run_record, out_dir)
+    written = [npz, meta]
+    if not args.no_plots:
+        import matplotlib
+        matplotlib.use("Agg")
+        plot_hook = getattr(module, "make_plots", None)
+        written += list((plot_hook or generic_plots)(run_record, out_dir))
+    if args.summary is not None:
+        summarize = getattr(module, "summarize", None)
+        summary = summarize(run_record) if summarize is not None else generic_summary(run_record)
+        args.summary.parent.mkdir(parents=True, exist_ok=True)
+        args.summary.write_text(json.dumps(_jsonable(summary), indent=2))
+        written.append(args.summary)
+    rtf = generic_summary(run_record)["real_time_factor"]
+    print(f"simulated {run_record.sim_time_s:.4g} s in {run_record.wall_time_s:.3g} s wall "
+          f"(real-time factor {rtf:.3g}); wrote {', '.join(str(p) for p in written)}")
+    return 0

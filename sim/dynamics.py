@@ -1,0 +1,509 @@
+"""The hybrid (mixed forward/inverse) Newton-Euler algorithm of a Mobile Multibody System.
+
+Porez, Boyer, Ijspeert, ICRA 2014, section III (restated in ../shared/spec/hybrid-algorithm.md, whose notation
+and signs are used here: M*, Pi*, H, K, alpha, zeta). Three recursions on the tree, O(N):
+1. forward kinematics: g_j, eta_j, zeta_j (:func:`_kinematics`);
+   then the force models add f_ext / M_added (Python plug-ins);
+2. backward recursion of the articulated inertias M*_j and wrenches Pi*_j (:func:`_recursions`);
+3. base acceleration (floating: eta_d_0 = -(M*_0)^-1 Pi*_0; fixed: 0; imposed: given) and the second forward
+   recursion giving r_dd of passive joints and tau of actuated joints.
+
+All arrays are flat numpy arrays (Model / Data, sim/model.py); the kernels are numba ``@njit(cache=True)``
+with explicit loops on 6-vectors (no BLAS, no allocation per body) so that one evaluation costs two kernel
+calls and no Python per body.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from .model import Data, Model
+
+#: Joint-axis components below this are treated as zero when classifying a unit twist (revolute/prismatic).
+AXIS_ZERO = 1e-12
+
+
+@njit(cache=True, fastmath=False)
+def _joint_pose(placement, A, r, out):
+    """out (4, 4) = placement (4, 4) @ exp(hat(A) r) for a unit twist A (6,) that is a pure rotation
+    (0, a) or a pure translation (a, 0)."""
+    E = np.eye(4)
+    wx, wy, wz = A[3] * r, A[4] * r, A[5] * r
+    theta2 = wx * wx + wy * wy + wz * wz
+    if theta2 > 0.0:
+        theta = np.sqrt(theta2)
+        s = np.sin(theta) / theta
+        c = (1.0 - np.cos(theta)) / theta2
+        E[0, 0] = 1.0 - c * (wy * wy + wz * wz)
+        E[0, 1] = -s * wz + c * wx * wy
+        E[0, 2] = s * wy + c * wx * wz
+        E[1, 0] = s * wz + c * wx * wy
+        E[1, 1] = 1.0 - c * (wx * wx + wz * wz)
+        E[1, 2] = -s * wx + c * wy * wz
+        E[2, 0] = -s * wy + c * wx * wz
+        E[2, 1] = s * wx + c * wy * wz
+        E[2, 2] = 1.0 - c * (wx * wx + wy * wy)
+    E[0, 3] = A[0] * r
+    E[1, 3] = A[1] * r
+    E[2, 3] = A[2] * r
+    for a in range(4):
+        for b in range(4):
+            acc = 0.0
+            for c_ in range(4):
+                acc += placement[a, c_] * E[c_, b]
+            out[a, b] = acc
+
+
+@njit(cache=True)
+def _ad_inv(X, out):
+    """out (6, 6) = Ad_{X^-1} = [[R^T, -R^T hat(p)], [0, R^T]] for X = (R, p) (4, 4)."""
+    px, py, pz = X[0, 3], X[1, 3], X[2, 3]
+    for a in range(3):
+        r0, r1, r2 = X[0, a], X[1, a], X[2, a]  # row a of R^T
+        out[a, 0] = r0
+        out[a, 1] = r1
+        out[a, 2] = r2
+        out[a + 3, 3] = r0
+        out[a + 3, 4] = r1
+        out[a + 3, 5] = r2
+        out[a + 3, 0] = 0.0
+        out[a + 3, 1] = 0.0
+        out[a + 3, 2] = 0.0
+        # row a of -R^T hat(p) is p x (row a of R^T)
+        out[a, 3] = -(r1 * pz - r2 * py)
+        out[a, 4] = -(r2 * px - r0 * pz)
+        out[a, 5] = -(r0 * py - r1 * px)
+
+
+@njit(cache=True)
+def _kinematics(parent, placement, axis, q, qd, base_pose, base_twist, g, Xj, AdJ, eta, zeta):
+    """First forward recursion (spec "Kinematics"): g_j = g_i * i g j(r_j); eta_j = Ad_{j g i} eta_i + A_j r_d_j;
+    zeta_j = ad_{eta_j}(A_j) r_d_j. Shapes: see sim.model.Data."""
+    nb = parent.shape[0]
+    for a in range(4):
+        for b in range(4):
+            g[0, a, b] = base_pose[a, b]
+    for a in range(6):
+        eta[0, a] = base_twist[a]
+        zeta[0, a] = 0.0
+    for j in range(1, nb):
+        i = parent[j]
+        k = j - 1
+        A = axis[j]
+        _joint_pose(placement[j], A, q[k], Xj[j])
+        _ad_inv(Xj[j], AdJ[j])
+        for a in range(4):
+            for b in range(4):
+                acc = 0.0
+                for c in range(4):
+                    acc += g[i, a, c] * Xj[j, c, b]
+                g[j, a, b] = acc
+        rd = qd[k]
+        for a in range(6):
+            acc = 0.0
+            for b in range(6):
+                acc += AdJ[j, a, b] * eta[i, b]
+            eta[j, a] = acc + A[a] * rd
+        # zeta = ad_eta(A) rd = (Omega x A_v + V x A_w, Omega x A_w) rd
+        vx, vy, vz = eta[j, 0], eta[j, 1], eta[j, 2]
+        ox, oy, oz = eta[j, 3], eta[j, 4], eta[j, 5]
+        zeta[j, 0] = (oy * A[2] - oz * A[1] + vy * A[5] - vz * A[4]) * rd
+        zeta[j, 1] = (oz * A[0] - ox * A[2] + vz * A[3] - vx * A[5]) * rd
+        zeta[j, 2] = (ox * A[1] - oy * A[0] + vx * A[4] - vy * A[3]) * rd
+        zeta[j, 3] = (oy * A[5] - oz * A[4]) * rd
+        zeta[j, 4] = (oz * A[3] - ox * A[5]) * rd
+        zeta[j, 5] = (ox * A[4] - oy * A[3]) * rd
+
+
+@njit(cache=True)
+def _congruence_add(Ad, K, out, tmp):
+    """out (6, 6) += Ad^T K Ad (tmp (6, 6) scratch) for Ad = [[R, B], [0, R]] (an adjoint: its lower-left
+    block is zero, so those terms are skipped) and a symmetric K (the upper triangle is computed and
+    mirrored, which keeps out exactly symmetric)."""
+    for a in range(6):
+        for b in range(3):
+            acc = 0.0
+            for c in range(3):
+                acc += K[a, c] * Ad[c, b]
+            tmp[a, b] = acc
+        for b in range(3, 6):
+            acc = 0.0
+            for c in range(6):
+                acc += K[a, c] * Ad[c, b]
+            tmp[a, b] = acc
+    for a in range(6):
+        top = 3 if a < 3 else 6
+        for b in range(a, 6):
+            acc = 0.0
+            for c in range(top):
+                acc += Ad[c, a] * tmp[c, b]
+            out[a, b] += acc
+            if b != a:
+                out[b, a] += acc
+
+
+@njit(cache=True)
+def _solve_spd6(M, b, out):
+    """out (6,) = M^-1 b for a symmetric positive definite M (6, 6) (Cholesky, no allocation beyond L)."""
+    L = np.zeros((6, 6))
+    for a in range(6):
+        for c in range(a + 1):
+            s = M[a, c]
+            for k in range(c):
+                s -= L[a, k] * L[c, k]
+            if a == c:
+                L[a, a] = np.sqrt(s)
+            else:
+                L[a, c] = s / L[c, c]
+    y = np.zeros(6)
+    for a in range(6):
+        s = b[a]
+        for k in range(a):
+            s -= L[a, k] * y[k]
+        y[a] = s / L[a, a]
+    for a in range(5, -1, -1):
+        s = y[a]
+        for k in range(a + 1, 6):
+            s -= L[k, a] * out[k]
+        out[a] = s / L[a, a]
+
+
+@njit(cache=True)
+def _recursions(parent, axis, inertia, actuated, law_k, law_mu, law_r0, q, qd, qdd_in, tau_in, gravity,
+                base_mode, base_acc_in, g, AdJ, eta, zeta, f_ext, f_gravity, M_added,
+                Mstar, Pistar, H, eta_d, qdd, tau, base_acc, base_wrench):
+    """Backward recursion, base acceleration and second forward recursion (spec sections "Body dynamics",
+    "Backward recursion", "Second forward recursion"; Porez et al. 2014, section III).
+
+    Inputs: qdd_in (n,) accelerations of actuated joints; tau_in (n,) applied torques of passive joints, to
+    which the viscoelastic law ``-k (q - r0) - mu qd`` is added; gravity (3,) world frame m/s^2, applied as
+    the body wrench M_j [R_j^T g; 0]; base_mode 0 floating / 1 fixed / 2 imposed (then base_acc_in (6,)).
+    Outputs: qdd (n,), tau (n,) complete, base_acc (6,), base_wrench (6,) (support on base, base frame).
+    """
+    nb = parent.shape[0]
+    tmp = np.zeros((6, 6))
+    K = np.zeros((6, 6))
+    P = np.zeros(6)
+    v = np.zeros(6)
+    MA = np.zeros((nb, 6))
+    # Initialise M*_j = M_j + M_added_j and Pi*_j = -ad^T_{eta_j}((M_j + M_added_j) eta_j) - F_ext_j.
+    for j in range(nb):
+        ga0 = g[j, 0, 0] * gravity[0] + g[j, 1, 0] * gravity[1] + g[j, 2, 0] * gravity[2]
+        ga1 = g[j, 0, 1] * gravity[0] + g[j, 1, 1] * gravity[1] + g[j, 2, 1] * gravity[2]
+        ga2 = g[j, 0, 2] * gravity[0] + g[j, 1, 2] * gravity[1] + g[j, 2, 2] * gravity[2]
+        for a in range(6):
+            acc = 0.0
+            for b in range(6):
+                m = inertia[j, a, b] + M_added[j, a, b]
+                Mstar[j, a, b] = m
+                acc += m * eta[j, b]
+            P[a] = acc
+        vx, vy, vz = eta[j, 0], eta[j, 1], eta[j, 2]
+        ox, oy, oz = eta[j, 3], eta[j, 4], eta[j, 5]
+        # -ad^T(P) = (Omega x P_f, V x P_f + Omega x P_m); gravity wrench = M_j (R^T g, 0).
+        Pistar[j, 0] = oy * P[2] - oz * P[1]
+        Pistar[j, 1] = oz * P[0] - ox * P[2]
+        Pistar[j, 2] = ox * P[1] - oy * P[0]
+        Pistar[j, 3] = vy * P[2] - vz * P[1] + oy * P[5] - oz * P[4]
+        Pistar[j, 4] = vz * P[0] - vx * P[2] + oz * P[3] - ox * P[5]
+        Pistar[j, 5] = vx * P[1] - vy * P[0] + ox * P[4] - oy * P[3]
+        for a in range(6):
+            fg = inertia[j, a, 0] * ga0 + inertia[j, a, 1] * ga1 + inertia[j, a, 2] * ga2
+            Pistar[j, a] -= f_ext[j, a] + f_gravity[j, a] + fg
+    # Passive joint torques: applied + viscoelastic law.
+    for j in range(1, nb):
+        k = j - 1
+        if actuated[k]:
+            qdd[k] = qdd_in[k]
+        else:
+            tau[k] = tau_in[k] - law_k[k] * (q[k] - law_r0[k]) - law_mu[k] * qd[k]
+    # Backward recursion j = N..1.
+    for j in range(nb - 1, 0, -1):
+        i = parent[j]
+        k = j - 1
+        A = axis[j]
+        Ms = Mstar[j]
+        if actuated[k]:
+            for a in range(6):
+                v[a] = A[a] * qdd[k] + zeta[j, a]
+            for a in range(6):
+                acc = Pistar[j, a]
+                for b in range(6):
+                    acc += Ms[a, b] * v[b]
+                P[a] = acc
+            _congruence_add(AdJ[j], Ms, Mstar[i], tmp)
+        else:
+            for a in range(6):
+                acc = 0.0
+                for b in range(6):
+                    acc += Ms[a, b] * A[b]
+                MA[j, a] = acc
+            h = 0.0
+            ApI = 0.0
+            for a in range(6):
+                h += A[a] * MA[j, a]
+                ApI += A[a] * Pistar[j, a]
+            H[j] = h
+            # K = M* - MA MA^T / H ; alpha = K zeta + MA (tau - A^T Pi*) / H + Pi*
+            for a in range(6):
+                for b in range(6):
+                    K[a, b] = Ms[a, b] - MA[j, a] * MA[j, b] / h
+            coef = (tau[k] - ApI) / h
+            for a in range(6):
+                acc = Pistar[j, a] + MA[j, a] * coef
+                for b in range(6):
+                    acc += K[a, b] * zeta[j, b]
+                P[a] = acc
+            _congruence_add(AdJ[j], K, Mstar[i], tmp)
+        # Pi*_i += Ad^T P
+        for a in range(6):
+            acc = 0.0
+            for c in range(6):
+                acc += AdJ[j, c, a] * P[c]
+            Pistar[i, a] += acc
+    # Reference body.
+    if base_mode == 0:
+        for a in range(6):
+            v[a] = -Pistar[0, a]
+        _solve_spd6(Mstar[0], v, base_acc)
+        for a in range(6):
+            base_wrench[a] = 0.0
+    else:
+        for a in range(6):
+            base_acc[a] = base_acc_in[a] if base_mode == 2 else 0.0
+        for a in range(6):
+            acc = Pistar[0, a]
+            for b in range(6):
+                acc += Mstar[0, a, b] * base_acc[b]
+            base_wrench[a] = acc
+    for a in range(6):
+        eta_d[0, a] = base_acc[a]
+    # Second forward recursion j = 1..N.
+    for j in range(1, nb):
+        i = parent[j]
+        k = j - 1
+        A = axis[j]
+        Ms = Mstar[j]
+        for a in range(6):
+            acc = 0.0
+            for b in range(6):
+                acc += AdJ[j, a, b] * eta_d[i, b]
+            eta_d[j, a] = acc
+        if actuated[k]:
+            for a in range(6):
+                eta_d[j, a] += A[a] * qdd[k] + zeta[j, a]
+            s = 0.0
+            for a in range(6):
+                acc = Pistar[j, a]
+                for b in range(6):
+                    acc += Ms[a, b] * eta_d[j, b]
+                s += A[a] * acc
+            tau[k] = s
+        else:
+            s = 0.0
+            for a in range(6):
+                acc = Pistar[j, a]
+                for b in range(6):
+                    acc += Ms[a, b] * (eta_d[j, b] + zeta[j, b])
+                s += A[a] * acc
+            qdd[k] = (tau[k] - s) / H[j]
+            for a in range(6):
+                eta_d[j, a] += A[a] * qdd[k] + zeta[j, a]
+
+
+@njit(cache=True)
+def _model_views(nb, n, mf):
+    """Views (placement (nb, 4, 4), axis (nb, 6), inertia (nb, 6, 6), k, mu, r0 (n,)) of Model.kernel_floats."""
+    o1 = nb * 16
+    o2 = o1 + nb * 6
+    o3 = o2 + nb * 36
+    return (mf[0:o1].reshape((nb, 4, 4)), mf[o1:o2].reshape((nb, 6)), mf[o2:o3].reshape((nb, 6, 6)),
+            mf[o3:o3 + n], mf[o3 + n:o3 + 2 * n], mf[o3 + 2 * n:o3 + 3 * n])
+
+
+@njit(cache=True)
+def _data_views(nb, n, buf):
+    """Views of Data.buffer in the order of sim.model.data_layout."""
+    o = np.zeros(21, dtype=np.int64)
+    sizes = (nb * 16, nb * 6, nb * 16, nb * 36, nb * 6, nb * 6, nb * 6, nb * 36, nb * 36, nb * 6, nb, nb * 6,
+             n, n, n, n, 16, 6, 6, 6)
+    for i in range(20):
+        o[i + 1] = o[i] + sizes[i]
+    g = buf[o[0]:o[1]].reshape((nb, 4, 4))
+    eta = buf[o[1]:o[2]].reshape((nb, 6))
+    Xj = buf[o[2]:o[3]].reshape((nb, 4, 4))
+    AdJ = buf[o[3]:o[4]].reshape((nb, 6, 6))
+    zeta = buf[o[4]:o[5]].reshape((nb, 6))
+    f_ext = buf[o[5]:o[6]].reshape((nb, 6))
+    f_gravity = buf[o[6]:o[7]].reshape((nb, 6))
+    M_added = buf[o[7]:o[8]].reshape((nb, 6, 6))
+    Mstar = buf[o[8]:o[9]].reshape((nb, 6, 6))
+    Pistar = buf[o[9]:o[10]].reshape((nb, 6))
+    H = buf[o[10]:o[11]]
+    eta_d = buf[o[11]:o[12]].reshape((nb, 6))
+    q = buf[o[12]:o[13]]
+    qd = buf[o[13]:o[14]]
+    qdd = buf[o[14]:o[15]]
+    tau = buf[o[15]:o[16]]
+    base_pose = buf[o[16]:o[17]].reshape((4, 4))
+    base_twist = buf[o[17]:o[18]]
+    base_acc = buf[o[18]:o[19]]
+    base_wrench = buf[o[19]:o[20]]
+    return (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
+            base_pose, base_twist, base_acc, base_wrench)
+
+
+@njit(cache=True)
+def _kinematics_packed(parent, mf, buf):
+    """:func:`_kinematics` on Model.kernel_floats and Data.buffer (one cheap call from Python)."""
+    nb = parent.shape[0]
+    n = nb - 1
+    placement, axis, inertia, law_k, law_mu, law_r0 = _model_views(nb, n, mf)
+    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
+     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+    _kinematics(parent, placement, axis, q, qd, base_pose, base_twist, g, Xj, AdJ, eta, zeta)
+
+
+@njit(cache=True)
+def _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_in, gravity, base_mode, base_acc_in, use_laws):
+    """:func:`_recursions` on Model.kernel_floats and Data.buffer; ``use_laws`` False drops the joint laws."""
+    nb = parent.shape[0]
+    n = nb - 1
+    placement, axis, inertia, law_k, law_mu, law_r0 = _model_views(nb, n, mf)
+    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
+     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+    if use_laws:
+        _recursions(parent, axis, inertia, actuated, law_k, law_mu, law_r0, q, qd, qdd_in, tau_in, gravity,
+                    base_mode, base_acc_in, g, AdJ, eta, zeta, f_ext, f_gravity, M_added,
+                    Mstar, Pistar, H, eta_d, qdd, tau, base_acc, base_wrench)
+    else:
+        zero = np.zeros(n)
+        _recursions(parent, axis, inertia, actuated, zero, zero, zero, q, qd, qdd_in, tau_in, gravity,
+                    base_mode, base_acc_in, g, AdJ, eta, zeta, f_ext, f_gravity, M_added,
+                    Mstar, Pistar, H, eta_d, qdd, tau, base_acc, base_wrench)
+
+
+_ZERO6 = np.zeros(6)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    if array.flags.writeable:
+        array = array.copy()
+        array.setflags(write=False)
+    return array
+
+
+def hybrid_step(model: Model, data: Data, t: float, base_pose: np.ndarray, base_twist: np.ndarray,
+                q: np.ndarray, qd: np.ndarray, qdd_actuated: np.ndarray, tau_passive: np.ndarray, *,
+                base_acc: np.ndarray | None = None, gravity: np.ndarray | None = None,
+                actuated: np.ndarray | None = None, use_laws: bool = True) -> Data:
+    """One evaluation of the hybrid algorithm in place on ``data`` (Porez et al. 2014, section III).
+
+    t (s); base_pose (4, 4) world pose of body 0 (m); base_twist (6,) = (V, Omega) in the base frame;
+    q, qd (n,) joint positions/velocities (rad, m; rad/s, m/s); qdd_actuated (n,) accelerations of the actuated
+    joints (other entries ignored); tau_passive (n,) torques applied to passive joints in addition to their
+    joint laws (other entries ignored; N m or N). ``base_acc`` (6,) is the imposed base acceleration for an
+    imposed base (default: from ``model.base_motion``). ``gravity`` (3,) overrides ``model.gravity``;
+    ``actuated`` (n,) bool overrides ``model.actuated``; ``use_laws=False`` skips the passive joint laws.
+
+    Sequence: kinematics -> every ``model.force_models[m].apply(model, data, t)`` -> recursions.
+    Results in ``data.base_acc``, ``data.qdd``, ``data.tau``, ``data.base_wrench``.
+    """
+    mode = model._mode_code
+    # Overrides are made read-only like the model's arrays, so the kernels are compiled for one type only.
+    grav = model.gravity if gravity is None else _read_only(gravity)
+    act = model.actuated if actuated is None else _read_only(actuated)
+    if mode == 2 and base_acc is None:
+        base_acc = model.base_motion.evaluate(t)[2]
+    acc_in = _ZERO6 if base_acc is None else base_acc
+    data.t = t
+    if q is not data.q:
+        data.q[:] = q
+    if qd is not data.qd:
+        data.qd[:] = qd
+    if base_pose is not data.base_pose:
+        data.base_pose[:] = base_pose
+    if base_twist is not data.base_twist:
+        data.base_twist[:] = base_twist
+    if use_laws and model.python_laws:
+        tau_passive = np.array(tau_passive, dtype=float)
+        for k, law in model.python_laws:
+            tau_passive[k] += law.torque(t, q[k], qd[k])
+    _kinematics_packed(model.parent, model.kernel_floats, data.buffer)
+    if model.force_models:
+        data.f_ext.fill(0.0)
+        data.f_gravity.fill(0.0)
+        data.M_added.fill(0.0)
+        for force_model in model.force_models:
+            force_model.apply(model, data, t)
+    _recursions_packed(model.parent, model.kernel_floats, data.buffer, act, qdd_actuated, tau_passive, grav,
+                       mode, acc_in, use_laws)
+    return data
+
+
+@dataclass
+class HybridResult:
+    """Result of :func:`hybrid_dynamics`: ``base_acc`` (6,) d(base twist)/dt in the base frame (m/s^2,
+    rad/s^2); ``qdd`` (n,) all joint accelerations; ``tau`` (n,) all joint torques (N m / N);
+    ``base_wrench`` (6,) wrench (N, N m) the support exerts on the base, base frame, about O_0 (zero for a
+    floating base)."""
+    base_acc: np.ndarray
+    qdd: np.ndarray
+    tau: np.ndarray
+    base_wrench: np.ndarray
+
+
+def hybrid_dynamics(model: Model, base_pose, base_twist, q, qd, actuated, qdd, tau, gravity=None, *,
+                    base_acc=None, t: float = 0.0, data: Data | None = None,
+                    use_laws: bool = False) -> HybridResult:
+    """The hybrid dynamics of ``model`` at one state (Porez et al. 2014, section III; spec hybrid-algorithm.md).
+
+    base_pose (4, 4) world, m; base_twist (6,) (V, Omega) base frame; q, qd (n,); actuated (n,) bool mask over
+    ``model.joint_names`` (may differ from ``model.actuated``); qdd (n,) imposed accelerations of the actuated
+    joints; tau (n,) torques applied to the passive joints (complete: the model's joint laws are not added
+    unless ``use_laws=True``); gravity (3,) world m/s^2 (default ``model.gravity``). The base follows
+    ``model.base_mode``: floating (acceleration computed), fixed (zero twist and acceleration), imposed
+    (``base_acc`` (6,) given, default from ``model.base_motion``). The model's force models are applied.
+    """
+    n = model.n
+    data = Data(model) if data is None else data
+    act = np.asarray(actuated, dtype=bool).reshape(n)
+    twist = np.zeros(6) if model.base_mode == "fixed" else np.asarray(base_twist, dtype=float).reshape(6)
+    hybrid_step(model, data, t, np.asarray(base_pose, dtype=float).reshape(4, 4), twist,
+                np.asarray(q, dtype=float).reshape(n), np.asarray(qd, dtype=float).reshape(n),
+                np.array(qdd, dtype=float).reshape(n), np.array(tau, dtype=float).reshape(n),
+                base_acc=None if base_acc is None else np.asarray(base_acc, dtype=float).reshape(6),
+                gravity=None if gravity is None else np.asarray(gravity, dtype=float).reshape(3),
+                actuated=act, use_laws=use_laws)
+    return HybridResult(data.base_acc.copy(), data.qdd.copy(), data.tau.copy(), data.base_wrench.copy())
+
+
+def momentum_world(model: Model, data: Data) -> np.ndarray:
+    """Total momentum (6,) = (linear kg m/s, angular kg m^2/s about the world origin), world frame, of the
+    bodies at the state of the last evaluation in ``data`` (rigid inertias, added mass excluded)."""
+    h_body = np.einsum("jab,jb->ja", model.inertia, data.eta)
+    R = data.g[:, :3, :3]
+    linear = np.einsum("jab,jb->ja", R, h_body[:, :3])
+    angular = np.einsum("jab,jb->ja", R, h_body[:, 3:]) + np.cross(data.g[:, :3, 3], linear)
+    return np.concatenate([linear.sum(axis=0), angular.sum(axis=0)])
+
+
+def kinetic_energy(model: Model, data: Data) -> float:
+    """Kinetic energy (J) ``sum_j eta_j^T M_j eta_j / 2`` at the last evaluation in ``data``."""
+    return 0.5 * float(np.einsum("ja,jab,jb->", data.eta, model.inertia, data.eta))
+
+
+def potential_energy(model: Model, data: Data, gravity=None) -> float:
+    """Gravity plus viscoelastic-spring potential energy (J) at the last evaluation in ``data``:
+    ``-sum_j m_j g . x_Gj + sum_k k_k (q_k - r0_k)^2 / 2`` (x_Gj world centre of mass of body j, m)."""
+    g = model.gravity if gravity is None else np.asarray(gravity, dtype=float)
+    mass = model.inertia[:, 0, 0]
+    # First moment m c (N+1, 3) in frame j, from the block M[3:, :3] = m hat(c).
+    mc = np.stack([model.inertia[:, 5, 1], model.inertia[:, 3, 2], model.inertia[:, 4, 0]], axis=1)
+    world_first_moment = mass[:, None] * data.g[:, :3, 3] + np.einsum("jab,jb->ja", data.g[:, :3, :3], mc)
+    gravity_energy = -float(np.sum(world_first_moment @ g))
+    strain = data.q - model.law_r0
+    spring_energy = 0.5 * float(np.sum(model.law_k * strain * strain))
+    return gravity_energy + spring_energy

@@ -1,0 +1,545 @@
+"""Fused time stepping: whole RK4 steps (kinematics, force-model kernels, recursions, state update) in one
+compiled call, for the models whose every ingredient has a numba form (docs/sim-core.md, "Fused stepping").
+
+Same numbers as the Python-orchestrated path of :class:`sim.simulation.Simulation` (same kernels, same
+operation order; compared to ~1e-12 in tests/sim_core/test_sim_core_fused.py), without the Python around
+each RK stage (which costs as much as the kernels for a 17-body flapper).
+
+A model qualifies (:func:`fused_plan`) when
+- the integrator is "rk4";
+- the base is floating, fixed, or imposed by a :class:`sim.model.StaticBase`;
+- every actuated joint's motion law is a :class:`Sinusoid` or :class:`Polynomial` (evaluated in the kernel
+  at every stage time) or a :class:`Constant` / :class:`ExternalMotion` (its values, read once per call,
+  are held over the call, as the Python path does since nothing changes them during a step), or has a
+  method ``fused_form()`` returning such an equivalent law;
+- every passive joint law is :class:`ViscoElastic` / :class:`Free` (kernel arrays of the model) or a
+  :class:`TrackingSpring` (spring about ``ratio * source(t)``) or has ``fused_form()`` returning one, whose
+  source law qualifies as above;
+- every force model implements the kernel protocol (docs/sim-api.md): a class attribute
+  ``fused_kernel`` naming one of :data:`KERNEL_KINDS` and a method ``kernel_args()`` returning the arguments
+  of that kernel other than the workspace arrays; at most one force model of each kind (BladeAero and the
+  four hydrodynamic plug-ins of sim/hydro.py implement it).
+Otherwise :class:`Simulation` keeps its Python path.
+
+The derivative of the last call's final state is kept (first-same-as-last): the next call reuses it as its
+first stage when the inputs did not change (time, state, applied torques, held law values, checked in the
+kernel), so a call of n steps costs 4 n evaluations and leaves ``Data`` holding the evaluation at the final
+state, which makes ``Simulation.outputs()`` free.
+
+Why kinds and not function arguments: numba cannot cache (``cache=True``) a function that receives another
+compiled function as an argument (the dispatcher's type is per process), so the kernels a fused step may
+call are the fixed set below, each with one argument slot (an empty slot does nothing).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .aero import blade_aero_kernel
+from .dynamics import _data_views, _kinematics_packed, _recursions_packed
+from .hydro import added_mass_kernel, buoyancy_kernel, drag_kernel, lift_kernel
+from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, Sinusoid
+from .model import Model, StaticBase
+from .spatial import quat_derivative, quat_to_matrix
+
+#: Force-model kernels a fused step can call (value of a plug-in's ``fused_kernel`` attribute), in the order
+#: the fused step applies them (f_ext sums in another order differ by rounding only).
+KERNEL_KINDS = ("blade_aero", "buoyancy", "added_mass", "drag", "lift")
+
+#: Motion-law codes in the kernel: held (values read once per call), sinusoid, polynomial.
+LAW_HELD, LAW_SINUSOID, LAW_POLYNOMIAL = 0, 1, 2
+_HELD_LAWS = (Constant, ExternalMotion)
+
+
+# ----------------------------------------------------------------------------------------- state <-> inputs
+@njit(cache=True)
+def _state_to_inputs(y, passive_index, floating, q, qd, base_pose, base_twist):
+    """Scatter the state y into the joint arrays q, qd (n,) (passive entries) and, for a floating base, the
+    base pose (4, 4) (quaternion normalised) and twist (6,)."""
+    n_p = passive_index.shape[0]
+    for i in range(n_p):
+        q[passive_index[i]] = y[13 + i]
+        qd[passive_index[i]] = y[13 + n_p + i]
+    if floating:
+        norm = np.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+        R = quat_to_matrix(y[3:7] / norm)
+        for a in range(3):
+            for b in range(3):
+                base_pose[a, b] = R[a, b]
+            base_pose[a, 3] = y[a]
+            base_pose[3, a] = 0.0
+        base_pose[3, 3] = 1.0
+        for a in range(6):
+            base_twist[a] = y[7 + a]
+
+
+@njit(cache=True)
+def _state_derivative(y, passive_index, floating, base_acc, qdd, dy):
+    """dy/dt (same layout as y): p_dot = R V (world), quaternion rate, base acceleration, passive r_d and r_dd."""
+    n_p = passive_index.shape[0]
+    for a in range(13):
+        dy[a] = 0.0
+    if floating:
+        norm = np.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+        quat = y[3:7] / norm
+        R = quat_to_matrix(quat)
+        for a in range(3):
+            dy[a] = R[a, 0] * y[7] + R[a, 1] * y[8] + R[a, 2] * y[9]
+        dq = quat_derivative(quat, y[10:13])
+        for a in range(4):
+            dy[3 + a] = dq[a]
+        for a in range(6):
+            dy[7 + a] = base_acc[a]
+    for i in range(n_p):
+        dy[13 + i] = y[13 + n_p + i]
+        dy[13 + n_p + i] = qdd[passive_index[i]]
+
+
+# ----------------------------------------------------------------------------------------- motion laws
+@njit(cache=True)
+def _horner(coef, length, t):
+    """sum_k coef[k] t^k for k < length, in numpy's polyval order (Horner from the highest power)."""
+    acc = coef[length - 1]
+    for i in range(length - 2, -1, -1):
+        acc = coef[i] + acc * t
+    return acc
+
+
+@njit(cache=True)
+def _motion_laws(t, index, law_kind, law_par, poly, poly_len, row0, q, qd, qdd):
+    """(r, r_d, r_dd) at t (s) of the laws in rows row0.. of the law table into q[index[i]], qd, qdd, with the
+    formulas of sim.laws.
+
+    index (m,) output indices; law_kind (rows,) LAW_*; law_par (rows, 4): held (r, r_d, r_dd) or sinusoid
+    (amplitude, omega, phase, offset); poly (rows, 3, P) coefficients of r, r_d, r_dd in increasing powers,
+    poly_len (rows, 3) their lengths (polynomial laws)."""
+    for i in range(index.shape[0]):
+        k = index[i]
+        row = row0 + i
+        kind = law_kind[row]
+        if kind == LAW_SINUSOID:
+            a, w = law_par[row, 0], law_par[row, 1]
+            angle = w * t + law_par[row, 2]
+            s = math.sin(angle)
+            q[k] = law_par[row, 3] + a * s
+            qd[k] = a * w * math.cos(angle)
+            qdd[k] = -a * w * w * s
+        elif kind == LAW_POLYNOMIAL:
+            q[k] = _horner(poly[row, 0], poly_len[row, 0], t)
+            qd[k] = _horner(poly[row, 1], poly_len[row, 1], t)
+            qdd[k] = _horner(poly[row, 2], poly_len[row, 2], t)
+        else:
+            q[k] = law_par[row, 0]
+            qd[k] = law_par[row, 1]
+            qdd[k] = law_par[row, 2]
+
+
+@njit(cache=True)
+def _force_kernels(g, eta, f_ext, M_added, forces):
+    """The force-model kernels (KERNEL_KINDS order) on their argument slots (an empty slot acts on no body)."""
+    aero, buoy, added, drag, lift = forces
+    blade_aero_kernel(eta, f_ext, M_added, *aero)
+    buoyancy_kernel(g, buoy[0], buoy[1], buoy[2], buoy[3], buoy[4], buoy[5], buoy[6], f_ext, buoy[7])
+    added_mass_kernel(added[0], added[1], M_added)
+    drag_kernel(g, eta, drag[0], drag[1], drag[2], drag[3], drag[4], drag[5], drag[6], f_ext, drag[7])
+    lift_kernel(g, eta, lift[0], lift[1], lift[2], lift[3], lift[4], lift[5], lift[6], lift[7], lift[8],
+                lift[9], lift[10], f_ext, lift[11])
+
+
+# ----------------------------------------------------------------------------------------- one evaluation
+@njit(cache=True)
+def _evaluate(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+              held_pose, held_twist, acc_in, has_forces, forces):
+    """dy/dt (Simulation state layout) at (t, y) with the hybrid algorithm (Porez et al. 2014, section III):
+    motion laws -> kinematics -> force-model kernels -> tracking springs -> recursions, all results left in
+    the Data buffer. laws: see FusedStepper.laws; scratch: (qdd_in (n,), tau_eff (n,), source r, r_d, r_dd
+    (n_s,)); held_pose (4, 4), held_twist (6,), acc_in (6,): base of a fixed / static imposed base."""
+    nb = parent.shape[0]
+    n = nb - 1
+    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
+     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+    act_index, law_kind, law_par, poly, poly_len, spring_index, spring_par, source_index = laws
+    qdd_in, tau_eff, src_r, src_rd, src_rdd = scratch
+    floating = base_mode == 0
+    _state_to_inputs(y, passive, floating, q, qd, base_pose, base_twist)
+    _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, 0, q, qd, qdd_in)
+    if not floating:
+        for a in range(4):
+            for b in range(4):
+                base_pose[a, b] = held_pose[a, b]
+        for a in range(6):
+            base_twist[a] = held_twist[a]
+    _kinematics_packed(parent, mf, buf)
+    if has_forces:
+        f_ext[:] = 0.0
+        f_gravity[:] = 0.0
+        M_added[:] = 0.0
+        _force_kernels(g, eta, f_ext, M_added, forces)
+    tau_passive = tau_in
+    if spring_index.shape[0] > 0:
+        # TrackingSpring.torque, added to the applied torques as hybrid_step does for Python joint laws.
+        _motion_laws(t, source_index, law_kind, law_par, poly, poly_len, act_index.shape[0], src_r, src_rd,
+                     src_rdd)
+        for k in range(n):
+            tau_eff[k] = tau_in[k]
+        for i in range(spring_index.shape[0]):
+            k = spring_index[i]
+            stiffness, damping, ratio = spring_par[i, 0], spring_par[i, 1], spring_par[i, 2]
+            tau_eff[k] += -stiffness * (q[k] - ratio * src_r[i]) - damping * (qd[k] - ratio * src_rd[i])
+        tau_passive = tau_eff
+    _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_passive, gravity, base_mode, acc_in, True)
+    _state_derivative(y, passive, floating, base_acc, qdd, dy)
+
+
+@njit(cache=True)
+def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
+    """Whether the kept evaluation (cache_t = (t s, valid flag)) was made at time t, state y, applied torques
+    tau and law values law_par."""
+    if cache_t[1] != 1.0 or cache_t[0] != t or y.shape[0] != y_cached.shape[0]:
+        return False
+    for i in range(y.shape[0]):
+        if y_cached[i] != y[i]:
+            return False
+    for i in range(tau.shape[0]):
+        if cache_tau[i] != tau[i]:
+            return False
+    for i in range(law_par.shape[0]):
+        for c in range(law_par.shape[1]):
+            if cache_par[i, c] != law_par[i, c]:
+                return False
+    return True
+
+
+@njit(cache=True)
+def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
+                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
+                forces):
+    """n_steps classical RK4 steps of dt (s) from (t, y), y updated in place (quaternion renormalised after
+    every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``); returns (t_end, number of
+    evaluations). work (5, ny) scratch; fsal (ny,): f(t, y) of the previous call's end, reused as the first
+    stage when cache_t[0] (s) == t, cache_t[1] == 1 (valid), y unchanged (fsal's state is work[4]),
+    tau_in == cache_tau and law_par == cache_par. On return ``buf`` holds the evaluation at (t_end, y_end)
+    and fsal its derivative."""
+    ny = y.shape[0]
+    law_par = laws[2]
+    k1, k2, k3, k4, y_cached = work[0], work[1], work[2], work[3], work[4]
+    tmp = np.empty(ny)
+    evaluations = 0
+    if inputs_match(cache_t, t, y_cached, y, cache_tau, tau_in, cache_par, law_par):
+        for i in range(ny):
+            k1[i] = fsal[i]
+    else:
+        _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, has_forces, forces)
+        evaluations += 1
+    half = 0.5 * dt
+    sixth = dt / 6.0
+    for step in range(n_steps):
+        if step > 0:
+            for i in range(ny):
+                k1[i] = fsal[i]
+        for i in range(ny):
+            tmp[i] = y[i] + half * k1[i]
+        _evaluate(t + half, tmp, k2, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, has_forces, forces)
+        for i in range(ny):
+            tmp[i] = y[i] + half * k2[i]
+        _evaluate(t + half, tmp, k3, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, has_forces, forces)
+        for i in range(ny):
+            tmp[i] = y[i] + dt * k3[i]
+        _evaluate(t + dt, tmp, k4, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, has_forces, forces)
+        for i in range(ny):
+            y[i] = y[i] + sixth * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
+        norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+        for i in range(3, 7):
+            y[i] /= norm
+        t = t + dt
+        # The next step's first stage, and at the end the Data of the final state (for the outputs).
+        _evaluate(t, y, fsal, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, has_forces, forces)
+        evaluations += 4
+    if n_steps == 0:
+        for i in range(ny):
+            fsal[i] = k1[i]
+    for i in range(ny):
+        y_cached[i] = y[i]
+    for i in range(tau_in.shape[0]):
+        cache_tau[i] = tau_in[i]
+    for i in range(law_par.shape[0]):
+        for c in range(law_par.shape[1]):
+            cache_par[i, c] = law_par[i, c]
+    cache_t[0] = t
+    cache_t[1] = 1.0
+    return t, evaluations
+
+
+# ----------------------------------------------------------------------------------------- outputs
+def output_layout(n: int, n_p: int) -> list[tuple[str, int]]:
+    """Order and sizes of the sim/state fields in the flat array written by :func:`pack_outputs`."""
+    return [("q", n), ("qd", n), ("qdd", n), ("tau", n), ("strain", n_p), ("base_pos", 3), ("base_quat", 4),
+            ("base_twist", 6), ("base_wrench", 6), ("ext_wrench", 6)]
+
+
+@njit(cache=True)
+def _matrix_to_quat(R, out):
+    """Unit quaternion (w, x, y, z), w >= 0, of a rotation matrix (3, 3) into out (4,) (Shepperd's method,
+    the formulas of sim.spatial.matrix_to_quat)."""
+    tr = R[0, 0] + R[1, 1] + R[2, 2]
+    if tr > 0.0:
+        s = 2.0 * np.sqrt(tr + 1.0)
+        out[0], out[1], out[2], out[3] = 0.25 * s, (R[2, 1] - R[1, 2]) / s, (R[0, 2] - R[2, 0]) / s, \
+            (R[1, 0] - R[0, 1]) / s
+    elif R[0, 0] > R[1, 1] and R[0, 0] > R[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + R[0, 0] - R[1, 1] - R[2, 2])
+        out[0], out[1], out[2], out[3] = (R[2, 1] - R[1, 2]) / s, 0.25 * s, (R[0, 1] + R[1, 0]) / s, \
+            (R[0, 2] + R[2, 0]) / s
+    elif R[1, 1] > R[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + R[1, 1] - R[0, 0] - R[2, 2])
+        out[0], out[1], out[2], out[3] = (R[0, 2] - R[2, 0]) / s, (R[0, 1] + R[1, 0]) / s, 0.25 * s, \
+            (R[1, 2] + R[2, 1]) / s
+    else:
+        s = 2.0 * np.sqrt(1.0 + R[2, 2] - R[0, 0] - R[1, 1])
+        out[0], out[1], out[2], out[3] = (R[1, 0] - R[0, 1]) / s, (R[0, 2] + R[2, 0]) / s, \
+            (R[1, 2] + R[2, 1]) / s, 0.25 * s
+    norm = np.sqrt(out[0] * out[0] + out[1] * out[1] + out[2] * out[2] + out[3] * out[3])
+    sign = 1.0 if out[0] / norm >= 0.0 else -1.0
+    for a in range(4):
+        out[a] = sign * (out[a] / norm)
+
+
+@njit(cache=True)
+def wrench_sum_world(g, f):
+    """Sum over bodies of the wrenches f (N+1, 6) (frame j, about O_j) in the world frame about O_0."""
+    out = np.zeros(6)
+    F = np.zeros(3)
+    Mo = np.zeros(3)
+    r = np.zeros(3)
+    for j in range(g.shape[0]):
+        for a in range(3):
+            F[a] = g[j, a, 0] * f[j, 0] + g[j, a, 1] * f[j, 1] + g[j, a, 2] * f[j, 2]
+            Mo[a] = g[j, a, 0] * f[j, 3] + g[j, a, 1] * f[j, 4] + g[j, a, 2] * f[j, 5]
+            r[a] = g[j, a, 3] - g[0, a, 3]
+        out[0] += F[0]
+        out[1] += F[1]
+        out[2] += F[2]
+        out[3] += Mo[0] + r[1] * F[2] - r[2] * F[1]
+        out[4] += Mo[1] + r[2] * F[0] - r[0] * F[2]
+        out[5] += Mo[2] + r[0] * F[1] - r[1] * F[0]
+    return out
+
+
+@njit(cache=True)
+def pack_outputs(parent, buf, q_rest, passive, out):
+    """The sim/state fields of the evaluation held in the Data buffer, packed into out (see output_layout):
+    q, qd, qdd, tau (n,); strain (n_p,) = q - q_rest of the passive joints; base_pos (3,) world m; base_quat
+    (4,) (w, x, y, z), w >= 0; base_twist (6,) base frame; base_wrench (6,); ext_wrench (6,) = sum of f_ext
+    in the world frame about O_0."""
+    nb = parent.shape[0]
+    n = nb - 1
+    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
+     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+    o = 0
+    for arr in (q, qd, qdd, tau):
+        for k in range(n):
+            out[o + k] = arr[k]
+        o += n
+    for i in range(passive.shape[0]):
+        out[o + i] = q[passive[i]] - q_rest[passive[i]]
+    o += passive.shape[0]
+    for a in range(3):
+        out[o + a] = g[0, a, 3]
+    o += 3
+    _matrix_to_quat(g[0, :3, :3], out[o:o + 4])
+    o += 4
+    for a in range(6):
+        out[o + a] = eta[0, a]
+        out[o + 6 + a] = base_wrench[a]
+    o += 12
+    ext = wrench_sum_world(g, f_ext)
+    for a in range(6):
+        out[o + a] = ext[a]
+
+
+# ----------------------------------------------------------------------------------------- planning
+class TrackingSpring(JointLaw):
+    """Spring-damper about a moving reference: ``tau = -k (r - ratio theta(t)) - mu (r_d - ratio theta_d(t))``
+    (N m or N), with (theta, theta_d) from the motion law ``source`` (e.g. a fin driven through a linkage by
+    a servo: k N m/rad, mu N m s/rad, ratio rad/rad). A Python joint law everywhere, evaluated in the kernel
+    by the fused path when ``source`` has a kernel form."""
+
+    def __init__(self, source: MotionLaw, ratio: float, k: float, mu: float):
+        self.source = source
+        self.ratio = float(ratio)
+        self.k = float(k)
+        self.mu = float(mu)
+
+    def torque(self, t: float, r: float, r_d: float) -> float:
+        theta, theta_d, _ = self.source.evaluate(t)
+        return -self.k * (r - self.ratio * theta) - self.mu * (r_d - self.ratio * theta_d)
+
+    def __repr__(self) -> str:
+        return f"TrackingSpring({self.source!r}, ratio={self.ratio}, k={self.k}, mu={self.mu})"
+
+
+def _kernel_motion_law(law):
+    """The law itself or its ``fused_form()`` if that is a law with a kernel form; None otherwise."""
+    if type(law) in (Sinusoid, Polynomial) + _HELD_LAWS:
+        return law
+    form = getattr(law, "fused_form", None)
+    if form is not None:
+        law = form()
+        if type(law) in (Sinusoid, Polynomial) + _HELD_LAWS:
+            return law
+    return None
+
+
+def _kernel_joint_law(law):
+    """The TrackingSpring equivalent of a Python joint law (itself or its ``fused_form()``), or None."""
+    form = law if type(law) is TrackingSpring else getattr(law, "fused_form", lambda: None)()
+    if type(form) is TrackingSpring and _kernel_motion_law(form.source) is not None:
+        return form
+    return None
+
+
+def _empty_force_args() -> tuple:
+    """Empty argument slots (no body) with the types of the plug-ins' ``kernel_args()``, KERNEL_KINDS order."""
+    i0, f1, f2, f3 = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 3)), np.zeros((0, 3, 3)))
+    aero = (i0, np.zeros((0, 1, 3)), np.zeros((0, 1)), np.zeros((0, 1)), f2, f2, 0.0, 0, np.zeros((0, 6, 6)),
+            np.zeros((0, 6)))
+    buoyancy = (i0, f1, f2, f1, 0.0, np.zeros(3), 0.0, f2)
+    added_mass = (i0, np.zeros((0, 6, 6)))
+    drag = (i0, f3, f2, f1, np.zeros((0, 6)), np.zeros((0, 6)), 0.0, np.zeros((0, 6)))
+    lift = (i0, f2, f2, f2, f1, f1, f1, f1, f1, 0.0, 0.0, np.zeros((0, 6)))
+    return aero, buoyancy, added_mass, drag, lift
+
+
+def fused_unsupported(model: Model, integrator: str) -> str | None:
+    """Why ``model`` cannot take the fused path with ``integrator`` (one line), or None if it can."""
+    if integrator != "rk4":
+        return f"integrator {integrator!r} (the fused path is RK4)"
+    if model.base_mode == "imposed" and type(model.base_motion) is not StaticBase:
+        return f"imposed base motion {type(model.base_motion).__name__} is not a StaticBase"
+    for k, law in model.motion_laws.items():
+        if _kernel_motion_law(law) is None:
+            return f"joint {model.joint_names[k]}: motion law {type(law).__name__} has no kernel form"
+    for k, law in model.python_laws:
+        if _kernel_joint_law(law) is None:
+            return f"joint {model.joint_names[k]}: joint law {type(law).__name__} has no kernel form"
+    kinds = []
+    for force_model in model.force_models:
+        kind = getattr(force_model, "fused_kernel", None)
+        if kind not in KERNEL_KINDS or not hasattr(force_model, "kernel_args"):
+            return f"force model {type(force_model).__name__} has no fused kernel"
+        if kind in kinds:
+            return f"two force models of kernel kind {kind!r}"
+        kinds.append(kind)
+    return None
+
+
+class FusedStepper:
+    """The fused RK4 path for one Simulation (its Model, Data and state layout); see :func:`rk4_advance`.
+
+    ``laws`` (the kernel's law table): act_index (n_a,) actuated joints; law_kind (n_a + n_s,) LAW_*;
+    law_par (n_a + n_s, 4); poly (n_a + n_s, 3, P); poly_len (n_a + n_s, 3) -- rows 0..n_a-1 the actuated
+    joints' laws, rows n_a.. the sources of the tracking springs; spring_index (n_s,) their joints;
+    spring_par (n_s, 3) (k, mu, ratio); source_index (n_s,) = 0..n_s-1 (outputs of the source rows)."""
+
+    def __init__(self, model: Model, data, passive_index: np.ndarray, fixed_pose: np.ndarray):
+        self.model, self.data = model, data
+        acts = sorted(model.motion_laws)
+        springs = [(k, _kernel_joint_law(law)) for k, law in model.python_laws]
+        rows = [_kernel_motion_law(model.motion_laws[k]) for k in acts]
+        rows += [_kernel_motion_law(spring.source) for _, spring in springs]
+        n_rows = len(rows)
+        law_kind = np.zeros(n_rows, dtype=np.int64)
+        self.law_par = np.zeros((n_rows, 4))
+        width = max([law.coefficients.size for law in rows if type(law) is Polynomial], default=1)
+        poly = np.zeros((n_rows, 3, width))        # coefficients of r, r_d, r_dd (rad/s^k or m/s^k)
+        poly_len = np.ones((n_rows, 3), dtype=np.int64)
+        self._held = []                            # [(row, law)] values read once per call
+        for row, law in enumerate(rows):
+            if type(law) is Sinusoid:
+                law_kind[row] = LAW_SINUSOID
+                self.law_par[row] = (law.amplitude, law.omega, law.phase, law.offset)
+            elif type(law) is Polynomial:
+                law_kind[row] = LAW_POLYNOMIAL
+                for d, p in enumerate((law._poly, law._d1, law._d2)):
+                    coef = np.asarray(p.coef, dtype=float)
+                    poly[row, d, :coef.size] = coef
+                    poly_len[row, d] = coef.size
+            else:
+                law_kind[row] = LAW_HELD
+                self._held.append((row, law))
+        n_s = len(springs)
+        spring_par = np.array([(s.k, s.mu, s.ratio) for _, s in springs], dtype=float).reshape(n_s, 3)
+        self.laws = (np.array(acts, dtype=np.int64), law_kind, self.law_par, poly, poly_len,
+                     np.array([k for k, _ in springs], dtype=np.int64), spring_par, np.arange(n_s, dtype=np.int64))
+        self.scratch = (np.zeros(model.n), np.zeros(model.n), np.zeros(n_s), np.zeros(n_s), np.zeros(n_s))
+        self.passive = np.ascontiguousarray(passive_index, dtype=np.int64)
+        self.mode = model._mode_code
+        if self.mode == 2:
+            pose, twist, acc = model.base_motion.evaluate(0.0)
+            self.held_pose = np.array(pose, dtype=float)
+            self.held_twist = np.array(twist, dtype=float)
+            self.acc_in = np.array(acc, dtype=float)
+        else:
+            self.held_pose = np.array(fixed_pose, dtype=float)
+            self.held_twist = np.zeros(6)
+            self.acc_in = np.zeros(6)
+        self.has_forces = bool(model.force_models)
+        slots = list(_empty_force_args())
+        for force_model in model.force_models:
+            slot = KERNEL_KINDS.index(force_model.fused_kernel)
+            slots[slot] = tuple(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a
+                                for a in force_model.kernel_args())
+        self.forces = tuple(slots)
+        self.cache_t = np.zeros(2)                 # (t of fsal s, valid flag)
+        self.cache_tau = np.zeros(model.n)
+        self.cache_par = np.zeros_like(self.law_par)
+        self.work = None
+        self.fsal = None
+
+    def set_fixed_pose(self, pose: np.ndarray) -> None:
+        """New pose (4, 4) of a fixed base (after Simulation.set_state)."""
+        if self.mode == 1:
+            self.held_pose[:] = pose
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        """Forget the kept derivative (the state was set from outside)."""
+        self.cache_t[1] = 0.0
+
+    def valid_at(self, t: float, y: np.ndarray, tau_applied: np.ndarray) -> bool:
+        """Whether Data holds the evaluation at (t, y) with these applied torques and the current law values."""
+        if self.work is None:
+            return False
+        if self._held:
+            self._read_held()
+        return inputs_match(self.cache_t, t, self.work[4], y, self.cache_tau, tau_applied, self.cache_par,
+                            self.law_par)
+
+    def _read_held(self) -> None:
+        for row, law in self._held:
+            self.law_par[row, :3] = law.evaluate(0.0)
+
+    def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):
+        """n_steps RK4 steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
+        if self.work is None or self.work.shape[1] != y.shape[0]:
+            self.work = np.zeros((5, y.shape[0]))
+            self.fsal = np.zeros(y.shape[0])
+            self.invalidate()
+        if self._held:
+            self._read_held()
+        self.data.t = t
+        model = self.model
+        t_end, evaluations = rk4_advance(
+            n_steps, t, dt, y, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
+            model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive,
+            self.laws, self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces,
+            self.forces)
+        self.data.t = t_end
+        return t_end, evaluations

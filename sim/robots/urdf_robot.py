@@ -1,0 +1,105 @@
+"""Robot kind "urdf": a URDF file plus a TOML overlay (modes, laws, base, gravity, force models).
+
+```toml
+[robot]
+kind = "urdf"
+urdf = "pendulum.urdf"         # relative to this TOML file
+base = "fixed"                 # floating | fixed | imposed (imposed: held at its initial pose)
+gravity = [0.0, 0.0, -9.81]    # m/s^2, world frame
+base_position = [0, 0, 0]      # m, initial base pose in the world
+base_rpy = [0, 0, 0]           # rad
+
+[joints.hinge]                 # a joint name of the URDF
+mode = "passive"               # passive (default) | actuated
+rest = 0.0                     # q_rest, rad or m (strain = q - rest)
+law = { type = "viscoelastic", k = 0.0, mu = 0.0, r0 = 0.0 }   # passive: viscoelastic | free
+# actuated: law = { type = "sinusoid", amplitude = 0.5, omega = 6.28, phase = 0.0, offset = 0.0 }
+#           (or constant / polynomial / spline, see sim.laws.motion_law_from_config)
+
+[[forces]]                     # optional: "gravity" (sets the model gravity) or "module:Class" plug-ins
+type = "gravity"
+g = [0.0, 0.0, -9.81]
+```
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ConfigError, require
+from ..forces import Gravity, force_model_from_config
+from ..laws import joint_law_from_config, motion_law_from_config
+from ..model import Model, StaticBase
+from ..spatial import pose, rpy_to_matrix
+from ..urdf import load_urdf
+
+_ROBOT_KEYS = {"kind", "urdf", "base", "gravity", "base_position", "base_rpy", "name"}
+_JOINT_KEYS = {"mode", "rest", "law"}
+
+
+def _vector(table, key, path, prefix, default):
+    values = require(table, key, list, path=path, prefix=prefix, default=list(default), expected="3 numbers")
+    if len(values) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise ConfigError(path, f"{prefix}.{key}", f"got {values!r}, expected 3 numbers")
+    return np.array(values, dtype=float)
+
+
+def build(config: dict, path) -> Model:
+    """Build the Model of a URDF robot config (see the module docstring for the tables)."""
+    robot = require(config, "robot", dict, path=path)
+    unknown = sorted(set(robot) - _ROBOT_KEYS)
+    if unknown:
+        raise ConfigError(path, f"robot.{unknown[0]}", f"unknown key, expected one of {sorted(_ROBOT_KEYS)}")
+    urdf_name = require(robot, "urdf", str, path=path, prefix="robot", expected="a URDF file name")
+    base_dir = Path(path).parent if path is not None else Path.cwd()
+    urdf_path = Path(urdf_name) if Path(urdf_name).is_absolute() else base_dir / urdf_name
+    if not urdf_path.is_file():
+        raise ConfigError(path, "robot.urdf", f"URDF file {str(urdf_path)!r} not found")
+    base = require(robot, "base", str, path=path, prefix="robot", default="floating",
+                   check=lambda v: v in ("floating", "fixed", "imposed"), expected="floating, fixed or imposed")
+    gravity = _vector(robot, "gravity", path, "robot", (0.0, 0.0, -9.81))
+    base_pose = pose(rpy_to_matrix(_vector(robot, "base_rpy", path, "robot", (0.0, 0.0, 0.0))),
+                     _vector(robot, "base_position", path, "robot", (0.0, 0.0, 0.0)))
+
+    joints = require(config, "joints", dict, path=path, default={})
+    model = load_urdf(urdf_path, base_mode=base, gravity=gravity)
+    actuated = model.actuated.copy()
+    q_rest = model.q_rest.copy()
+    motion_laws, joint_laws = {}, {}
+    for name, table in joints.items():
+        prefix = f"joints.{name}"
+        if name not in model.joint_names:
+            raise ConfigError(path, prefix, f"no moving joint {name!r} in {urdf_path.name}; joints are "
+                                            f"{model.joint_names}")
+        if not isinstance(table, dict):
+            raise ConfigError(path, prefix, "expected a table")
+        unknown = sorted(set(table) - _JOINT_KEYS)
+        if unknown:
+            raise ConfigError(path, f"{prefix}.{unknown[0]}", f"unknown key, expected one of {sorted(_JOINT_KEYS)}")
+        k = model.joint_index(name)
+        mode = require(table, "mode", str, path=path, prefix=prefix, default="passive",
+                       check=lambda v: v in ("passive", "actuated"), expected="passive or actuated")
+        actuated[k] = mode == "actuated"
+        q_rest[k] = require(table, "rest", float, path=path, prefix=prefix, default=0.0)
+        if "law" in table:
+            law_table = require(table, "law", dict, path=path, prefix=prefix)
+            if actuated[k]:
+                motion_laws[k] = motion_law_from_config(law_table, path, f"{prefix}.law")
+            else:
+                joint_laws[k] = joint_law_from_config(law_table, path, f"{prefix}.law")
+    force_models = []
+    forces = require(config, "forces", list, path=path, default=[])
+    for index, entry in enumerate(forces):
+        prefix = f"forces[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(path, prefix, "expected a table")
+        force = force_model_from_config(entry, path, prefix)
+        if isinstance(force, Gravity):
+            gravity = force.g  # the core applies gravity itself; listing it sets the field
+        else:
+            force_models.append(force)
+    metadata = dict(model.metadata, kind="urdf", config=str(path), name=robot.get("name", model.metadata["name"]))
+    return model.replace(actuated=actuated, q_rest=q_rest, motion_laws=motion_laws, joint_laws=joint_laws,
+                         force_models=force_models, gravity=gravity, base_pose=base_pose,
+                         base_motion=StaticBase(base_pose) if base == "imposed" else None, metadata=metadata)

@@ -1,0 +1,663 @@
+"""``mms serve``: run a robot's simulation in real time and publish its state over ZeroMQ (issue 4).
+
+One process, one thread, one loop (no data races): the loop integrates the simulation, publishes
+``sim/state`` on a PUB socket at the publish rate (default 1 kHz, decoupled from the integration step ``dt``:
+each publish period integrates the ``dt`` steps that fit in it), publishes ``sim/status`` at 1 Hz, and serves a
+REP control socket between publications through a :class:`zmq.Poller`. Three clock modes:
+
+- ``realtime``: paced to the wall clock on an absolute schedule: state ``k`` (since the last reset) is due at
+  ``anchor + k period``; it is integrated as soon as state ``k-1`` is out, held, and published at its due time.
+  A state not ready by its due time, or published more than half a period late, is a deadline miss: counted,
+  reported in ``sim/status`` and on stderr, never silent. When the lag exceeds ``--max-lag`` the schedule is
+  re-anchored (reported on stderr) rather than bursting to catch up.
+- ``fast``: as fast as possible (slow subscribers drop messages; their ``seq`` gaps show it).
+- ``lockstep``: each ``step`` request advances ``n`` publish periods, publishing every state, and is answered
+  after the last one. When no request comes for ``--stall-timeout`` seconds the state becomes ``stalled``:
+  a ``sim/status`` goes out at once and a line is printed on stderr, so a dead peer is never a silent hang.
+
+The control protocol (pure bytes <-> requests) is in :mod:`sim.server_control`; docs/messages.md documents
+both the topics and the commands.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import signal
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import zmq
+
+from sim.config import ConfigError, load_toml, require
+from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
+from sim.network import DEFAULT_NETWORK_CONFIG, load_endpoints, warn_if_not_loopback
+from sim.server_control import (COMMANDS, ControlError, encode_reply, error_reply, get_what, one_line,
+                                parse_request, set_arguments, step_count, with_value)
+
+MODES = ("realtime", "fast", "lockstep")
+IDLE, RUNNING, PAUSED, STALLED, STOPPED = "idle", "running", "paused", "stalled", "stopped"
+
+#: the sim/state arrays taken from Simulation.outputs(), in message order
+STATE_ARRAYS = ("q", "qd", "qdd", "tau", "strain", "base_pos", "base_quat", "base_twist", "base_wrench",
+                "ext_wrench")
+
+STATUS_PERIOD_S = 1.0               # sim/status every second of wall time, in every state
+IDLE_WAIT_S = 0.1                   # longest single wait of the loop when nothing is scheduled
+COARSE_WAIT_MARGIN_S = 0.002        # zmq polls in whole ms: wake this early, then sleep the rest finely
+MAX_REQUESTS_PER_WAKE = 10          # a burst of requests cannot starve the publisher
+STEP_SAMPLES_PER_WINDOW = 200_000   # step-time samples kept per status window (the newest ones)
+STEP_COUNT_TOLERANCE = 1e-6         # of one dt: floor(period / dt) must not lose a step to rounding
+BEHIND_REPORT_INTERVAL_S = 10.0     # stderr reports of deadline misses at most this often
+STALL_REPORT_INTERVAL_S = 60.0      # "still stalled" stderr reminders at most this often
+PUB_LINGER_MS = 1000                # bounded wait for the last sim/status to leave at shutdown
+PUB_SNDHWM = 10_000                 # 10 s of 1 kHz states queued per subscriber before dropping
+
+
+def _build_model(config: dict[str, Any], path: Path):
+    from sim.robots import build_robot
+
+    return build_robot(config, path)
+
+
+def _simulation_defaults(config: dict[str, Any], path: Path) -> tuple[str | None, float | None]:
+    """The ``[simulation]`` integrator and dt of a robot config (None where it names none)."""
+    table = config.get("simulation", {})
+    if not isinstance(table, dict):
+        raise ConfigError(path, "simulation", "expected a table")
+    integrator = require(table, "integrator", str, path=path, prefix="simulation", default=None)
+    dt = require(table, "dt", float, path=path, prefix="simulation", default=None,
+                 check=lambda value: value > 0, expected="a positive step in s")
+    return integrator, dt
+
+
+def _new_simulation(model, config: dict[str, Any], path: Path, integrator: str | None, dt: float | None):
+    """The simulation of ``model``: the server's options first, then the config's [simulation], then defaults."""
+    from sim.simulation import Simulation
+
+    config_integrator, config_dt = _simulation_defaults(config, path)
+    integrator = integrator if integrator is not None else config_integrator
+    dt = dt if dt is not None else config_dt
+    kwargs: dict[str, Any] = {}
+    if integrator is not None:
+        kwargs["integrator"] = integrator
+    if dt is not None:
+        kwargs["dt"] = dt
+    try:
+        return Simulation(model, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(path, "simulation", str(exc)) from None
+
+
+class StepTimes:
+    """Wall time of each integration step over one status window (microseconds on output)."""
+
+    def __init__(self) -> None:
+        self.samples_ns: deque[int] = deque(maxlen=STEP_SAMPLES_PER_WINDOW)
+        self.last: dict[str, float] = {"mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+
+    def close_window(self) -> dict[str, float]:
+        """Statistics of the window that ends now; the next window starts empty."""
+        if self.samples_ns:
+            us = np.fromiter(self.samples_ns, dtype=np.float64, count=len(self.samples_ns)) * 1e-3
+            self.last = {"mean": float(us.mean()), "p50": float(np.percentile(us, 50)),
+                         "p99": float(np.percentile(us, 99)), "max": float(us.max())}
+            self.samples_ns.clear()
+        else:
+            self.last = {"mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+        return self.last
+
+
+class SimulationServer:
+    """The state machine, the clock and the sockets of ``mms serve``.
+
+    ``tick`` counts publish periods since the last reset: state ``tick`` is the simulation at
+    ``t = tick * period`` (s). ``anchor`` (s, ``time.perf_counter``) is the wall time at which state 0 was due.
+    """
+
+    def __init__(self, config_path: Path, config: dict[str, Any], *, mode: str, rate_hz: float,
+                 dt: float | None, integrator: str | None, stall_timeout_s: float, max_lag_s: float,
+                 log: Callable[[str], None]) -> None:
+        self.config_path = config_path
+        self.config = config
+        self.mode = mode
+        self.period = 1.0 / rate_hz
+        self.rate_hz = rate_hz
+        self.dt_option = dt
+        self.integrator = integrator
+        self.stall_timeout_s = stall_timeout_s
+        self.max_lag_s = max_lag_s
+        self.log = log
+        self.model = _build_model(config, config_path)
+        self.simulation = _new_simulation(self.model, config, config_path, integrator, dt)
+        self.simulation.reset()
+        self.robot_name = self._robot_name()
+        self.state = IDLE
+        self.reason: str | None = None
+        self.stop_reason: str | None = None
+        self.clock = time.perf_counter
+        self.pub: zmq.Socket | None = None
+        self.control: zmq.Socket | None = None
+        self.poller = zmq.Poller()
+        # publication counters
+        self.state_seq = 0
+        self.status_seq = 0
+        self.names_every = max(1, round(rate_hz))       # joint names once per second of states
+        self.states_since_names = 0
+        self.names_due = True
+        # schedule
+        self.tick = 0
+        self.steps_done = 0
+        self.anchor = self.clock()
+        self.last_step_request = self.clock()
+        self.deadline_misses = 0
+        self.resyncs = 0
+        # status window
+        self.step_times = StepTimes()
+        self.next_status_at = self.clock()
+        self.window_start = self.clock()
+        self.window_sim_time = 0.0
+        self.window_states = 0
+        self.last_window = {"rtf": 0.0, "state_rate_hz": 0.0}
+        self.unreported_misses = 0
+        self.last_behind_report = -math.inf
+        self.last_stall_report = -math.inf
+        self.stalled_since = 0.0
+        self.pending: dict[str, Any] | None = None     # realtime: the next state, integrated ahead of its time
+        self.ready_at = 0.0                             # perf_counter s when ``pending`` was ready
+        self._check_contract()
+
+    # ---------------------------------------------------------------- model and messages
+    @property
+    def dt(self) -> float:
+        return float(self.simulation.dt)
+
+    @property
+    def steps_per_period(self) -> float:
+        return self.period / self.dt
+
+    def _robot_name(self) -> str:
+        robot = self.config.get("robot")
+        if isinstance(robot, dict) and isinstance(robot.get("name"), str):
+            return robot["name"]
+        metadata = getattr(self.model, "metadata", None) or {}
+        if isinstance(metadata.get("name"), str):
+            return metadata["name"]
+        return self.config_path.stem
+
+    def _joint_names(self) -> list[str]:
+        return [str(name) for name in self.model.joint_names]
+
+    def _actuated(self) -> list[bool]:
+        return [bool(flag) for flag in np.asarray(self.model.actuated).ravel()]
+
+    def _state_payload(self) -> dict[str, Any]:
+        outputs = self.simulation.outputs()
+        payload: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": self.state_seq, "t": float(self.simulation.t)}
+        for key in STATE_ARRAYS:
+            payload[key] = np.asarray(outputs[key], dtype=np.float64).ravel().tolist()
+        return payload
+
+    def _check_contract(self) -> None:
+        """Refuse to serve a model whose outputs do not fit the sim/state schema: fail at start, loudly."""
+        try:
+            payload = self._state_payload()
+        except KeyError as exc:
+            raise ConfigError(self.config_path, None, f"the simulation's outputs lack {exc} for sim/state") from None
+        payload.update(stamp_ns=time.time_ns(), joint_names=self._joint_names(), actuated=self._actuated())
+        try:
+            validate(TOPIC_SIM_STATE, payload)
+        except Exception as exc:
+            raise ConfigError(self.config_path, None,
+                              f"the simulation's outputs break the sim/state schema: {one_line(str(exc))}") from None
+        if self.dt > self.period * (1 + STEP_COUNT_TOLERANCE):
+            self.log(f"warning: dt {self.dt:g} s is longer than the publish period {self.period:g} s: "
+                     f"some sim/state messages will repeat the same t")
+
+    def _replace_model(self, config: dict[str, Any]) -> None:
+        """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
+        model = _build_model(config, self.config_path)
+        simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
+        simulation.reset()
+        previous = (self.config, self.model, self.simulation)
+        self.config, self.model, self.simulation = config, model, simulation
+        try:
+            self._check_contract()
+        except ConfigError:
+            self.config, self.model, self.simulation = previous
+            raise
+
+    # ---------------------------------------------------------------- sockets
+    def open(self, pub_endpoint: str, control_endpoint: str, context: zmq.Context) -> None:
+        warn_if_not_loopback(pub_endpoint, "mms serve sim PUB")
+        warn_if_not_loopback(control_endpoint, "mms serve control")
+        self.pub = context.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, PUB_LINGER_MS)
+        self.pub.setsockopt(zmq.SNDHWM, PUB_SNDHWM)
+        self.control = context.socket(zmq.REP)
+        self.control.setsockopt(zmq.LINGER, 0)
+        for socket, endpoint, key in ((self.pub, pub_endpoint, "sim.pub"),
+                                      (self.control, control_endpoint, "sim.control")):
+            try:
+                socket.bind(endpoint)
+            except zmq.ZMQError as exc:
+                self.close()
+                raise ConfigError(None, key, f"cannot bind {endpoint}: {exc}") from None
+        self.poller.register(self.control, zmq.POLLIN)
+
+    def close(self) -> None:
+        for socket in (self.control, self.pub):
+            if socket is not None and not socket.closed:
+                socket.close()
+
+    # ---------------------------------------------------------------- publishing
+    def _prepare_state(self) -> bool:
+        """Build the payload of the current state into ``pending`` (not sent, not stamped); False (and paused)
+        if the state is not finite: a diverged simulation is never published."""
+        payload = self._state_payload()
+        if not (np.isfinite(payload["q"]).all() and np.isfinite(payload["qd"]).all()):
+            self._fault(f"simulation diverged at t = {self.simulation.t:.6g} s (non-finite q or qd); "
+                        f"reset or set a parameter")
+            return False
+        self.pending = payload
+        return True
+
+    def _publish_state(self) -> bool:
+        """Publish the current state at once; False (and paused) if it is not finite."""
+        return self._prepare_state() and self._send_pending()
+
+    def _send_pending(self) -> bool:
+        """Stamp and send the prepared state."""
+        payload, self.pending = self.pending, None
+        payload["seq"] = self.state_seq
+        if self.names_due or self.states_since_names >= self.names_every:
+            payload["joint_names"] = self._joint_names()
+            payload["actuated"] = self._actuated()
+            self.names_due = False
+            self.states_since_names = 0
+        self.states_since_names += 1
+        payload["stamp_ns"] = time.time_ns()
+        self.pub.send_multipart(encode(TOPIC_SIM_STATE, payload))
+        self.state_seq += 1
+        self.window_states += 1
+        return True
+
+    def _status_payload(self, seq: int) -> dict[str, Any]:
+        payload = {"v": SCHEMA_VERSION, "seq": seq, "t": float(self.simulation.t), "stamp_ns": time.time_ns(),
+                   "mode": self.mode, "state": self.state, "rtf": self.last_window["rtf"],
+                   "step_us": dict(self.step_times.last), "deadline_misses": self.deadline_misses,
+                   "state_rate_hz": self.last_window["state_rate_hz"], "robot": self.robot_name,
+                   "joint_names": self._joint_names(), "actuated": self._actuated()}
+        if self.reason:
+            payload["reason"] = self.reason
+        return payload
+
+    def _publish_status(self, now: float) -> None:
+        window = now - self.window_start
+        if window > 0:
+            self.last_window = {"rtf": self.window_sim_time / window, "state_rate_hz": self.window_states / window}
+        self.step_times.close_window()
+        self.window_start, self.window_sim_time, self.window_states = now, 0.0, 0
+        payload = self._status_payload(self.status_seq)
+        self.pub.send_multipart(encode(TOPIC_SIM_STATUS, payload))
+        self.status_seq += 1
+        self.next_status_at = max(self.next_status_at + STATUS_PERIOD_S, now + STATUS_PERIOD_S / 2)
+        self._report_behind(now)
+
+    def _report_behind(self, now: float) -> None:
+        if self.unreported_misses and now - self.last_behind_report >= BEHIND_REPORT_INTERVAL_S:
+            self.log(f"behind real time: {self.unreported_misses} sim/state deadline misses since the last "
+                     f"report ({self.deadline_misses} in all, schedule re-anchored {self.resyncs} times), "
+                     f"real-time factor {self.last_window['rtf']:.3f}")
+            self.unreported_misses = 0
+            self.last_behind_report = now
+
+    # ---------------------------------------------------------------- simulation
+    def _advance_one_period(self) -> None:
+        """Integrate the ``dt`` steps that fit up to ``t = (tick + 1) period``, timing each one."""
+        self.tick += 1
+        target = math.floor(self.tick * self.steps_per_period + STEP_COUNT_TOLERANCE)
+        simulation, record, now_ns = self.simulation, self.step_times.samples_ns.append, time.perf_counter_ns
+        t_before = simulation.t
+        steps = target - self.steps_done
+        if steps > 0:
+            # one call for the whole period: the fused kernel pays its argument overhead once, not per step
+            start = now_ns()
+            taken = simulation.advance(steps * simulation.dt)
+            per_step_ns = (now_ns() - start) // max(taken, 1)
+            for _ in range(taken):
+                record(per_step_ns)
+            self.steps_done += taken
+        self.window_sim_time += simulation.t - t_before
+
+    def _tick(self) -> bool:
+        """One publish period: integrate, publish. False when the simulation failed (then it is paused)."""
+        return self._prepare_tick() and self._send_pending()
+
+    def _prepare_tick(self) -> bool:
+        """Integrate one publish period and prepare its state. False when the simulation failed (then paused)."""
+        try:
+            self._advance_one_period()
+            return self._prepare_state()
+        except Exception as exc:  # a diverging or broken model must not kill the server: pause and say why
+            self._fault(f"simulation failed at t = {self.simulation.t:.6g} s: {type(exc).__name__}: {exc}")
+            return False
+
+    def _fault(self, reason: str) -> None:
+        self.state = PAUSED
+        self.reason = one_line(reason)
+        self.log(f"paused: {self.reason}")
+        self._publish_status(self.clock())
+
+    def _flush_pending(self) -> None:
+        """Publish a state prepared ahead of its due time now, so the last state published is the current one."""
+        if self.pending is not None:
+            self._send_pending()
+
+    def _restart_clock(self) -> None:
+        """Re-anchor real time at the current state: the next state is due one period from now."""
+        now = self.clock()
+        self.anchor = now - self.tick * self.period
+        self.last_step_request = now
+
+    def _reset(self) -> None:
+        self.pending = None                  # a state prepared before the reset is never published
+        self.simulation.reset()
+        self.tick = 0
+        self.steps_done = 0
+        self.names_due = True
+        self._restart_clock()
+        if self.state != IDLE:
+            self._publish_state()
+
+    # ---------------------------------------------------------------- state machine (control commands)
+    def _set_state(self, state: str, reason: str | None = None) -> None:
+        changed = state != self.state
+        self.state, self.reason = state, reason
+        if changed:
+            self._publish_status(self.clock())
+
+    def cmd_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.state == IDLE:
+            self._restart_clock()
+            self.reason = None
+            self.state = RUNNING
+            self._publish_state()            # state 0, with the joint names
+            self._publish_status(self.clock())
+        elif self.state == PAUSED:
+            return self.cmd_resume(request)
+        return {}
+
+    def cmd_pause(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.state in (RUNNING, STALLED):
+            self._flush_pending()
+            self._set_state(PAUSED, "pause command")
+        return {}
+
+    def cmd_resume(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.state == IDLE:
+            raise ControlError("the simulation has not started: send start")
+        if self.state == PAUSED:
+            self._restart_clock()
+            self._set_state(RUNNING)
+        return {}
+
+    def cmd_reset(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._reset()
+        return {}
+
+    def cmd_step(self, request: dict[str, Any]) -> dict[str, Any]:
+        n = step_count(request)
+        if self.mode != "lockstep" and self.state not in (IDLE, PAUSED):
+            raise ControlError(f"step needs lockstep mode or an idle or paused simulation "
+                               f"(mode {self.mode}, state {self.state}): send pause first")
+        if self.state == IDLE:
+            self.names_due = True
+            self._publish_state()            # state 0, with the joint names
+            self._set_state(RUNNING if self.mode == "lockstep" else PAUSED)
+        if self.state == STALLED:
+            self.log(f"lockstep resumed after {self.clock() - self.stalled_since:.1f} s stalled")
+            self._set_state(RUNNING)
+        done = 0
+        for _ in range(n):
+            if self.stop_reason is not None or not self._tick():
+                break
+            done += 1
+            now = self.clock()
+            if now >= self.next_status_at:
+                self._publish_status(now)
+        self.last_step_request = self.clock()
+        if done < n:
+            raise ControlError(f"stopped after {done} of {n} periods: {self.reason or self.stop_reason}")
+        return {"steps": done}
+
+    def cmd_set(self, request: dict[str, Any]) -> dict[str, Any]:
+        key, value = set_arguments(request)
+        config, previous = with_value(self.config, key, value)
+        try:
+            self._replace_model(config)
+        except Exception as exc:  # the builder's ConfigError, or anything a bad value provokes in it
+            raise ControlError(f"{key} = {value!r} refused, model unchanged: {exc}") from None
+        self.robot_name = self._robot_name()
+        self._reset()
+        self.log(f"set {key} = {value!r} (was {previous!r}); model rebuilt, simulation reset")
+        return {"key": key, "value": value, "previous": previous}
+
+    def cmd_get(self, request: dict[str, Any]) -> dict[str, Any]:
+        what = get_what(request)
+        if what == "schema":
+            return {"schema_version": SCHEMA_VERSION,
+                    "schemas": {topic: SCHEMAS[topic] for topic in (TOPIC_SIM_STATE, TOPIC_SIM_STATUS)}}
+        if what == "joint_names":
+            return {"joint_names": self._joint_names(), "actuated": self._actuated()}
+        if what == "config":
+            return {"config": self.config, "path": str(self.config_path)}
+        return {"status": self._status_payload(max(0, self.status_seq - 1))}
+
+    def cmd_help(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"commands": {name: {"args": args, "does": does} for name, (args, does) in COMMANDS.items()}}
+
+    def cmd_shutdown(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.stop_reason = "shutdown command"
+        return {}
+
+    def handle(self, frames: list[bytes]) -> dict[str, Any]:
+        """The reply to one request: never raises."""
+        try:
+            request = parse_request(frames)
+            reply = getattr(self, f"cmd_{request['cmd']}")(request)
+        except ControlError as exc:
+            return error_reply(str(exc))
+        except Exception as exc:  # a bug must cost one error reply, not the server
+            self.log(f"internal error on a control request: {type(exc).__name__}: {exc}")
+            return error_reply(f"internal error: {type(exc).__name__}: {exc}")
+        return {"ok": True, **reply, "state": self.state, "t": float(self.simulation.t),
+                "seq": self.state_seq - 1}
+
+    def _serve_control(self, timeout_ms: int) -> bool:
+        """Answer the requests waiting (up to a few), waiting at most ``timeout_ms`` for the first one."""
+        served = 0
+        while served < MAX_REQUESTS_PER_WAKE and self.stop_reason is None:
+            if not self.poller.poll(timeout_ms if served == 0 else 0):
+                break
+            try:
+                frames = self.control.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.control.send(encode_reply(self.handle(frames)))
+            served += 1
+        return served > 0
+
+    # ---------------------------------------------------------------- the loop
+    def _housekeeping(self, now: float) -> None:
+        """The 1 Hz status and the lockstep stall watch."""
+        if now >= self.next_status_at:
+            self._publish_status(now)
+        if self.mode == "lockstep":
+            if self.state == RUNNING and now - self.last_step_request > self.stall_timeout_s:
+                self.stalled_since = self.last_step_request
+                self.last_stall_report = now
+                self.log(f"lockstep stalled: no step request for {self.stall_timeout_s:g} s "
+                         f"(t = {self.simulation.t:.6g} s); waiting for a step on the control socket")
+                self._set_state(STALLED, f"no step request for {self.stall_timeout_s:g} s")
+            elif self.state == STALLED and now - self.last_stall_report >= STALL_REPORT_INTERVAL_S:
+                self.last_stall_report = now
+                self.log(f"lockstep still stalled: no step request for {now - self.stalled_since:.0f} s")
+
+    def _wait_until(self, deadline: float) -> bool:
+        """Serve control and status until ``deadline`` (perf_counter s). False if a request or a stop came first
+        (once the deadline has passed, waiting requests are answered and the deadline is still reported)."""
+        while self.stop_reason is None:
+            now = self.clock()
+            self._housekeeping(now)
+            left = deadline - now
+            if left <= 0:
+                self._serve_control(0)      # even when late, requests are answered every period
+                return self.stop_reason is None
+            wake_at = min(deadline, self.next_status_at)
+            if self.mode == "lockstep" and self.state == RUNNING:
+                wake_at = min(wake_at, self.last_step_request + self.stall_timeout_s)
+            wake = wake_at - now
+            if wake > COARSE_WAIT_MARGIN_S:
+                if self._serve_control(max(1, int((wake - COARSE_WAIT_MARGIN_S) * 1000))):
+                    return False
+            else:
+                if self._serve_control(0):
+                    return False
+                time.sleep(max(0.0, wake_at - self.clock()))
+        return False
+
+    def _realtime_period(self) -> None:
+        """Integrate the next state ahead of its due time, sleep until then (serving requests), publish it.
+
+        Sleeping right after each publication lets ZeroMQ's I/O thread send at once, and the states leave at
+        regular times. A deadline miss is a state ready only after its due time (the integration of one period
+        took longer than one period) or published more than half a period late (the process was not scheduled).
+        """
+        if self.pending is None:
+            if not self._prepare_tick():
+                return
+            self.ready_at = self.clock()
+        due = self.anchor + self.tick * self.period
+        if not self._wait_until(due) or self.pending is None or self.state != RUNNING:
+            return                           # a request came first (it may have changed the state): look again
+        self._send_pending()
+        now = self.clock()
+        if self.ready_at > due or now - due > self.period / 2:
+            self.deadline_misses += 1
+            self.unreported_misses += 1
+            lateness = now - due
+            if lateness > self.max_lag_s:
+                self.resyncs += 1
+                self.anchor = now - self.tick * self.period
+                if self.resyncs == 1:
+                    self.log(f"fell {lateness:.3f} s behind real time at t = {self.simulation.t:.6g} s: schedule "
+                             f"re-anchored (each time it happens again is counted in the next report)")
+
+    def _fast_period(self) -> None:
+        self._tick()
+        self._housekeeping(self.clock())
+        self._serve_control(0)
+
+    def serve(self, autostart: bool) -> str:
+        """Run until a shutdown command or a signal; return the reason."""
+        gc.collect()
+        gc.freeze()     # the long-lived objects of numba, numpy and the model stay out of the collector's passes
+        if autostart:
+            self.cmd_start({})
+        else:
+            self._publish_status(self.clock())
+        while self.stop_reason is None:
+            if self.state == RUNNING and self.mode == "realtime":
+                self._realtime_period()
+            elif self.state == RUNNING and self.mode == "fast":
+                self._fast_period()
+            else:
+                self._wait_until(self.clock() + IDLE_WAIT_S)
+        self._flush_pending()
+        self.state, self.reason = STOPPED, self.stop_reason
+        self._publish_status(self.clock())
+        return self.stop_reason
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+
+# -------------------------------------------------------------------- the command
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", type=Path, help="robot TOML (configs/robots/*.toml)")
+    parser.add_argument("--network", type=Path, default=DEFAULT_NETWORK_CONFIG,
+                        help="endpoints TOML, [sim] pub and control (default: %(default)s)")
+    parser.add_argument("--pub", metavar="ENDPOINT", help="override the sim PUB endpoint of --network")
+    parser.add_argument("--control", metavar="ENDPOINT", help="override the sim control endpoint of --network")
+    parser.add_argument("--mode", choices=MODES, default="realtime",
+                        help="realtime: paced to the wall clock; fast: as fast as possible; lockstep: one "
+                             "publish period per step request (default: %(default)s)")
+    parser.add_argument("--rate", type=float, default=1000.0, metavar="HZ",
+                        help="sim/state publish rate, Hz; each period integrates the dt steps that fit in it "
+                             "(default: %(default)g)")
+    parser.add_argument("--dt", type=float, default=None, metavar="S",
+                        help="integration step, s (default: [simulation] dt of the robot config, else the "
+                             "simulator's)")
+    parser.add_argument("--integrator", default=None,
+                        help="rk4 or rk45 (default: [simulation] integrator of the robot config, else rk4)")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--autostart", dest="autostart", action="store_true", default=True,
+                       help="start simulating at once (default)")
+    start.add_argument("--paused", dest="autostart", action="store_false",
+                       help="wait idle for a start (or step) command")
+    parser.add_argument("--stall-timeout", type=float, default=2.0, metavar="S",
+                        help="lockstep: report a stall after this long without a step request, s "
+                             "(default: %(default)g)")
+    parser.add_argument("--max-lag", type=float, default=0.5, metavar="S",
+                        help="realtime: re-anchor the schedule when this far behind the wall clock, s "
+                             "(default: %(default)g)")
+
+
+def _positive(value: float, option: str) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(None, option, f"got {value!r}, expected a positive number")
+    return value
+
+
+def _log(message: str) -> None:
+    print(f"mms serve: {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    rate = _positive(args.rate, "--rate")
+    if args.dt is not None:
+        _positive(args.dt, "--dt")
+    stall_timeout = _positive(args.stall_timeout, "--stall-timeout")
+    max_lag = _positive(args.max_lag, "--max-lag")
+    endpoints = load_endpoints(args.network)
+    pub_endpoint = args.pub or endpoints.sim_pub
+    control_endpoint = args.control or endpoints.sim_control
+    config = load_toml(args.config)
+    server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
+                              integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
+                              log=_log)
+    context = zmq.Context()
+    previous_handlers = {}
+    try:
+        server.open(pub_endpoint, control_endpoint, context)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous_handlers[signum] = signal.signal(
+                signum, lambda number, frame: server.request_stop(signal.Signals(number).name))
+        model = server.model
+        _log(f"{server.robot_name}: {len(model.joint_names)} joints ({int(np.sum(model.actuated))} actuated), "
+             f"{args.mode} at {rate:g} Hz, dt {server.dt:g} s; PUB {pub_endpoint}, control {control_endpoint}")
+        reason = server.serve(args.autostart)
+        _log(f"stopped ({reason}) at t = {server.simulation.t:.6g} s after {server.state_seq} states, "
+             f"{server.deadline_misses} deadline misses")
+    finally:
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
+        server.close()
+        context.term()
+    return 0

@@ -1,0 +1,156 @@
+"""The control protocol of ``mms serve``: request bytes to a checked command, a reply map to bytes.
+
+Pure functions, no sockets (the transport is in :mod:`sim.server`). A request is one ZeroMQ frame holding a
+MessagePack map ``{"cmd": NAME, ...}``; the reply is one frame holding ``{"ok": true, ...}`` or
+``{"ok": false, "error": "one line"}`` (docs/messages.md, "Control commands"). Anything else a client sends
+(several frames, bytes that are not MessagePack, a MessagePack value that is not a map, a map without a string
+``cmd``, arguments of the wrong type) raises :class:`ControlError`, which the server turns into an error reply.
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+from typing import Any
+
+import msgpack
+
+#: command -> (its arguments, what it does); the reply of ``help`` and the table of docs/messages.md.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "start": ("", "start the simulation (from idle, or from paused like resume)"),
+    "pause": ("", "stop advancing simulated time; the state stream stops, sim/status goes on"),
+    "resume": ("", "continue after pause; real time is re-anchored at the current state"),
+    "reset": ("", "t = 0, initial state; the next sim/state carries joint_names and actuated"),
+    "step": ("n: int >= 1 (default 1)", "advance n publish periods, publishing each state (lockstep mode, "
+                                        "or any mode while idle or paused); the reply comes after the last"),
+    "set": ("key: dotted str, value", "change a robot-config parameter; the model is rebuilt and the "
+                                       "simulation reset; a bad value is refused and the old model kept"),
+    "get": ("what: schema | joint_names | config | status", "read the message schemas, joint names, the "
+                                                             "current robot config or the latest status"),
+    "help": ("", "list the commands"),
+    "shutdown": ("", "publish a last sim/status (state stopped) and exit"),
+}
+
+GET_WHAT = ("schema", "joint_names", "config", "status")
+MAX_STEP_PERIODS = 100_000          # one request may advance at most this many publish periods
+MAX_ERROR_CHARS = 300               # error replies are one line of at most this many characters
+
+
+class ControlError(ValueError):
+    """A request that cannot be served; its message becomes the one-line ``error`` of the reply."""
+
+
+def one_line(text: str) -> str:
+    """``text`` as a single line of bounded length, for error replies and stderr reports."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
+
+
+def parse_request(frames: list[bytes]) -> dict[str, Any]:
+    """The request map of a received message, with ``cmd`` checked against :data:`COMMANDS`."""
+    if len(frames) != 1:
+        raise ControlError(f"expected one frame holding a MessagePack map, got {len(frames)} frames")
+    try:
+        request = msgpack.unpackb(bytes(frames[0]), raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated exception types on bad bytes
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise ControlError(f"request is not MessagePack ({detail})") from None
+    if not isinstance(request, dict):
+        raise ControlError(f"request is a MessagePack {type(request).__name__}, expected a map "
+                           f'{{"cmd": ...}}')
+    if "cmd" not in request:
+        raise ControlError(f'request has no "cmd" key; commands: {", ".join(COMMANDS)}')
+    cmd = request["cmd"]
+    if not isinstance(cmd, str):
+        raise ControlError(f'"cmd" is a {type(cmd).__name__}, expected a string; commands: {", ".join(COMMANDS)}')
+    if cmd not in COMMANDS:
+        raise ControlError(f'unknown command {cmd!r}; commands: {", ".join(COMMANDS)}')
+    return request
+
+
+def step_count(request: dict[str, Any]) -> int:
+    """The ``n`` of a ``step`` request (default 1), checked."""
+    n = request.get("n", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_STEP_PERIODS:
+        raise ControlError(f'"n" is {n!r}, expected an integer from 1 to {MAX_STEP_PERIODS}')
+    return n
+
+
+def get_what(request: dict[str, Any]) -> str:
+    """The ``what`` of a ``get`` request, checked."""
+    what = request.get("what")
+    if what not in GET_WHAT:
+        raise ControlError(f'"what" is {what!r}, expected one of {", ".join(GET_WHAT)}')
+    return what
+
+
+def set_arguments(request: dict[str, Any]) -> tuple[str, Any]:
+    """The ``key`` and ``value`` of a ``set`` request, checked for type (the model builder checks meaning)."""
+    key = request.get("key")
+    if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+        raise ControlError(f'"key" is {key!r}, expected a dotted key of the robot config like "joints.j1.k"')
+    if "value" not in request:
+        raise ControlError('"value" is missing')
+    value = request["value"]
+    if not _is_toml_value(value):
+        raise ControlError(f'"value" {value!r} is not a TOML value (number, string, boolean, array or table)')
+    return key, value
+
+
+def _is_toml_value(value: Any) -> bool:
+    if value is None or isinstance(value, bytes):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, list):
+        return all(_is_toml_value(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_toml_value(v) for k, v in value.items())
+    return False
+
+
+def with_value(config: dict[str, Any], key: str, value: Any) -> tuple[dict[str, Any], Any]:
+    """A deep copy of ``config`` with the dotted ``key`` set to ``value``, and the value it replaces.
+
+    The key must exist already: a misspelt key would otherwise be added, ignored by the builder, and the user
+    would believe a parameter changed that did not.
+    """
+    parts = key.split(".")
+    changed = copy.deepcopy(config)
+    table = changed
+    for depth, part in enumerate(parts[:-1]):
+        child = table.get(part) if isinstance(table, dict) else None
+        if not isinstance(child, dict):
+            where = ".".join(parts[:depth + 1])
+            raise ControlError(f"{key}: {where} is not a table of the robot config")
+        table = child
+    if parts[-1] not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise ControlError(f"{key}: no such key in the robot config (keys here: {known})")
+    previous = table[parts[-1]]
+    table[parts[-1]] = value
+    return changed, previous
+
+
+def _plain(value: Any) -> Any:
+    """A MessagePack-able stand-in for values msgpack cannot pack (TOML dates and times, numpy scalars)."""
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def encode_reply(reply: dict[str, Any]) -> bytes:
+    """The bytes of a reply map; a reply that cannot be packed becomes an error reply, never an exception."""
+    try:
+        return msgpack.packb(reply, use_bin_type=True, default=_plain)
+    except Exception as exc:  # a value the packer refuses: still answer, so the client never waits forever
+        return msgpack.packb({"ok": False, "error": one_line(f"reply could not be encoded: {exc}")},
+                             use_bin_type=True)
+
+
+def error_reply(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": one_line(message)}

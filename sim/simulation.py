@@ -1,0 +1,236 @@
+"""Simulation: state, time stepping and outputs of a Model (docs/sim-api.md, "The simulation").
+
+State vector y (flat, float64), in this order:
+  base position p_0 (3,) m, world frame | base orientation unit quaternion (4,) (w, x, y, z), base -> world |
+  base twist eta_0 (6,) = (V, Omega) in the base frame, m/s, rad/s | passive joint positions (n_p,) rad or m |
+  passive joint velocities (n_p,).
+Actuated joints are not integrated: their (r, r_d, r_dd) come from their motion laws at every stage time.
+A fixed base stays at ``model.base_pose`` with zero twist; an imposed base follows ``model.base_motion``
+(the base part of y is then unused). The quaternion is renormalised after every step (and normalised when
+read), so g_0 stays on SE(3).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .dynamics import hybrid_step
+from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, output_layout,
+                    pack_outputs, wrench_sum_world)
+from .integrators import AdaptiveState, dopri5_advance, rk4_step
+from .model import Data, Model
+from .spatial import matrix_to_quat, quat_to_matrix
+
+INTEGRATORS = ("rk4", "rk45")
+
+#: Relative slack when counting how many steps of dt fit in a duration (so 0.3 / 1e-4 gives 3000 steps).
+STEP_COUNT_SLACK = 1e-9
+
+
+
+class Simulation:
+    """Time integration of a :class:`Model` with the hybrid algorithm.
+
+    ``integrator``: "rk4" (fixed step dt, s) or "rk45" (adaptive Dormand-Prince; ``step()`` still advances by
+    exactly dt, with as many internal steps as the tolerances ``rtol``/``atol`` need).
+    ``tau_applied`` (n,) N m / N: extra torques on passive joints (controllers, HIL), added to the joint laws.
+    ``fused``: take the fused numba path (sim/fused.py: whole RK4 steps in one compiled call, same results)
+    when the model qualifies; ``False`` forces the Python-orchestrated path. ``self.path`` says which one runs
+    ("fused" or "python") and ``self.fused_unsupported`` why not (None when fused or not asked for).
+    """
+
+    def __init__(self, model: Model, integrator: str = "rk4", dt: float = 1e-4, *, rtol: float = 1e-8,
+                 atol: float = 1e-10, fused: bool = True):
+        if integrator not in INTEGRATORS:
+            raise ValueError(f"integrator {integrator!r}: expected one of {INTEGRATORS}")
+        if not dt > 0.0:
+            raise ValueError(f"dt must be > 0 s, got {dt}")
+        self.model = model
+        self.integrator = integrator
+        self.dt = float(dt)
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.data = Data(model)
+        n = model.n
+        self.passive_index = np.flatnonzero(~model.actuated)      # (n_p,) joint indices
+        self.actuated_index = np.flatnonzero(model.actuated)      # (n_a,)
+        self._laws = [(int(k), model.motion_laws[int(k)]) for k in self.actuated_index]
+        self._n_p = self.passive_index.size
+        self._mode = model.base_mode
+        self.tau_applied = np.zeros(n)
+        self._q = self.data.q      # (n,) the evaluation's joint positions, shared with Data (no copy)
+        self._qd = self.data.qd    # (n,)
+        self._qdd = np.zeros(n)    # (n,) imposed accelerations of the actuated joints
+        self._twist = np.zeros(6)
+        self._adaptive = AdaptiveState(h=self.dt)
+        self.evaluations = 0
+        self.fused_unsupported = fused_unsupported(model, integrator) if fused else None
+        self._fused = None
+        if fused and self.fused_unsupported is None:
+            self._fused = FusedStepper(model, self.data, self.passive_index, model.base_pose)
+        self._data_from_fused = False   # Data holds the fused path's evaluation at (self.t, self.y)
+        self._output_slices, start = [], 0
+        for name, size in output_layout(n, self._n_p):
+            self._output_slices.append((name, start, start + size))
+            start += size
+        self._output_size = start
+        self.reset()
+
+    # ------------------------------------------------------------------------------------------- state
+    def reset(self, q=None, qd=None, base_pose=None, base_twist=None) -> None:
+        """t = 0; passive joints at q_rest (or ``q``, (n,), actuated entries ignored), zero velocities (or
+        ``qd``); base at ``model.base_pose`` (or ``base_pose`` (4, 4)) with zero twist (or ``base_twist``)."""
+        self.t = 0.0
+        self.y = np.zeros(13 + 2 * self._n_p)
+        self.y[3] = 1.0
+        self._adaptive = AdaptiveState(h=self.dt)
+        self.set_state(q=self.model.q_rest if q is None else q, qd=qd,
+                       base_pose=self.model.base_pose if base_pose is None else base_pose,
+                       base_twist=base_twist)
+
+    def set_state(self, q=None, qd=None, base_pose=None, base_twist=None) -> None:
+        """Overwrite parts of the state: q, qd (n,) (only passive entries are used), base_pose (4, 4) world,
+        base_twist (6,) in the base frame (floating base only; a fixed base keeps zero twist)."""
+        n_p = self._n_p
+        if q is not None:
+            self.y[13:13 + n_p] = np.asarray(q, dtype=float).reshape(self.model.n)[self.passive_index]
+        if qd is not None:
+            self.y[13 + n_p:] = np.asarray(qd, dtype=float).reshape(self.model.n)[self.passive_index]
+        if base_pose is not None:
+            g = np.asarray(base_pose, dtype=float).reshape(4, 4)
+            self.y[0:3] = g[:3, 3]
+            self.y[3:7] = matrix_to_quat(g[:3, :3])
+        if base_twist is not None and self._mode == "floating":
+            self.y[7:13] = np.asarray(base_twist, dtype=float).reshape(6)
+        self._fixed_pose = self._pose_from(self.y)
+        if self._fused is not None:
+            self._fused.set_fixed_pose(self._fixed_pose)
+        self._data_from_fused = False
+
+    @property
+    def path(self) -> str:
+        """"fused" (whole RK4 steps in one numba call, sim/fused.py) or "python" (one kernel call per stage)."""
+        return "python" if self._fused is None else "fused"
+
+    @staticmethod
+    def _pose_from(y) -> np.ndarray:
+        g = np.eye(4)
+        quat = y[3:7] / math.sqrt(float(y[3:7] @ y[3:7]))
+        g[:3, :3] = quat_to_matrix(quat)
+        g[:3, 3] = y[0:3]
+        return g
+
+    # ------------------------------------------------------------------------------------------- dynamics
+    def _evaluate(self, t: float, y: np.ndarray) -> np.ndarray:
+        """Evaluate the hybrid dynamics at (t, y) into self.data; return dy/dt (same layout as y)."""
+        model, data = self.model, self.data
+        floating = self._mode == "floating"
+        _state_to_inputs(y, self.passive_index, floating, data.q, data.qd, data.base_pose, data.base_twist)
+        qdd = self._qdd
+        for k, law in self._laws:
+            data.q[k], data.qd[k], qdd[k] = law.evaluate(t)
+        base_acc = None
+        if floating:
+            pose, twist = data.base_pose, data.base_twist
+        elif self._mode == "fixed":
+            pose, twist = self._fixed_pose, self._twist
+        else:
+            pose, twist, base_acc = model.base_motion.evaluate(t)
+        hybrid_step(model, data, t, pose, twist, data.q, data.qd, qdd, self.tau_applied, base_acc=base_acc)
+        self.evaluations += 1
+        self._data_from_fused = False
+        dy = np.empty_like(y)
+        _state_derivative(y, self.passive_index, floating, data.base_acc, data.qdd, dy)
+        return dy
+
+    def _normalize(self, y: np.ndarray) -> np.ndarray:
+        y[3:7] /= math.sqrt(float(y[3:7] @ y[3:7]))
+        return y
+
+    def step(self) -> None:
+        """Advance the state by one step of dt (s)."""
+        if self._fused is not None:
+            self._fused_advance(1)
+            return
+        t0 = self.t
+        if self.integrator == "rk4":
+            self.y = self._normalize(rk4_step(self._evaluate, t0, self.y, self.dt))
+        else:
+            self.y = dopri5_advance(self._evaluate, t0, self.y, t0 + self.dt, self._adaptive, rtol=self.rtol,
+                                    atol=self.atol, normalize=self._normalize)
+        self.t = t0 + self.dt
+
+    def advance(self, duration: float) -> int:
+        """As many steps of dt as fit in ``duration`` (s); returns the number of steps taken."""
+        steps = int(math.floor(duration / self.dt * (1.0 + STEP_COUNT_SLACK) + STEP_COUNT_SLACK))
+        if self._fused is not None:
+            if steps > 0:
+                self._fused_advance(steps)
+            return steps
+        for _ in range(steps):
+            self.step()
+        return steps
+
+    def _tau_array(self) -> np.ndarray:
+        """tau_applied as a contiguous float64 (n,) array (it may have been rebound to a list)."""
+        tau = self.tau_applied
+        if type(tau) is not np.ndarray or tau.dtype != np.float64 or not tau.flags.c_contiguous:
+            tau = np.ascontiguousarray(tau, dtype=float).reshape(self.model.n)
+        return tau
+
+    def _fused_advance(self, steps: int) -> None:
+        """``steps`` RK4 steps in one numba call (sim/fused.py); Data is left at the final state."""
+        y = self.y.copy()   # a new array, as the Python path (callers may hold the old one)
+        tau = self._tau_array()
+        self.t, evaluations = self._fused.advance(self.t, y, self.dt, steps, tau)
+        self.y = y
+        self.evaluations += evaluations
+        self._data_from_fused = True
+
+    # ------------------------------------------------------------------------------------------- outputs
+    def _joint_state(self) -> None:
+        """Fill the joint positions/velocities (n,) at the current time without evaluating the dynamics."""
+        n_p, pi = self._n_p, self.passive_index
+        self._q[pi] = self.y[13:13 + n_p]
+        self._qd[pi] = self.y[13 + n_p:]
+        for k, law in self._laws:
+            self._q[k], self._qd[k], self._qdd[k] = law.evaluate(self.t)
+
+    @property
+    def q(self) -> np.ndarray:
+        """Joint positions (n,) at the current time (actuated ones from their laws), rad or m."""
+        self._joint_state()
+        return self._q.copy()
+
+    @property
+    def qd(self) -> np.ndarray:
+        """Joint velocities (n,) at the current time, rad/s or m/s."""
+        self._joint_state()
+        return self._qd.copy()
+
+    @property
+    def base_pose(self) -> np.ndarray:
+        """World pose (4, 4) of the base at the current time."""
+        if self._mode == "imposed":
+            return self.model.base_motion.evaluate(self.t)[0].copy()
+        return self._fixed_pose.copy() if self._mode == "fixed" else self._pose_from(self.y)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The sim/state fields (docs/messages.md) at the current time, from a fresh evaluation:
+        q, qd, qdd, tau (n,); strain (n_p,) = q - q_rest of the passive joints in joint order; base_pos (3,)
+        world m; base_quat (4,) (w, x, y, z); base_twist (6,) base frame; base_wrench (6,) support on base,
+        base frame, N and N m (zero when floating); ext_wrench (6,) total non-gravity external wrench of the
+        force models, world frame, about O_0. After a fused step the evaluation the step left in Data (at the
+        current time and state, same applied torques and law values) is used as is: no extra evaluation."""
+        if not (self._data_from_fused and self._fused.valid_at(self.t, self.y, self._tau_array())):
+            self._evaluate(self.t, self.y)
+        model = self.model
+        packed = np.empty(self._output_size)
+        pack_outputs(model.parent, self.data.buffer, model.q_rest, self.passive_index, packed)
+        return {name: packed[start:stop] for name, start, stop in self._output_slices}
+
+
+def external_wrench_world(data: Data) -> np.ndarray:
+    """Sum (6,) of ``data.f_ext`` (force models, no gravity) as one wrench (force N, moment N m) in the world
+    frame about the base origin O_0."""
+    return wrench_sum_world(data.g, data.f_ext)

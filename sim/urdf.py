@@ -1,0 +1,223 @@
+"""URDF reader: ``load_urdf(path, floating_base=True) -> Model`` (xml.etree, no other dependency).
+
+Supported: links with ``<inertial>`` (origin xyz/rpy, mass, inertia), joints of type revolute, continuous,
+prismatic (one DoF, any axis, origin xyz/rpy) and fixed (merged into the parent body, inertia transformed).
+Bodies are numbered depth-first from the root in document order, so ``parent[j] < j``; ``model.joint_names``
+follows that order. Every problem is a one-line :class:`sim.config.ConfigError` naming the file and the
+element: cycles, several roots, unknown joint types, missing or negative masses, unknown links.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+
+from .config import ConfigError
+from .model import Model, ModelBuilder
+from .spatial import pose, rpy_to_matrix, spatial_inertia
+
+_MOVING = {"revolute": "revolute", "continuous": "revolute", "prismatic": "prismatic"}
+
+
+def _floats(element, attribute: str, count: int, default, path, where: str) -> np.ndarray:
+    text = None if element is None else element.get(attribute)
+    if text is None:
+        return np.array(default, dtype=float)
+    try:
+        values = np.array([float(v) for v in text.split()], dtype=float)
+    except ValueError:
+        values = np.array([])
+    if values.shape != (count,) or not np.all(np.isfinite(values)):
+        raise ConfigError(path, where, f"{attribute}={text!r}, expected {count} numbers")
+    return values
+
+
+def _origin(element, path, where: str) -> np.ndarray:
+    origin = None if element is None else element.find("origin")
+    xyz = _floats(origin, "xyz", 3, [0.0, 0.0, 0.0], path, f"{where} origin")
+    rpy = _floats(origin, "rpy", 3, [0.0, 0.0, 0.0], path, f"{where} origin")
+    return pose(rpy_to_matrix(rpy), xyz)
+
+
+def _link_inertia(link, path, required: bool) -> np.ndarray:
+    name = link.get("name")
+    where = f"link {name!r}"
+    inertial = link.find("inertial")
+    if inertial is None:
+        if required:
+            raise ConfigError(path, where, "missing <inertial> (a moving body needs a mass and an inertia)")
+        return np.zeros((6, 6))
+    mass_el = inertial.find("mass")
+    if mass_el is None or mass_el.get("value") is None:
+        raise ConfigError(path, f"{where} inertial", "missing <mass value=...>")
+    try:
+        mass = float(mass_el.get("value"))
+    except ValueError:
+        raise ConfigError(path, f"{where} mass", f"value={mass_el.get('value')!r}, expected a number") from None
+    if not np.isfinite(mass) or mass < 0.0:
+        raise ConfigError(path, f"{where} mass", f"value={mass_el.get('value')}, expected a mass >= 0 kg")
+    inertia_el = inertial.find("inertia")
+    I = np.zeros((3, 3))
+    if inertia_el is not None:
+        values = {}
+        for key in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
+            try:
+                values[key] = float(inertia_el.get(key, "0"))
+            except ValueError:
+                raise ConfigError(path, f"{where} inertia", f"{key}={inertia_el.get(key)!r}, expected a number") \
+                    from None
+        I = np.array([[values["ixx"], values["ixy"], values["ixz"]],
+                      [values["ixy"], values["iyy"], values["iyz"]],
+                      [values["ixz"], values["iyz"], values["izz"]]])
+        if np.any(np.linalg.eigvalsh(I) < -1e-12 * max(1.0, np.abs(I).max())):
+            raise ConfigError(path, f"{where} inertia", "not positive semi-definite")
+    X = _origin(inertial, path, f"{where} inertial")
+    R, c = X[:3, :3], X[:3, 3]
+    return spatial_inertia(mass, c, R @ I @ R.T)
+
+
+def load_urdf(path: str | Path, floating_base: bool = True, *, base_mode: str | None = None,
+              gravity=(0.0, 0.0, -9.81), actuated: dict[str, bool] | None = None,
+              q_rest: dict[str, float] | None = None) -> Model:
+    """Read a URDF file into a :class:`Model`.
+
+    floating_base: base mode "floating" (True) or "fixed" (False); ``base_mode`` overrides it (also
+    "imposed"). gravity (3,) m/s^2 world frame. ``actuated`` / ``q_rest`` map joint names to the joint mode
+    (default passive, free) and rest position (rad or m). Model metadata records the file.
+    """
+    path = Path(path)
+    try:
+        root_el = ET.parse(path).getroot()
+    except FileNotFoundError:
+        raise ConfigError(path, None, "file not found") from None
+    except ET.ParseError as exc:
+        raise ConfigError(path, None, f"invalid XML: {exc}") from None
+    if root_el.tag != "robot":
+        raise ConfigError(path, f"<{root_el.tag}>", "expected a <robot> root element")
+    links = {}
+    for link in root_el.findall("link"):
+        name = link.get("name")
+        if not name:
+            raise ConfigError(path, "link", "missing name attribute")
+        if name in links:
+            raise ConfigError(path, f"link {name!r}", "defined twice")
+        links[name] = link
+    if not links:
+        raise ConfigError(path, "robot", "no <link>")
+    joints = []
+    parent_of: dict[str, str] = {}
+    joint_names = set()
+    for joint in root_el.findall("joint"):
+        name = joint.get("name")
+        where = f"joint {name!r}"
+        if not name:
+            raise ConfigError(path, "joint", "missing name attribute")
+        if name in joint_names:
+            raise ConfigError(path, where, "defined twice")
+        joint_names.add(name)
+        jtype = joint.get("type")
+        if jtype not in _MOVING and jtype != "fixed":
+            raise ConfigError(path, where, f"unknown or unsupported type {jtype!r}, expected revolute, "
+                                           "continuous, prismatic or fixed")
+        parent_el, child_el = joint.find("parent"), joint.find("child")
+        if parent_el is None or child_el is None:
+            raise ConfigError(path, where, "needs <parent link=...> and <child link=...>")
+        parent, child = parent_el.get("link"), child_el.get("link")
+        for role, link_name in (("parent", parent), ("child", child)):
+            if link_name not in links:
+                raise ConfigError(path, where, f"{role} link {link_name!r} is not defined")
+        if child in parent_of:
+            raise ConfigError(path, where, f"link {child!r} has two parent joints (the URDF must be a tree)")
+        if child == parent:
+            raise ConfigError(path, where, f"cycle: link {child!r} is its own parent")
+        parent_of[child] = parent
+        joints.append((name, jtype, parent, child, joint))
+    roots = [name for name in links if name not in parent_of]
+    if len(roots) != 1:
+        if not roots:
+            raise ConfigError(path, "robot", "cycle: every link has a parent joint, no root link")
+        raise ConfigError(path, "robot", f"several root links {roots}, expected one tree")
+    # Cycle check: from every link, walking up the parents must reach the root.
+    for start in links:
+        seen = {start}
+        link = start
+        while link in parent_of:
+            link = parent_of[link]
+            if link in seen:
+                raise ConfigError(path, f"link {start!r}", "cycle in the joint tree")
+            seen.add(link)
+    children: dict[str, list] = {}
+    for entry in joints:
+        children.setdefault(entry[2], []).append(entry)
+
+    root = roots[0]
+    mode = base_mode or ("floating" if floating_base else "fixed")
+    actuated = dict(actuated or {})
+    q_rest = dict(q_rest or {})
+    builder = ModelBuilder(root, _link_inertia(links[root], path, required=False), base_mode=mode,
+                           gravity=gravity)
+    stack = list(reversed(children.get(root, [])))
+    while stack:
+        name, jtype, parent, child, joint = stack.pop()
+        where = f"joint {name!r}"
+        placement = _origin(joint, path, where)
+        inertia = _link_inertia(links[child], path, required=jtype != "fixed")
+        if jtype == "fixed":
+            builder.add_body(child, parent, joint_name=name, joint_type="fixed", placement=placement,
+                             inertia=inertia)
+        else:
+            axis = _floats(joint.find("axis"), "xyz", 3, [1.0, 0.0, 0.0], path, f"{where} axis")
+            if np.linalg.norm(axis) == 0.0:
+                raise ConfigError(path, f"{where} axis", "zero axis")
+            builder.add_body(child, parent, joint_name=name, joint_type=_MOVING[jtype], axis=axis,
+                             placement=placement, inertia=inertia, actuated=bool(actuated.get(name, False)),
+                             q_rest=float(q_rest.get(name, 0.0)))
+        stack.extend(reversed(children.get(child, [])))
+    model = builder.build(metadata={"kind": "urdf", "urdf": str(path), "name": root_el.get("name", path.stem)})
+    if model.inertia[0, 0, 0] <= 0.0 and mode == "floating":
+        raise ConfigError(path, f"link {root!r}", "a floating base needs a mass (missing <inertial>)")
+    return model
+
+
+def random_tree_urdf(rng: np.random.Generator, n_joints: int, *, fixed_fraction: float = 0.15,
+                     name: str = "random_tree") -> str:
+    """URDF text of a random tree (for tests and benchmarks): ``n_joints`` moving joints (revolute,
+    continuous, prismatic) of random unit axes and placements (xyz in m, rpy in rad), random branching
+    (each new link hangs from any earlier link), random inertial frames, masses 0.2..2 kg and positive
+    definite inertias; about ``fixed_fraction`` extra links are attached by fixed joints."""
+    def vec(values) -> str:
+        return " ".join(f"{v:.17g}" for v in values)
+
+    def inertial() -> str:
+        mass = rng.uniform(0.2, 2.0)
+        L = rng.normal(size=(3, 3)) * 0.1
+        I = L @ L.T + np.eye(3) * 0.01
+        return (f'<inertial><origin xyz="{vec(rng.uniform(-0.2, 0.2, 3))}" rpy="{vec(rng.uniform(-np.pi, np.pi, 3))}"/>'
+                f'<mass value="{mass:.17g}"/><inertia ixx="{I[0, 0]:.17g}" ixy="{I[0, 1]:.17g}" '
+                f'ixz="{I[0, 2]:.17g}" iyy="{I[1, 1]:.17g}" iyz="{I[1, 2]:.17g}" izz="{I[2, 2]:.17g}"/></inertial>')
+
+    links = ["link0"]
+    parts = [f'<robot name="{name}">', f'<link name="link0">{inertial()}</link>']
+    n_fixed = int(round(fixed_fraction * n_joints))
+    kinds = ["moving"] * n_joints + ["fixed"] * n_fixed
+    rng.shuffle(kinds)
+    moving = 0
+    for index, kind in enumerate(kinds):
+        child = f"link{index + 1}"
+        parent = links[int(rng.integers(len(links)))]
+        origin = f'<origin xyz="{vec(rng.uniform(-0.5, 0.5, 3))}" rpy="{vec(rng.uniform(-np.pi, np.pi, 3))}"/>'
+        if kind == "fixed":
+            jtype, axis = "fixed", ""
+        else:
+            jtype = ("revolute", "continuous", "prismatic")[int(rng.integers(3))]
+            a = rng.normal(size=3)
+            axis = f'<axis xyz="{vec(a / np.linalg.norm(a))}"/>'
+            moving += 1
+        limit = '<limit lower="-3" upper="3" effort="100" velocity="10"/>' if jtype in ("revolute", "prismatic") else ""
+        parts.append(f'<link name="{child}">{inertial()}</link>')
+        parts.append(f'<joint name="joint{index + 1}" type="{jtype}"><parent link="{parent}"/>'
+                     f'<child link="{child}"/>{origin}{axis}{limit}</joint>')
+        links.append(child)
+    parts.append("</robot>")
+    return "\n".join(parts)

@@ -1,0 +1,216 @@
+"""The emulator's physics plant: `mms emulate --plant physics` runs the MMS simulator behind the serial link.
+
+A double pendulum (configs/robots/pendulum.toml, URDF) on a rig: a servo drives the shoulder, a "strain gauge"
+reads the passive elbow, a load cell the support wrench. Held at a servo angle, the readings must match the
+closed-form static equilibrium (elbow spring against gravity; the support carrying the weight and its moment).
+"""
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import brentq
+
+from firmware_interface import protocol as p
+from firmware_interface.link import DeviceLink
+from firmware_interface.rig import load_rig
+
+ROOT = Path(__file__).resolve().parents[2]
+PENDULUM = ROOT / "configs" / "robots" / "pendulum.toml"
+G = 9.81                          # m/s^2, pendulum.toml's gravity
+ROD_MASS, ROD_LENGTH = 1.0, 0.5   # kg, m (pendulum.urdf: two uniform rods)
+SUPPORT_MASS = 5.0                # kg (pendulum.urdf: the fixed support link)
+ELBOW_K = 2.0                     # N m/rad (pendulum.toml)
+SETTLED_RAD = 1e-3                # elbow within this of its equilibrium, rad
+STILL_RAD = 2e-5                  # and moving less than this over a telemetry frame (15 ms), rad
+
+RIG = f"""
+[rig]
+name = "pendulum-rig"
+protocol_version = 1
+[serial]
+port = "/dev/null"
+baud = 460800
+[rates]
+command_hz = 200
+telemetry_hz = 200
+samples_per_frame = 4
+[watchdog]
+timeout_s = 1.0
+[[servos]]
+name = "shoulder_servo"
+unit = "us"
+center = 1500.0
+gain = 636.62
+direction = -1
+min_raw = 500.0
+max_raw = 2500.0
+min_rad = -1.2
+max_rad = 1.2
+max_rate_rad_s = 10.0
+[[joints]]
+joint = "shoulder"
+servo = "shoulder_servo"
+direction = 1
+gain = 1.0
+[[strain]]
+name = "elbow"
+unit = "rad"
+gain = 1e-6
+[[load]]
+name = "fz"
+unit = "N"
+gain = 1e-5
+[[load]]
+name = "my"
+unit = "N m"
+gain = 1e-5
+[emulator]
+plant = "physics"
+[emulator.servo]
+max_rate_rad_s = 6.0
+time_constant_s = 0.01
+[emulator.physics]
+robot = "{PENDULUM}"
+dt = 1e-3
+# a well-damped elbow so the test settles quickly (the rig's "truth" differs from the robot file)
+[emulator.physics.overrides.joints.elbow]
+law = {{ type = "viscoelastic", k = {ELBOW_K}, mu = 1.0, r0 = 0.0 }}
+[emulator.physics.sensors.elbow]
+signal = "strain"
+joint = "elbow"
+[emulator.physics.sensors.fz]
+signal = "base_wrench"
+index = 2
+[emulator.physics.sensors.my]
+signal = "base_wrench"
+index = 4
+"""
+
+
+def equilibrium(theta1: float) -> tuple[float, float, float]:
+    """Closed form: elbow angle theta2 with k theta2 = -m g (l/2) sin(theta1 + theta2) (joints about +y, rods
+    hanging along -z); the support's vertical force (total weight) and its moment about y (minus the weights'
+    moment about the support origin: a weight m g at x gives m g x about +y)."""
+    c = ROD_LENGTH / 2
+    theta2 = brentq(lambda t2: ELBOW_K * t2 + ROD_MASS * G * c * math.sin(theta1 + t2), -math.pi / 2, math.pi / 2)
+    x_upper = -c * math.sin(theta1)
+    x_lower = -ROD_LENGTH * math.sin(theta1) - c * math.sin(theta1 + theta2)
+    fz = (SUPPORT_MASS + 2 * ROD_MASS) * G
+    my = -ROD_MASS * G * (x_upper + x_lower)
+    return theta2, fz, my
+
+
+def test_physics_plant_matches_static_equilibrium(tmp_path):
+    rig_path = tmp_path / "pendulum_rig.toml"
+    rig_path.write_text(RIG)
+    rig = load_rig(rig_path)
+    servo = rig.servos[0]
+    proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(rig_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        path = proc.stdout.readline().strip()
+        assert path.startswith("/dev/"), proc.stderr.read()
+        link = DeviceLink(path, rig.baud)
+        assert link.request(p.Hello(), p.DeviceInfo, timeout_s=30) is not None
+        # at neutral: hanging straight, the support carries the weight and no moment
+        rest = link.wait_for(lambda pk: isinstance(pk.message, p.Telemetry), timeout_s=10).message.samples[-1]
+        _, fz0, _ = equilibrium(0.0)
+        assert abs(rig.load[0].to_value(rest.load[0]) - fz0) < 1e-3 * fz0
+        for theta1 in (0.5, -0.3):
+            deadline = time.monotonic() + 20
+            theta2, fz, my = equilibrium(theta1)
+            settled = None
+            while time.monotonic() < deadline:
+                link.send(p.Setpoints((servo.to_raw(theta1),)))
+                packet = link.wait_for(lambda pk: isinstance(pk.message, p.Telemetry), timeout_s=1.0)
+                if packet is None:
+                    continue
+                samples = packet.message.samples
+                elbow = np.array([rig.strain[0].to_value(s.strain[0]) for s in samples])
+                at_target = all(abs(servo.to_rad(s.servo[0]) - theta1) < 1e-4 for s in samples)
+                if at_target and np.all(np.abs(elbow - theta2) < SETTLED_RAD) and np.ptp(elbow) < STILL_RAD:
+                    settled = samples[-1]
+                    break
+            assert settled is not None, f"elbow never settled at {theta2:.4f} rad for shoulder {theta1} rad"
+            assert abs(rig.load[0].to_value(settled.load[0]) - fz) < 1e-3 * fz
+            assert abs(rig.load[1].to_value(settled.load[1]) - my) < 1e-2 * abs(my)
+        link.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    stderr = proc.stderr.read()
+    assert '"plant": "physics"' in stderr and '"error": null' in stderr
+
+
+def test_physics_rig_naming_a_missing_joint_is_one_line(tmp_path):
+    rig_path = tmp_path / "bad_pendulum_rig.toml"
+    rig_path.write_text(RIG.replace('joint = "shoulder"', 'joint = "hip"'))
+    result = subprocess.run([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(rig_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mms emulate: error: {rig_path}: joints: joint 'hip' is not")
+
+
+FLAPPER_RIG = ROOT / "configs" / "rigs" / "flapper_rig.toml"
+THORAX_HALF_AXES = (28e-3, 8.5e-3, 8.5e-3)   # m (configs/robots/flapper.toml)
+THORAX_DENSITY, WING_DENSITY = 800.0, 1400.0  # kg/m^3
+WING_SPAN, WING_ROOT_CHORD, WING_THICKNESS = 70e-3, 31.5e-3, 0.1e-3   # m, quarter-ellipse planform
+FLAPPER_G = 9.81
+
+
+def test_flapper_rig_physics_plant():
+    """The shipped flapper rig with the simulator behind it: at neutral the tether carries the robot's weight
+    (ellipsoid thorax + two quarter-elliptic wing plates, closed form); flapping the two strokes mirror-
+    symmetrically gives equal true root strains, so the left gauge reads its 2 % gain error against the right."""
+    rig = load_rig(FLAPPER_RIG)
+    a, b, c = THORAX_HALF_AXES
+    mass = (THORAX_DENSITY * 4.0 / 3.0 * math.pi * a * b * c
+            + 2 * WING_DENSITY * WING_THICKNESS * math.pi * WING_SPAN * WING_ROOT_CHORD / 4.0)
+    fz_truth = rig.emulator.sensors["fz"]
+    expected_fz = fz_truth.gain * (-mass * FLAPPER_G) + fz_truth.offset     # the tether pulled down
+    proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(FLAPPER_RIG),
+                             "--plant", "physics"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        path = proc.stdout.readline().strip()
+        assert path.startswith("/dev/"), proc.stderr.read()
+        link = DeviceLink(path, rig.baud)
+        assert link.request(p.Hello(), p.DeviceInfo, timeout_s=30) is not None
+        fz = rig.load[[s.name for s in rig.load].index("fz")]
+        readings = []
+        deadline = time.monotonic() + 30
+        while len(readings) < 400 and time.monotonic() < deadline:
+            for packet in link.poll():
+                if isinstance(packet.message, p.Telemetry):
+                    readings += [fz.to_value(s.load[2]) for s in packet.message.samples]
+        assert len(readings) >= 400
+        # the wings sag and ring after release; their mean support force is still the weight
+        assert abs(np.mean(readings) - expected_fz) < 0.02 * mass * FLAPPER_G
+
+        start = time.monotonic()
+        samples = []
+        while time.monotonic() - start < 3.0:
+            angle = 0.6 * math.sin(2 * math.pi * 4.0 * (time.monotonic() - start))   # peak 15 rad/s
+            link.send(p.Setpoints(tuple(s.to_raw(angle) for s in rig.servos)))
+            packet = link.wait_for(lambda pk: isinstance(pk.message, p.Telemetry), timeout_s=1.0)
+            if packet is not None:
+                samples += packet.message.samples
+        right = np.array([rig.strain[0].to_value(s.strain[0]) for s in samples])
+        left = np.array([rig.strain[2].to_value(s.strain[2]) for s in samples])
+        noise_r = rig.emulator.sensors["root_bend_r"].noise_std
+        assert np.std(right) > 10 * noise_r                                           # the wings do bend
+        # left = gain_l * truth + noise, right = truth + noise: regress with the errors-in-variables correction
+        # (the right gauge's known noise variance taken out of its variance)
+        slope = np.cov(right, left)[0, 1] / (np.var(right, ddof=1) - noise_r ** 2)
+        assert abs(slope - rig.emulator.sensors["root_bend_l"].gain) < 0.01
+        link.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -1,0 +1,96 @@
+"""The demo supervisor: a dead child is named, the others are stopped, and nothing is left behind."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hil.supervisor import ChildDied, Supervisor
+
+SLEEPER = [sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.05)"]
+DEADLINE_S = 15.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is dead for our purpose
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_dead(pids, deadline_s=DEADLINE_S):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if not any(_alive(pid) for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_dead_child_is_named_and_the_others_are_stopped(tmp_path):
+    with Supervisor(tmp_path, say=lambda _: None) as supervisor:
+        for name in ("serve", "drive", "record"):
+            supervisor.start(name, SLEEPER, capture_first_line=True)
+            assert supervisor.wait_first_line(name, DEADLINE_S) == "ready"
+        pids = [child.pid for child in supervisor.children.values()]
+        os.kill(supervisor.children["drive"].pid, signal.SIGKILL)
+        with pytest.raises(ChildDied) as died:
+            supervisor.wait(DEADLINE_S)
+        assert "'drive'" in str(died.value) and "SIGKILL" in str(died.value)
+    assert _wait_dead(pids)
+
+
+def test_stop_order_is_respected(tmp_path):
+    stopped = []
+    script = textwrap.dedent("""
+        import signal, sys, time
+        name = sys.argv[1]
+        def on_int(*_):
+            with open(sys.argv[2], 'a') as log:
+                log.write(name + '\\n')
+            sys.exit(0)
+        signal.signal(signal.SIGINT, on_int)
+        print('ready', flush=True)
+        while True:
+            time.sleep(0.05)
+    """)
+    order_file = tmp_path / "order.txt"
+    with Supervisor(tmp_path / "logs", say=lambda _: None) as supervisor:
+        for name in ("serve", "record", "drive"):
+            supervisor.start(name, [sys.executable, "-c", script, name, str(order_file)], capture_first_line=True)
+            supervisor.wait_first_line(name, DEADLINE_S)
+        supervisor.stop_all(["drive", "serve"])
+        stopped = order_file.read_text().split()
+    assert stopped == ["drive", "serve", "record"]
+
+
+def test_no_orphans_when_the_supervisor_is_killed(tmp_path):
+    """kill -9 of the supervisor: the kernel's parent-death signal takes every child down."""
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from hil.supervisor import Supervisor
+        supervisor = Supervisor(Path({str(tmp_path)!r}), say=lambda _: None)
+        for name in ("a", "b"):
+            supervisor.start(name, {SLEEPER!r}, capture_first_line=True)
+            supervisor.wait_first_line(name, 15)
+        print(" ".join(str(c.pid) for c in supervisor.children.values()), flush=True)
+        supervisor.wait(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = [int(pid) for pid in parent.stdout.readline().split()]
+    assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+    parent.kill()
+    parent.wait()
+    assert _wait_dead(pids)

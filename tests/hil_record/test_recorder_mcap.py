@@ -1,0 +1,125 @@
+"""`mms record` as a real subprocess on real ZeroMQ traffic; its files read back by the mcap package's reader."""
+from __future__ import annotations
+
+import json
+import signal
+
+import jsonschema
+import msgpack
+from mcap.reader import make_reader
+
+from sim.messages import SCHEMAS
+
+ROBOT_TEXT = '# a robot config stored verbatim\n[robot]\nkind = "flapper"\nname = "test"\n'
+RIG_TEXT = '# a rig config stored verbatim\n[rig]\nname = "test-rig"\n'
+
+
+def test_record_every_topic_with_schemas_times_metadata_and_gap_counts(tmp_path, network, kit):
+    robot, rig = tmp_path / "robot.toml", tmp_path / "rig.toml"
+    robot.write_text(ROBOT_TEXT)
+    rig.write_text(RIG_TEXT)
+    out = tmp_path / "runs" / "run.mcap"
+    with kit.Publisher(network, rate_hz=500, skip_every=7, skip_by=3, malformed=True) as publisher:
+        proc = kit.mms("record", "--config", network["path"], "--out", str(out), "--robot", str(robot),
+                       "--rig", str(rig))
+        try:
+            kit.status_when(network["rec"], lambda r: r.get("recording") and len(r["topics"]) == 5
+                            and r["topics"]["hw/status"]["messages"] >= 30 and r["malformed"] >= 4,
+                            "all five topics, 30 hw/status messages and the malformed ones recorded")
+        finally:
+            _, stderr = kit.stop_process(proc, signal.SIGINT)
+        expected_gaps = publisher.expected_gaps
+    assert proc.returncode == 0, stderr
+    # the progress line (text mode turns its "\r" into newlines): messages and MB per topic, line cleared
+    progress = [line for line in stderr.splitlines() if line.startswith("rec ")]
+    assert progress and "\x1b[K" in progress[-1] and "sim/state" in progress[-1] and " MB" in progress[-1]
+
+    with open(out, "rb") as handle:
+        reader = make_reader(handle)
+        summary = reader.get_summary()
+        assert summary is not None, "a cleanly stopped recording has a summary"
+        channels = {c.topic: c for c in summary.channels.values()}
+        assert set(channels) == set(SCHEMAS)
+        for topic, channel in channels.items():
+            assert channel.message_encoding == "msgpack"
+            schema = summary.schemas[channel.schema_id]
+            assert schema.encoding == "jsonschema" and schema.name == topic
+            assert json.loads(schema.data) == SCHEMAS[topic]
+        seqs: dict[str, list[int]] = {}
+        for _schema, channel, message in reader.iter_messages(log_time_order=False):
+            payload = msgpack.unpackb(message.data, raw=False)
+            jsonschema.validate(payload, json.loads(_schema.data))
+            assert message.publish_time == payload["stamp_ns"]
+            assert message.log_time >= message.publish_time - 1_000_000  # received after sent (same clock, 1 ms)
+            assert message.sequence == payload["seq"]
+            seqs.setdefault(channel.topic, []).append(payload["seq"])
+        metadata = {m.name: m.metadata for m in reader.iter_metadata()}
+
+    assert metadata["robot_config"] == {"path": str(robot), "text": ROBOT_TEXT}
+    assert metadata["rig_config"] == {"path": str(rig), "text": RIG_TEXT}
+    assert metadata["software"]["mcap"] and metadata["software"]["mms-hil"]
+    stats = metadata["recorder_stats"]
+    topics = json.loads(stats["topics"])
+    assert int(stats["malformed"]) >= 8  # each malformed round sends two bad messages
+    # sim/state was published without gaps: every seq between the first and last recorded is there
+    state = seqs["sim/state"]
+    assert state == list(range(state[0], state[0] + len(state)))
+    assert topics["sim/state"]["gaps"] == 0 and topics["sim/state"]["messages"] == len(state)
+    # hw/status skipped `skip_by` seqs every `skip_every` messages: the gaps counted are exactly those inside
+    # the recorded span
+    status = seqs["hw/status"]
+    inside = sum(b - a - 1 for a, b in zip(status, status[1:]))
+    assert inside > 0 and topics["hw/status"]["gaps"] == inside
+    assert inside <= expected_gaps
+
+
+def test_control_socket_start_stop_status_and_bad_requests(tmp_path, network, kit):
+    first, second = tmp_path / "a.mcap", tmp_path / "b.mcap"
+    with kit.Publisher(network, rate_hz=200):
+        proc = kit.mms("record", "--config", network["path"], "--wait", "--quiet")
+        try:
+            idle = kit.status_when(network["rec"], lambda r: r.get("ok"), "the control socket")
+            assert idle == {"ok": True, "recording": False}
+            assert kit.request(network["rec"], {"cmd": "stop"}) == {"ok": False, "error": "not recording"}
+            bad = kit.request(network["rec"], b"\xc1 not msgpack")
+            assert bad["ok"] is False and "MessagePack" in bad["error"]
+            assert kit.request(network["rec"], [1, 2])["ok"] is False
+            unknown = kit.request(network["rec"], {"cmd": "dance"})
+            assert unknown["ok"] is False and "dance" in unknown["error"]
+
+            started = kit.request(network["rec"], {"cmd": "start", "path": str(first)})
+            assert started == {"ok": True, "recording": True, "path": str(first)}
+            again = kit.request(network["rec"], {"cmd": "start", "path": str(second)})
+            assert again["ok"] is False and "already recording" in again["error"]
+            kit.status_when(network["rec"], lambda r: r.get("messages", 0) >= 200, "200 messages recorded")
+            stopped = kit.request(network["rec"], {"cmd": "stop"})
+            assert stopped["ok"] is True and stopped["recording"] is False and stopped["messages"] >= 200
+
+            exists = kit.request(network["rec"], {"cmd": "start", "path": str(first)})
+            assert exists["ok"] is False and "exists" in exists["error"]
+            assert kit.request(network["rec"], {"cmd": "start", "path": str(second)})["ok"] is True
+            kit.status_when(network["rec"], lambda r: r.get("messages", 0) >= 50, "50 messages in the second file")
+        finally:
+            _, stderr = kit.stop_process(proc, signal.SIGTERM)
+    assert proc.returncode == 0, stderr
+    for path, at_least in ((first, stopped["messages"]), (second, 50)):
+        with open(path, "rb") as handle:
+            reader = make_reader(handle)
+            count = sum(1 for _ in reader.iter_messages())
+            assert reader.get_summary().statistics.message_count == count
+        assert count >= at_least
+    with open(first, "rb") as handle:
+        assert sum(1 for _ in make_reader(handle).iter_messages()) == stopped["messages"]
+
+
+def test_record_refuses_bad_arguments_with_one_line(tmp_path, network, kit):
+    missing = kit.mms_run("record", "--config", network["path"], "--robot", str(tmp_path / "nope.toml"),
+                          "--out", str(tmp_path / "x.mcap"), timeout=60)
+    assert missing.returncode == 2
+    assert "nope.toml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+    existing = tmp_path / "exists.mcap"
+    existing.write_bytes(b"keep me")
+    refused = kit.mms_run("record", "--config", network["path"], "--out", str(existing), "--duration", "1",
+                          timeout=60)
+    assert refused.returncode == 2 and "exists" in refused.stderr
+    assert existing.read_bytes() == b"keep me"

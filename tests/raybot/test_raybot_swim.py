@@ -1,0 +1,146 @@
+"""RayBot swimming: thrust only from the tail beat, speed growing with frequency, left/right symmetry, the
+tethered (load-cell) mode, and the ``mms sim`` / ``mms sweep`` commands end to end."""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.config import load_toml
+from sim.robots import build_robot, raybot
+from sim.simulation import Simulation
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "robots" / "raybot.toml"
+SUMMARY_KEYS = {"steady_speed_m_s", "tailbeat_frequency_Hz", "tailbeat_amplitude_m", "strouhal",
+                "body_lengths_per_s", "mean_depth_change_m", "sim_time_s", "wall_time_s", "real_time_factor"}
+
+
+def _config(**changes) -> dict:
+    table = copy.deepcopy(load_toml(CONFIG))
+    # neutral and deep: the swimming figures are not mixed with rising to the surface
+    table["disc"]["net_buoyancy_fraction"] = 0.0
+    table["water"]["initial_depth_m"] = 20.0
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        table[section][key] = value
+    return table
+
+
+def test_no_tail_motion_no_thrust():
+    """Zero servo amplitude: the tethered disc feels no horizontal force, the free vehicle does not move."""
+    model = build_robot(_config(tail_drive__servo_amplitude_deg=0.0, robot__base="fixed"), CONFIG)
+    t, arrays, _ = raybot.swim(model, 1.0)
+    assert np.abs(arrays["base_wrench"][:, :2]).max() < 1e-9
+    free = build_robot(_config(tail_drive__servo_amplitude_deg=0.0), CONFIG)
+    t, arrays, _ = raybot.swim(free, 1.0)
+    assert np.abs(arrays["base_pos"] - arrays["base_pos"][0]).max() < 1e-9
+
+
+def test_tethered_tail_beat_pulls_on_the_load_cell():
+    """Tethered (base fixed): a tail beat pushes the disc forward, so the load cell pulls back (base_wrench x < 0
+    on average), and the load cell balances the hydrodynamic force (base_wrench = -ext_wrench in the horizontal
+    plane for a level disc, since gravity and buoyancy are vertical)."""
+    model = build_robot(_config(robot__base="fixed", tail_drive__frequency_Hz=2.0), CONFIG)
+    t, arrays, _ = raybot.swim(model, 3.0, record_every=2)
+    window = t > 1.5
+    tether = arrays["base_wrench"][window]
+    assert tether[:, 0].mean() < -0.01
+    # not an identity of the output plumbing: the wrench balance holds only on average (inertia of the tail)
+    assert tether[:, 0].mean() == pytest.approx(-arrays["ext_wrench"][window, 0].mean(), rel=0.2)
+
+
+def _mirror_runs(duration):
+    left = build_robot(_config(tail_drive__frequency_Hz=2.0, tail_drive__phase_deg=0.0), CONFIG)
+    right = build_robot(_config(tail_drive__frequency_Hz=2.0, tail_drive__phase_deg=180.0), CONFIG)
+    return raybot.swim(left, duration)[1], raybot.swim(right, duration)[1]
+
+
+def test_left_right_symmetry_of_a_mirrored_tail_beat():
+    """Mirroring the beat (phase + 180 deg) mirrors the whole motion through the x-z plane: x and z equal,
+    y opposite, roll and yaw opposite, pitch equal."""
+    a, b = _mirror_runs(2.0)
+    scale = max(1e-3, np.abs(a["base_pos"] - a["base_pos"][0]).max())
+    assert np.abs(a["base_pos"][:, 0] - b["base_pos"][:, 0]).max() < 1e-6 * scale + 1e-9
+    assert np.abs(a["base_pos"][:, 2] - b["base_pos"][:, 2]).max() < 1e-6 * scale + 1e-9
+    assert np.abs(a["base_pos"][:, 1] + b["base_pos"][:, 1]).max() < 1e-6 * scale + 1e-9
+    qa, qb = a["base_quat"], b["base_quat"]
+    assert np.abs(qa[:, [0, 2]] - qb[:, [0, 2]]).max() < 1e-6
+    assert np.abs(qa[:, [1, 3]] + qb[:, [1, 3]]).max() < 1e-6
+    assert np.abs(a["base_pos"][:, 1]).max() > 1e-5      # the motion itself is not trivially symmetric
+
+
+def test_speed_grows_with_tailbeat_frequency_and_swims_straight():
+    speeds = []
+    for frequency in (1.0, 2.0, 3.0):
+        model = build_robot(_config(tail_drive__frequency_Hz=frequency), CONFIG)
+        t, arrays, _ = raybot.swim(model, 10.0, record_every=10)
+        figures = raybot.swim_figures(model, t, arrays)
+        speeds.append(figures["steady_speed_m_s"])
+        travel = arrays["base_pos"][-1] - arrays["base_pos"][0]
+        if frequency >= 2.0:
+            assert travel[0] > 0.0                                   # forwards (head first)
+            assert abs(travel[1]) < 0.15 * travel[0]                # a symmetric beat swims straight
+    assert speeds[0] < speeds[1] < speeds[2], speeds
+
+
+def test_mms_sim_writes_summary_and_plots(tmp_path):
+    out = tmp_path / "run"
+    summary = tmp_path / "summary.json"
+    env = dict(os.environ, MPLBACKEND="Agg")
+    result = subprocess.run([sys.executable, "-m", "hil.cli", "sim", str(CONFIG), "--tailbeat-frequency", "2",
+                             "--tailbeat-amplitude", "20", "--duration", "2", "--out", str(out), "--summary",
+                             str(summary), "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(summary.read_text())
+    assert set(data) == SUMMARY_KEYS
+    assert data["tailbeat_frequency_Hz"] == 2.0
+    assert data["sim_time_s"] == pytest.approx(2.0, rel=1e-6)
+    assert data["real_time_factor"] == pytest.approx(data["sim_time_s"] / data["wall_time_s"], rel=1e-9)
+    for name in ("trajectory", "speed", "tail_angles", "forces"):
+        assert (out / f"{name}.png").stat().st_size > 1000
+    bad = subprocess.run([sys.executable, "-m", "hil.cli", "sim", str(CONFIG), "--tailbeat-amplitude", "80",
+                          "--duration", "0.1", "--out", str(out), "--quiet"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "servo_amplitude_deg" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_sweep_tabulates_every_pair(tmp_path):
+    from sim import cli_sweep
+    rows = cli_sweep.sweep(load_toml(CONFIG), CONFIG, [1.5, 2.5], [15.0, 25.0], duration=1.5, progress=False)
+    assert [(r["servo_amplitude_deg"], r["tailbeat_frequency_Hz"]) for r in rows] == [
+        (15.0, 1.5), (15.0, 2.5), (25.0, 1.5), (25.0, 2.5)]
+    path = cli_sweep.write_csv(rows, tmp_path / "sweep.csv")
+    with path.open() as handle:
+        table = list(csv.DictReader(handle))
+    assert len(table) == 4 and set(table[0]) == set(cli_sweep.CSV_COLUMNS)
+    # a larger servo amplitude gives a larger tail-tip amplitude at the same frequency
+    assert rows[2]["tailbeat_amplitude_m"] > rows[0]["tailbeat_amplitude_m"]
+    assert cli_sweep.plot(rows, tmp_path / "sweep.png").stat().st_size > 1000
+
+
+def test_external_servo_input_drives_the_tail_through_the_mechanism():
+    """``tail_drive.source = "external"``: the rig's servo angle sets the actuated fin-ray joint through the
+    rack-and-pinion shear kinematics, q = (r_pinion / 2 d) theta, and moves the passive caudal fin's rest angle."""
+    model = build_robot(_config(tail_drive__source="external", robot__base="fixed"), CONFIG)
+    servo = raybot.servo_input(model)
+    p = model.metadata["parameters"]
+    ratio = p["drive_pinion_radius_m"] / (2.0 * p["drive_plate_gap_m"])
+    sim = Simulation(model, dt=p["dt"])
+    theta = math.radians(20.0)
+    servo.set(theta, 0.0, 0.0)
+    sim.advance(2.0)                                    # the caudal fin settles on its new rest angle
+    q = sim.outputs()["q"]
+    assert q[model.joint_index("tail_yaw")] == pytest.approx(ratio * theta, rel=1e-12)
+    assert q[model.joint_index("caudal")] == pytest.approx(ratio * theta, rel=0.05)
+    with pytest.raises(ValueError):
+        raybot.servo_input(build_robot(_config(), CONFIG))

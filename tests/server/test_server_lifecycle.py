@@ -1,0 +1,141 @@
+"""Start, stop and trouble of a real `mms serve`: signals and shutdown give a last sim/status, a lockstep peer
+that stops asking is reported as a stall, a realtime server that falls behind says so, bad input is a one-line
+error, and binding beyond loopback is loud."""
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import pytest
+
+from sim.messages import TOPIC_SIM_STATE, TOPIC_SIM_STATUS, validate
+
+STATUS_TIMEOUT_S = 20.0
+QUIET_S = 0.5
+
+
+def _status(server, sub, predicate, what):
+    received = server.receive(sub, lambda topic, p: topic == TOPIC_SIM_STATUS and predicate(p),
+                              timeout_s=STATUS_TIMEOUT_S, what=what)
+    status = received[-1][1]
+    validate(TOPIC_SIM_STATUS, status)
+    return status, received
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_gives_a_final_stopped_status_and_a_clean_exit(serve, pendulum, signum):
+    server = serve(pendulum.config, "--rate", "200")
+    sub = server.subscriber()
+    _status(server, sub, lambda p: p["state"] == "running", "a running status")   # subscription is live
+    server.process.send_signal(signum)
+    final, received = _status(server, sub, lambda p: p["state"] == "stopped", "the stopped status")
+    assert final["reason"] == signum.name
+    assert server.wait_exit() == 0
+    assert f"stopped ({signum.name})" in server.stderr()
+    assert "Traceback" not in server.stderr()
+
+
+def test_shutdown_command_replies_then_stops_with_a_final_status(serve, pendulum):
+    server = serve(pendulum.config, "--mode", "lockstep")
+    sub = server.subscriber(b"sim/status")
+    _status(server, sub, lambda p: True, "a status")
+    reply = server.ok("shutdown")
+    assert reply["ok"] is True
+    final, _ = _status(server, sub, lambda p: p["state"] == "stopped", "the stopped status")
+    assert final["reason"] == "shutdown command"
+    assert server.wait_exit() == 0
+
+
+def test_lockstep_without_step_requests_reports_a_stall_and_recovers(serve, pendulum):
+    server = serve(pendulum.config, "--mode", "lockstep", "--stall-timeout", "0.5")
+    sub = server.subscriber(b"sim/status")
+    stalled, _ = _status(server, sub, lambda p: p["state"] == "stalled", "a stalled status")
+    assert "no step request" in stalled["reason"] and stalled["mode"] == "lockstep"
+    server.wait_stderr("lockstep stalled: no step request for 0.5 s")
+    reply = server.ok("step")
+    assert reply["state"] == "running" and reply["steps"] == 1
+    _status(server, sub, lambda p: p["state"] == "running", "a running status after the step")
+    assert "lockstep resumed after" in server.wait_stderr("lockstep resumed after")
+
+
+def test_realtime_server_that_cannot_keep_up_counts_and_reports_deadline_misses(serve, pendulum):
+    # dt = 10 us: 100 RK4 steps per 1 ms publish period, far more than one core does in real time
+    server = serve(pendulum.config, "--mode", "realtime", "--dt", "1e-5")
+    sub = server.subscriber(b"sim/status")
+    status, _ = _status(server, sub, lambda p: p["deadline_misses"] > 0 and p["rtf"] > 0,
+                        "a status with deadline misses")
+    assert status["rtf"] < 0.9 and status["state"] == "running"
+    assert status["step_us"]["mean"] > 0 and status["step_us"]["max"] >= status["step_us"]["p99"]
+    assert "behind real time" in server.wait_stderr("behind real time")
+    # behind or not, the control socket is served every period
+    assert server.ok("get", what="status")["status"]["deadline_misses"] >= status["deadline_misses"]
+
+
+def test_paused_start_waits_for_start_and_then_publishes_state_0_with_names(serve, pendulum):
+    server = serve(pendulum.config, "--paused")
+    sub = server.subscriber()
+    idle, _ = _status(server, sub, lambda p: p["state"] == "idle", "an idle status")
+    assert idle["t"] == 0.0
+    assert [p for topic, p in server.collect(sub, QUIET_S) if topic == TOPIC_SIM_STATE] == []
+    refused = server.request("resume")
+    assert refused["ok"] is False and "start" in refused["error"]
+    reply = server.ok("start")
+    assert reply["state"] == "running"
+    received = server.receive(sub, lambda topic, p: topic == TOPIC_SIM_STATE, what="state 0")
+    state = received[-1][1]
+    assert state["seq"] == 0 and state["t"] == 0.0 and state["joint_names"] == ["hinge"]
+
+
+def test_binding_beyond_loopback_is_loud(serve, pendulum, harness):
+    port = harness.free_port()
+    server = serve(pendulum.config, "--pub", f"tcp://0.0.0.0:{port}")
+    err = server.wait_stderr("WARNING")
+    assert f"binds to tcp://0.0.0.0:{port}, beyond loopback, WITHOUT authentication" in err
+    assert "127.0.0.1" in server.control and "WARNING: mms serve control" not in err
+    server.pub = f"tcp://127.0.0.1:{port}"
+    _status(server, server.subscriber(), lambda p: True, "a status through the wildcard bind")
+
+
+def test_bad_input_is_a_one_line_error_without_traceback(serve, pendulum, tmp_path):
+    cases = [
+        ((tmp_path / "missing.toml",), "file not found"),
+        ((pendulum.config, "--rate", "-5"), "--rate"),
+        ((pendulum.config, "--dt", "0"), "--dt"),
+        ((pendulum.config, "--integrator", "euler"), "integrator"),
+    ]
+    bad_robot = tmp_path / "bad_robot.toml"
+    bad_robot.write_text(pendulum.config.read_text().replace('kind = "urdf"', 'kind = "zeppelin"'))
+    cases.append(((bad_robot,), "robot.kind"))
+    for arguments, says in cases:
+        server = serve(arguments[0], *arguments[1:], check_ready=False)
+        assert server.wait_exit() == 2, server.stderr()
+        err = server.stderr().strip()
+        assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def test_a_taken_endpoint_is_a_one_line_error(serve, pendulum):
+    first = serve(pendulum.config, "--mode", "lockstep")
+    second = serve(pendulum.config, "--pub", first.pub, check_ready=False)
+    assert second.wait_exit() == 2
+    err = second.stderr().strip()
+    assert "cannot bind" in err and first.pub in err and len(err.splitlines()) == 1, err
+    assert first.ok("get", what="status")["ok"] is True
+
+
+def test_help_lists_the_options(harness):
+    result = subprocess.run([*harness.mms, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for option in ("--network", "--mode", "lockstep", "--rate", "--dt", "--paused", "--stall-timeout"):
+        assert option in result.stdout
+
+
+def test_fast_mode_reports_consistent_statistics_and_no_deadlines(serve, pendulum):
+    server = serve(pendulum.config, "--mode", "fast")
+    sub = server.subscriber(b"sim/status")
+    # two full windows after the first status: rtf = states per second x simulated seconds per state
+    statuses = [p for _, p in server.receive(sub, lambda topic, p: p["seq"] >= 3, what="4 statuses")]
+    window = statuses[-1]
+    assert window["mode"] == "fast" and window["state"] == "running" and window["deadline_misses"] == 0
+    assert window["state_rate_hz"] > 0
+    assert window["rtf"] == pytest.approx(window["state_rate_hz"] * pendulum.dt, rel=0.02)
+    assert 0 < window["step_us"]["p50"] <= window["step_us"]["p99"] <= window["step_us"]["max"]
