@@ -123,6 +123,8 @@ class SimulatorCore:
         self.simulation.reset()
         self.steps = 0
         neutral = np.array([s.neutral_rad for s in rig.servos])
+        self._input_t = self.simulation.t
+        self._input_rate = np.zeros(len(self.drives))   # joint rates last set, rad/s
         self.set_inputs(neutral, np.zeros_like(neutral))
 
     def read(self) -> np.ndarray:
@@ -133,9 +135,15 @@ class SimulatorCore:
         return values
 
     def set_inputs(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> None:
-        for k, law, factor, joint_map in self.drives:
-            rate = servo_rate[k] / (joint_map.direction * joint_map.gain)
-            law.set(factor * joint_map.joint_angle(servo_rad[k]), factor * rate, 0.0)
+        """Drive the joints from the servos; the joint acceleration is the servo rate's change since the last
+        call (backward difference over simulated time): the wings' inertial loads come from it."""
+        elapsed = self.simulation.t - self._input_t
+        for index, (k, law, factor, joint_map) in enumerate(self.drives):
+            rate = factor * servo_rate[k] / (joint_map.direction * joint_map.gain)
+            accel = (rate - self._input_rate[index]) / elapsed if elapsed > 0 else 0.0
+            law.set(factor * joint_map.joint_angle(servo_rad[k]), rate, accel)
+            self._input_rate[index] = rate
+        self._input_t = self.simulation.t
 
     def advance_to(self, t: float) -> None:
         sim = self.simulation

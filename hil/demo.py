@@ -34,6 +34,8 @@ class DemoRig:
     rig: Path
     #: config overrides {table: {key: value}} applied to the robot model for the demo
     overrides: dict = field(default_factory=dict)
+    #: how the rig's truth differs from the model, said next to the metrics
+    mismatch: str = ""
 
 
 RIGS = {
@@ -42,9 +44,13 @@ RIGS = {
     # (41.3 deg at 5 Hz needs 22.6 rad/s). The plant's truth has 20 % stiffer wing roots (the rig file).
     "flapper": DemoRig(REPO_ROOT / "configs/robots/flapper.toml", REPO_ROOT / "configs/rigs/flapper_rig.toml",
                        {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 5.0},
-                        "simulation": {"dt": 5e-4}}),
+                        "simulation": {"dt": 5e-4}},
+                       "the rig's truth has 20 % stiffer wing roots than the model, and its servos lag: the strain "
+                       "amplitude ratios below 1 and the phase lags above show that mismatch"),
     "raybot": DemoRig(REPO_ROOT / "configs/robots/raybot.toml", REPO_ROOT / "configs/rigs/raybot_rig.toml",
-                      {"robot": {"base": "fixed"}}),
+                      {"robot": {"base": "fixed"}},
+                      "the rig's truth and sensors follow configs/rigs/raybot_rig.toml: compare its [emulator] "
+                      "section with the model to read the metrics"),
 }
 
 
@@ -188,12 +194,17 @@ def run(args: argparse.Namespace) -> int:
     say(f"recording: {recording}")
     from hil import validate
 
-    code = validate.main_for_demo(recording, rig.robot, rig.rig, report_dir)
+    code = validate.main_for_demo(recording, robot, rig.rig, report_dir)
     metrics_path = report_dir / "metrics.json"
-    if metrics_path.exists():
-        metrics = json.loads(metrics_path.read_text())
-        say(f"report: {report_dir / 'report.md'}")
-        say(f"metrics: {metrics_path}")
-        for line in validate.summary_lines(metrics):
-            say(f"  {line}")
-    return code
+    if not metrics_path.exists():
+        print(f"[demo] ERROR: validation wrote no metrics (exit code {code})", file=sys.stderr)
+        return 1
+    metrics = json.loads(metrics_path.read_text())
+    say(f"report: {report_dir / 'report.md'}")
+    say(f"metrics: {metrics_path}")
+    for line in validate.summary_lines(metrics):
+        say(f"  {line}")
+    # failing channels are the experiment's result (the rig's truth differs from the model on purpose), not an
+    # error of the demo: it succeeded when it ran, recorded and validated
+    say(rig.mismatch)
+    return 0

@@ -41,6 +41,8 @@ NAME_KEYS: dict[str, dict[str, str]] = {
 _ALL_NAME_KEYS = frozenset(k for names in NAME_KEYS.values() for k in names.values())
 #: topic whose name lists stand in when a payload does not carry its own (sim/state may leave joint_names out)
 NAME_FALLBACK_TOPIC = {TOPIC_SIM_STATE: TOPIC_SIM_STATUS}
+#: sim/state key with one element per passive joint (named from joint_names where actuated is false)
+PASSIVE_ONLY_KEY = "strain"
 WRENCH_NAMES = ["fx", "fy", "fz", "mx", "my", "mz"]
 FIXED_NAMES: dict[str, list[str]] = {
     "base_pos": ["x", "y", "z"], "base_quat": ["w", "x", "y", "z"],
@@ -185,7 +187,8 @@ class _TableBuilder:
         self.sample_ns: list[np.ndarray] = []
 
     def _wanted(self, key: str) -> bool:
-        return self.keys is None or key in self.keys or key in _ALL_NAME_KEYS
+        return (self.keys is None or key in self.keys or key in _ALL_NAME_KEYS
+                or (key == "actuated" and PASSIVE_ONLY_KEY in self.keys))
 
     def _text(self, key: str, row: int, values: list[str]) -> None:
         column = self.text.setdefault(key, [])
@@ -293,6 +296,18 @@ class _TableBuilder:
         self.sample_ns += other.sample_ns
         self.rows += other.rows
 
+    def _passive_names(self, joint_names: list[str]) -> list[str] | None:
+        """The names of the passive joints (``strain`` has one element per passive joint), from the
+        ``actuated`` flags that ride with ``joint_names``."""
+        column = self.columns.get("actuated")
+        if column is None:
+            return None
+        flags = column.matrix(self.rows)
+        known = flags[~np.isnan(flags).any(axis=1)]
+        if not len(known) or known.shape[1] != len(joint_names):
+            return None
+        return [name for name, actuated in zip(joint_names, known[-1]) if not actuated]
+
     def build(self, fallback_names: dict[str, list[str]], origin_ns: int) -> Table:
         table = Table(self.topic)
         empty = np.zeros(0, dtype=np.int64)
@@ -314,6 +329,8 @@ class _TableBuilder:
             name_key = name_keys.get(key)
             if names is None and name_key is not None:
                 names = self.names.get(name_key) or fallback_names.get(name_key)
+            if key == PASSIVE_ONLY_KEY and names is not None and len(names) != matrix.shape[1]:
+                names = self._passive_names(names)
             if names is None or len(names) != matrix.shape[1]:
                 names = [str(i) for i in range(matrix.shape[1])]
             table.element_names[key] = list(names)
