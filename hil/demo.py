@@ -25,6 +25,8 @@ from sim import messages
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: how long a process may take to come up (imports, numba compilation on a fresh machine), s
 STARTUP_TIMEOUT_S = 120.0
+#: how long the driver gets to ramp the servos to neutral after `deactivate`, s
+DEACTIVATE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         print(flush=True)
         say("stopping: driver to neutral first, then the simulator, then the recorder")
         request(context, endpoints["driver_control"], {"cmd": "deactivate"})
+        if not supervisor.wait(DEACTIVATE_TIMEOUT_S, until=lambda: watcher.driver_state() == "inactive"):
+            say(f"the driver did not report inactive within {DEACTIVATE_TIMEOUT_S:g} s; stopping it by signal")
         supervisor.stop_all(["drive", "dash", "serve", "record"])
     except ChildDied as died:
         print(f"\n[demo] ERROR: {died}", file=sys.stderr, flush=True)

@@ -131,17 +131,23 @@ class Supervisor:
         return until() if until is not None else True
 
     def stop(self, name: str, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:
-        """SIGINT the child's process group, then SIGTERM, then SIGKILL; return its exit code."""
+        """SIGINT the child, then SIGTERM, then SIGKILL its process group; return its exit code."""
         child = self.children[name]
         child.stopping = True
         process = child.process
         if process is None:
             return None
+        # SIGINT and SIGTERM go to the child alone, so that it can shut its own children down in its own order
+        # (the driver ramps the servos to neutral through its emulator before stopping it); SIGKILL and the
+        # final sweep take the whole process group
         for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
             if process.poll() is not None:
                 break
             try:
-                os.killpg(process.pid, sig)
+                if sig == signal.SIGKILL:
+                    os.killpg(process.pid, sig)
+                else:
+                    process.send_signal(sig)
             except ProcessLookupError:
                 break
             try:
