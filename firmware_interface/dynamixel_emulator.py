@@ -576,6 +576,8 @@ class DynamixelEmulator:
                 "bytes_rx": self.link.bytes_rx, "bytes_tx": self.link.bytes_tx, "instructions": b.instructions,
                 "status_packets": b.replies, "rx": b.parser.counters.as_dict(), "faults": self.faults.counts,
                 "servos": {m.id: {"position": m.table.get("present_position"),
+                                  "goal_position": m.table.get("goal_position"),
+                                  "torque_enable": m.table.get("torque_enable"),
                                   "hardware_error_status": m.table.get("hardware_error_status")}
                            for m in b.models}}
 

@@ -696,11 +696,6 @@ def set_realtime_priority(priority: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from firmware_interface.dynamixel_emulator import rig_kind
 
-    if rig_kind(args.rig) == "dynamixel":
-        from hil import driver_dynamixel
-
-        return driver_dynamixel.run(args)
-    rig = load_rig(args.rig)
     for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
         value = getattr(args, name)
         if not (math.isfinite(value) and value > 0):
@@ -709,6 +704,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
     if not 0 <= args.rt_priority <= 99:
         raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
+    if rig_kind(args.rig) == "dynamixel":       # same options, the Dynamixel link (hil/driver_dynamixel.py)
+        from hil import driver_dynamixel
+
+        return driver_dynamixel.run(args)
+    rig = load_rig(args.rig)
     if args.rt_priority:
         set_realtime_priority(args.rt_priority)
     driver = Driver(rig, args)

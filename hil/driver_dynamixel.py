@@ -18,7 +18,8 @@ receive / close, plus counters). :class:`DynamixelLink` offers the same interfac
   is counted, flagged (FLAG_WATCHDOG in the telemetry) and re-armed; a non-zero hardware error is reported
   (``counters()["hardware_error_status"]``, which the driver puts in hw/status) and raised to the driver as a
   device ESTOP (reason fault), since the servo has dropped its torque;
-* close (cleanup, shutdown): torque off on every servo (the driver ramps to neutral first).
+* close (cleanup, shutdown): torque off on every servo, read back to confirm (the driver ramps to neutral
+  first).
 
 The driver needs a :class:`firmware_interface.rig.Rig`; :func:`driver_rig` makes one from the Dynamixel rig
 (servo raw unit = ticks, no strain/load channels on this link). docs/dynamixel.md describes the hook in the
@@ -26,6 +27,7 @@ driver that selects this backend.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -53,6 +55,8 @@ HEALTH_PERIOD_S = 0.1
 HEALTH_ADDRESS, HEALTH_BYTES = 70, 29
 A_TORQUE, A_HW_ERROR, A_BUS_WATCHDOG, A_PROFILE_VELOCITY, A_GOAL = 64, 70, 98, 112, 116
 A_MAX_POSITION, A_MIN_POSITION = 48, 52
+#: At close, the torque-off write is read back; each attempt waits this long for the servos' replies, s.
+TORQUE_OFF_WAIT_S, TORQUE_OFF_ATTEMPTS = 0.05, 3
 
 
 def load_driver_rig(path) -> tuple[DxlRig, Rig]:
@@ -93,6 +97,7 @@ class BusCounters:
     clamped: int = 0                  # setpoints clamped to the limit ticks by the link
     watchdog_trips: int = 0           # bus watchdog trips seen (and re-armed)
     ignored_estop: int = 0            # setpoints ignored while the e-stop is latched
+    late_replies: int = 0             # status packets of a timed-out cycle that came in the next one
 
 
 class DynamixelLink:
@@ -148,18 +153,36 @@ class DynamixelLink:
         self.totals.connects += 1
 
     def close(self) -> None:
-        """Torque off on every servo (best effort), then close the port."""
+        """Torque off on every servo (confirmed by reading it back, best effort), then close the port."""
         if self.port is not None:
             try:
-                if self.state == "up":
-                    self._write(dxl.sync_write(A_TORQUE, 1, {i: b"\x00" for i in self.ids}))
-                    self.port.flush()
+                if self.state == "up" and not self._torque_off():
+                    print(f"mms drive: {self.port_name}: torque off not confirmed by every servo "
+                          f"({TORQUE_OFF_ATTEMPTS} attempts)", file=sys.stderr, flush=True)
                 self.port.close()
-            except (serial.SerialException, OSError):
+            except (serial.SerialException, OSError, LinkError):
                 pass
         self.port = None
         self.state = "closed"
         self.torque_on = False
+
+    def _torque_off(self) -> bool:
+        """SYNC_WRITE torque off, then SYNC_READ Torque Enable until every servo reads 0 (retried). Only the
+        read-back proves the bus took the write: a SYNC_WRITE has no status packets, and a port closed (or an
+        emulator stopped) right after the write can lose it."""
+        for _ in range(TORQUE_OFF_ATTEMPTS):
+            self._write(dxl.sync_write(A_TORQUE, 1, {i: b"\x00" for i in self.ids}))
+            self._write(dxl.sync_read(A_TORQUE, 1, self.ids))
+            got: dict[int, int] = {}
+            deadline = time.monotonic() + TORQUE_OFF_WAIT_S
+            while time.monotonic() < deadline and len(got) < len(self.ids):
+                for status in self._read():       # a cycle's late replies are longer: only the 1-byte reads count
+                    if status.id in self.ids and len(status.data) == 1:
+                        got[status.id] = status.data[0]
+                time.sleep(1e-4)
+            if len(got) == len(self.ids) and not any(got.values()):
+                return True
+        return False
 
     def fileno(self) -> int | None:
         return None if self.port is None else self.port.fileno()
@@ -329,6 +352,9 @@ class DynamixelLink:
             if self.outstanding is None:
                 continue
             what, sent, got = self.outstanding
+            if not status.error & 0x7F and len(status.data) != (HEALTH_BYTES if what == "health" else READ_BYTES):
+                self.bus.late_replies += 1            # the other read's reply, of a cycle that timed out
+                continue
             if status.id in self.ids:
                 got[status.id] = status
             if all(i in got for i in self.ids):
@@ -378,6 +404,7 @@ class DynamixelLink:
                 "status_ok": b.status_ok, "status_errors": b.status_errors, "read_timeouts": b.read_timeouts,
                 "missing": {str(k): v for k, v in b.missing.items()}, "clamped": b.clamped,
                 "watchdog_trips": b.watchdog_trips, "ignored_estop": b.ignored_estop,
+                "late_replies": b.late_replies,
                 "hardware_error_status": {str(k): v for k, v in self.hardware_errors.items()}}
 
 
@@ -391,9 +418,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """``mms drive`` with this backend: the driver of hil/driver.py, its link a :class:`DynamixelLink`.
 
-    Runnable as ``python -m hil.driver_dynamixel --rig configs/rigs/flapper_dynamixel_rig.toml ...`` until the
-    driver selects the backend itself (docs/dynamixel.md, "Driver hook"). With ``--emulate`` the child is the
-    Dynamixel emulator instead of ``mms emulate``.
+    ``mms drive`` (hil/driver.py ``run``) comes here for a rig of ``kind = "dynamixel"``; also runnable as
+    ``python -m hil.driver_dynamixel --rig configs/rigs/flapper_dynamixel_rig.toml ...``. With ``--emulate`` the
+    child is the Dynamixel emulator instead of ``mms emulate``. Only the bus is driven: the rig's
+    ``[microcontroller]`` sensor link needs its own ``mms drive`` (docs/dynamixel.md, "One `mms drive` for both
+    links: what remains").
     """
     import math
     import shlex
@@ -404,10 +433,14 @@ def run(args) -> int:
     from sim.config import ConfigError
 
     dxl_rig, rig = load_driver_rig(args.rig)
-    for name in ("state_timeout", "hold", "status_hz"):
+    for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
         value = getattr(args, name)
         if not (math.isfinite(value) and value > 0):
             raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
+    if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
+        raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
+    if not 0 <= args.rt_priority <= 99:
+        raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
     if args.rt_priority:
         driver_module.set_realtime_priority(args.rt_priority)
     driver = driver_module.Driver(rig, args)
