@@ -1,8 +1,8 @@
 """The dashboard's plots: which channel goes on which axes (simulated next to measured), and drawing them.
 
 :func:`assign_curves` is pure: from the streams present and the actuated joints it decides the curves of
-each panel. :class:`PlotPanel` wraps one pyqtgraph ``PlotItem`` (peak-preserving automatic downsampling,
-clipping to the view) and redraws its curves from the ring buffers at each frame.
+each panel. :class:`PlotPanel` wraps one pyqtgraph ``PlotItem`` and redraws its curves (bare ``PlotCurveItem``s)
+at each frame from the ring buffers, cut to the window and peak-decimated once per stream (:func:`stream_windows`).
 
 Line styles: simulated = solid, measured = dashed, commanded = dotted; a simulated channel and its
 measured counterpart share one colour (keyed by :func:`gui.signals.base_name`).
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PyQt5.QtCore import Qt
+from PyQt5.QtWidgets import QGraphicsItem
 
 from gui.ringbuffer import StreamStore
 from gui.signals import WRENCH_NAMES, base_name
@@ -111,10 +112,6 @@ def assign_curves(streams: dict[str, tuple[str, ...]], actuated: dict[str, bool]
     return curves
 
 
-#: pyqtgraph's autoDownsampleFactor: the peak downsampling keeps one (min, max) pair per 1 / (this) pixels, so
-#: 0.5 draws about one point per pixel column (the envelope stays exact); the default 5 draws about ten
-DOWNSAMPLE_SAMPLES_PER_PIXEL = 0.5
-
 #: y autoscale: the range is padded by this fraction of the data's span on each side ...
 Y_PADDING = 0.05
 #: ... grows at once when the data leaves it, and shrinks only when the data fills less than this fraction of it
@@ -137,6 +134,28 @@ def _colour(index: int):
     return pg.intColor(index, hues=17, values=2).getRgb()[:3]
 
 
+class WindowCurve(pg.PlotCurveItem):
+    """A ``PlotCurveItem`` told its data's bounds: :meth:`set_window` passes the extremes already computed once
+    per stream (:func:`stream_windows`), so pyqtgraph does not rescan every curve (twice) at every frame."""
+
+    _known_bounds = None    # ((x low, x high), (y low, y high)) of the current data, or None: computed as usual
+
+    def updateData(self, *args, **kwargs):
+        self._known_bounds = None
+        super().updateData(*args, **kwargs)
+
+    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float) -> None:
+        """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``."""
+        self.updateData(times, values)
+        if len(times) and low <= high:
+            self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
+
+    def dataBounds(self, ax, frac=1.0, orthoRange=None):
+        if self._known_bounds is not None and frac >= 1.0 and orthoRange is None and ax in (0, 1):
+            return self._known_bounds[ax]
+        return super().dataBounds(ax, frac, orthoRange)
+
+
 class PlotPanel:
     """One pyqtgraph PlotItem and its curves. ``time_values``: False for panels above others, whose x axis is
     linked to theirs (not drawn: less to draw each frame, more room for the curves)."""
@@ -144,7 +163,7 @@ class PlotPanel:
     def __init__(self, plot: pg.PlotItem, spec: PanelSpec, time_values: bool = True):
         self.plot = plot
         self.spec = spec
-        self.curves: dict[str, tuple[CurveSpec, pg.PlotDataItem]] = {}
+        self.curves: dict[str, tuple[CurveSpec, WindowCurve]] = {}
         self._colours: dict[str, tuple] = {}
         plot.setTitle(f"{spec.title} <span style='color:#aaaaaa; font-size:8pt'>({spec.style_key})</span>")
         plot.setLabel("left", spec.y_label, units=spec.y_units)
@@ -152,13 +171,17 @@ class PlotPanel:
         plot.getAxis("bottom").enableAutoSIPrefix(False)
         if time_values:
             plot.setLabel("bottom", "time (s)")
+            # major and minor ticks only (no third, finest level): half the grid lines to regenerate per frame
+            plot.getAxis("bottom").setStyle(maxTickLevel=1)
         else:
             # no x axis at all: a scrolling axis regenerates its ticks and grid at every frame, the costliest
             # part of a redraw (benchmarks/bench_dashboard.py); the bottom row's axis and grid serve all
             plot.hideAxis("bottom")
         plot.showGrid(x=True, y=True, alpha=0.25)
-        plot.setDownsampling(auto=True, mode="peak")
-        plot.setClipToView(True)
+        # the value axes (and their grid lines) change only when the y range does: keep them as pixmaps instead
+        # of replaying their tick labels and lines at every frame; the scrolling time axis changes every frame
+        for side in ("left", "right"):
+            plot.getAxis(side).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.legend = plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="7pt", brush=(0, 0, 0, 150))
         self.autoscale = True
         plot.enableAutoRange(axis="y", enable=False)
@@ -189,7 +212,7 @@ class PlotPanel:
             self._colours[colour_key] = _colour(len(self._colours))
         return self._colours[colour_key]
 
-    def add_curve(self, spec: CurveSpec) -> pg.PlotDataItem:
+    def add_curve(self, spec: CurveSpec) -> WindowCurve:
         if spec.ident in self.curves:
             return self.curves[spec.ident][1]
         colour = self.colour_of(spec.colour_key)
@@ -200,55 +223,56 @@ class PlotPanel:
             pen = pg.mkPen(colour, width=1, style=Qt.DotLine)
         else:
             pen = pg.mkPen(colour, width=1)
+        # a bare PlotCurveItem, not a PlotDataItem: the data arrive already cut to the window and peak-decimated
+        # to the plot's width (stream_windows), so PlotDataItem's per-curve clipping, downsampling and
+        # view-change handlers would only repeat that work for every curve at every frame
+        curve = WindowCurve(pen=pen)
         if spec.kind == MEASURED and self.measured_view is not None:
-            curve = pg.PlotDataItem(pen=pen, name=spec.label)
-            curve.setDownsampling(auto=True, method="peak")
-            curve.setClipToView(True)
             self.measured_view.addItem(curve)
             self.plot.showAxis("right")
         else:
-            curve = self.plot.plot(pen=pen)
+            # into the ViewBox, not through PlotItem.addItem: the PlotItem's context-menu data options
+            # (downsampling, FFT, ...) only apply to PlotDataItems and would fail on these
+            self.plot.vb.addItem(curve)
         # one legend entry per colour: a measured curve whose simulated twin is listed needs none
         twin_listed = spec.kind == MEASURED and any(
             other.colour_key == spec.colour_key and other.kind != MEASURED for other, _ in self.curves.values())
         if not twin_listed:
             self.legend.addItem(curve, spec.label if spec.kind == MEASURED else spec.channel)
         self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)
-        curve.opts["autoDownsampleFactor"] = DOWNSAMPLE_SAMPLES_PER_PIXEL   # no setter in pyqtgraph 0.13
         self.curves[spec.ident] = (spec, curve)
         return curve
 
     def remove_missing(self, present: set[str]) -> None:
         for ident in [i for i in self.curves if i not in present]:
             _spec, curve = self.curves.pop(ident)
-            if curve.getViewBox() is self.measured_view and self.measured_view is not None:
-                self.measured_view.removeItem(curve)
-            else:
-                self.plot.removeItem(curve)
+            view = self.measured_view if curve.getViewBox() is self.measured_view else self.plot.vb
+            if view is not None:
+                view.removeItem(curve)
             self.legend.removeItem(curve)
         self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)
 
     def update(self, windows: dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...]]]) -> None:
-        """Redraw every visible curve from ``windows``: stream -> (times (k,), values (k, n), names)."""
+        """Redraw every visible curve from ``windows``: stream -> (times (k,), values (k, n), names, (low (n,),
+        high (n,))), as :func:`stream_windows` returns them."""
         extremes: dict[int, list[float]] = {}   # id(view) -> [low, high] of the visible data
+        columns = {key: {name: i for i, name in enumerate(window[2])} for key, window in windows.items()}
         for spec, curve in self.curves.values():
             if not curve.isVisible():
                 continue
             window = windows.get(spec.stream)
-            column = -1
-            if window is not None and spec.channel in window[2]:
-                column = window[2].index(spec.channel)
+            column = -1 if window is None else columns[spec.stream].get(spec.channel, -1)
             if column < 0 or len(window[0]) == 0:
-                curve.setData([], [])
+                if curve.xData is None or len(curve.xData):
+                    curve.setData([], [])
                 continue
-            ys = window[1][:, column]
-            curve.setData(window[0], ys)
+            low, high = window[3][0][column], window[3][1][column]   # per-stream extremes (stream_windows)
+            curve.set_window(window[0], window[1][:, column], low, high)
             if self.autoscale:
-                finite = ys[np.isfinite(ys)]
-                if len(finite):
+                if low <= high:
                     low_high = extremes.setdefault(id(curve.getViewBox()), [np.inf, -np.inf])
-                    low_high[0] = min(low_high[0], float(finite.min()))
-                    low_high[1] = max(low_high[1], float(finite.max()))
+                    low_high[0] = min(low_high[0], float(low))
+                    low_high[1] = max(low_high[1], float(high))
         if self.autoscale:
             for view in (self.plot.vb, self.measured_view):
                 if view is not None and id(view) in extremes:
@@ -284,15 +308,37 @@ def peak_decimate(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.
     used = (count // per_bin) * per_bin
     start = count - used                      # keep the newest samples whole: drop the oldest remainder
     shaped = values[start:].reshape(used // per_bin, per_bin, values.shape[1])
-    envelope = np.empty((2 * shaped.shape[0], values.shape[1]))
-    envelope[0::2] = shaped.min(axis=1)
-    envelope[1::2] = shaped.max(axis=1)
+    # column-major: each channel's envelope is one contiguous array for its curve
+    envelope = np.empty((2 * shaped.shape[0], values.shape[1]), order="F")
+    # a few elementwise passes over whole bins rather than min/max along a short bin axis (4x faster in numpy)
+    # (for short bins, the usual case: a window of up to ~30 samples per pixel column)
+    if per_bin <= 32:
+        low, high = shaped[:, 0, :].copy(), shaped[:, 0, :].copy()
+        for offset in range(1, per_bin):
+            np.minimum(low, shaped[:, offset, :], out=low)
+            np.maximum(high, shaped[:, offset, :], out=high)
+    else:
+        low, high = shaped.min(axis=1), shaped.max(axis=1)
+    envelope[0::2] = low
+    envelope[1::2] = high
     return np.repeat(times[start::per_bin], 2), envelope
 
 
+def column_extremes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Finite minimum and maximum of every column of ``values (k, n)``: ``(n,)``, ``(n,)``; a column without a
+    finite value gets ``(inf, -inf)``."""
+    finite = np.isfinite(values)
+    if finite.all():
+        if len(values) == 0:
+            return np.full(values.shape[1], np.inf), np.full(values.shape[1], -np.inf)
+        return values.min(axis=0), values.max(axis=0)
+    return np.where(finite, values, np.inf).min(axis=0), np.where(finite, values, -np.inf).max(axis=0)
+
+
 def stream_windows(store: StreamStore, streams: set[str], t_start: float, t_end: float, bins: int = 0
-                   ) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...]]]:
-    """The samples of ``streams`` within ``[t_start, t_end]``, peak-decimated to ``bins`` bins when ``bins > 0``.
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[np.ndarray, np.ndarray]]]:
+    """The samples of ``streams`` within ``[t_start, t_end]``, peak-decimated to ``bins`` bins when ``bins > 0``,
+    with the channel names and the finite extremes of every channel (:func:`column_extremes`, for autoscale).
 
     Always copies (the rings keep being written while pyqtgraph holds the arrays).
     """
@@ -305,5 +351,6 @@ def stream_windows(store: StreamStore, streams: set[str], t_start: float, t_end:
         decimated_times, decimated_values = peak_decimate(times, values, bins)
         if decimated_times is times:
             decimated_times, decimated_values = times.copy(), values.copy()
-        windows[key] = (decimated_times, decimated_values, store.names[key])
+        windows[key] = (decimated_times, decimated_values, store.names[key],
+                        column_extremes(decimated_values))
     return windows
