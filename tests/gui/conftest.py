@@ -7,6 +7,7 @@ hw/status), with payloads checked against the schemas of sim/messages.py.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import threading
@@ -17,6 +18,9 @@ import pytest
 import zmq
 
 from sim import messages
+
+# a machine with no display (CI) aborts inside Qt unless the offscreen platform is chosen before Qt starts
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from sim.network import Endpoints
 
 JOINTS = ["stroke_r", "r_twist_1", "r_bend_1", "r_twist_2", "r_bend_2",
