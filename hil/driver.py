@@ -693,9 +693,8 @@ def set_realtime_priority(priority: int) -> None:
               f"running under the normal scheduler", file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    from firmware_interface.dynamixel_emulator import rig_kind
-
+def check_options(args: argparse.Namespace) -> None:
+    """One-line ConfigError for driver options out of range (shared by every link backend)."""
     for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
         value = getattr(args, name)
         if not (math.isfinite(value) and value > 0):
@@ -704,15 +703,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
     if not 0 <= args.rt_priority <= 99:
         raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
-    if rig_kind(args.rig) == "dynamixel":       # same options, the Dynamixel link (hil/driver_dynamixel.py)
-        from hil import driver_dynamixel
 
-        return driver_dynamixel.run(args)
-    rig = load_rig(args.rig)
-    if args.rt_priority:
-        set_realtime_priority(args.rt_priority)
-    driver = Driver(rig, args)
 
+def run_until_signalled(driver: "Driver") -> int:
+    """Run ``driver`` with SIGINT/SIGTERM asking it to stop (servos to neutral), restoring the handlers after."""
     def on_signal(signum, frame):
         driver.stop_requested = True
 
@@ -722,3 +716,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    from firmware_interface.dynamixel_emulator import rig_kind
+
+    check_options(args)
+    if rig_kind(args.rig) == "dynamixel":       # same options, the Dynamixel link (hil/driver_dynamixel.py)
+        from hil import driver_dynamixel
+
+        return driver_dynamixel.run(args)
+    rig = load_rig(args.rig)
+    if args.rt_priority:
+        set_realtime_priority(args.rt_priority)
+    return run_until_signalled(Driver(rig, args))

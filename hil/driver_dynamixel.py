@@ -424,23 +424,13 @@ def run(args) -> int:
     ``[microcontroller]`` sensor link needs its own ``mms drive`` (docs/dynamixel.md, "One `mms drive` for both
     links: what remains").
     """
-    import math
     import shlex
-    import signal
     import sys
 
     from hil import driver as driver_module
-    from sim.config import ConfigError
 
     dxl_rig, rig = load_driver_rig(args.rig)
-    for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
-        value = getattr(args, name)
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
-    if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
-        raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
-    if not 0 <= args.rt_priority <= 99:
-        raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
+    driver_module.check_options(args)
     if args.rt_priority:
         driver_module.set_realtime_priority(args.rt_priority)
     driver = driver_module.Driver(rig, args)
@@ -448,16 +438,7 @@ def run(args) -> int:
     if driver.emulator is not None:
         driver.emulator.argv = [sys.executable, "-m", "firmware_interface.dynamixel_emulator", "--rig",
                                 str(dxl_rig.path), *shlex.split(args.emulator_args)]
-
-    def on_signal(signum, frame):
-        driver.stop_requested = True
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return driver.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return driver_module.run_until_signalled(driver)
 
 
 def main(argv=None) -> int:
