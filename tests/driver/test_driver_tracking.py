@@ -118,6 +118,9 @@ def test_chain_with_mms_serve(stack):
     """`mms serve` (the flapper) -> `mms drive --emulate` -> emulator: commands come from the served states."""
     rig = load_rig(stack.flapper_rig)
     serve = stack.serve("flapper.toml")
+    # a stroke the rig's servos can follow (41.3 deg at 5 Hz needs 22.6 rad/s; the rate limit is 25 rad/s): at the
+    # Table I 25 Hz every setpoint may be rate-limited, and then no command can be compared with its state
+    assert serve.ctl("set", timeout_s=120, key="stroke.frequency_hz", value=5.0)["ok"]
     states = stack.collect(stack.ep.sim_pub, ["sim/state", "sim/status"])
     drv = stack.driver("--emulate", "--autoactivate")
     stack.wait_for(lambda: sum(c["mode"] == "track" for c in drv.collector.get("hw/command")) > 100,
