@@ -5,13 +5,14 @@ Same numbers as the Python-orchestrated path of :class:`sim.simulation.Simulatio
 operation order; compared to ~1e-12 in tests/sim_core/test_sim_core_fused.py), without the Python around
 each RK stage (which costs as much as the kernels for a 17-body flapper).
 
-A model qualifies (:func:`fused_plan`) when
+A model qualifies (:func:`fused_unsupported` returns None) when
 - the integrator is "rk4";
 - the base is floating, fixed, or imposed by a :class:`sim.model.StaticBase`;
-- every actuated joint's motion law is a :class:`Sinusoid` or :class:`Polynomial` (evaluated in the kernel
-  at every stage time) or a :class:`Constant` / :class:`ExternalMotion` (its values, read once per call,
-  are held over the call, as the Python path does since nothing changes them during a step), or has a
-  method ``fused_form()`` returning such an equivalent law;
+- every actuated joint's motion law is a :class:`Sinusoid`, :class:`Polynomial` or :class:`RampedSinusoid`
+  (evaluated in the kernel at every stage time) or a :class:`Constant` / :class:`ExternalMotion` (its values,
+  read once per call, are held over the call, as the Python path does since nothing changes them during a
+  step), or has a method ``fused_form()`` returning such an equivalent law, or is a :class:`ScaledMotion`
+  (``ratio * source(t)``, the kernel multiplying its row by ratio) of a law that qualifies;
 - every passive joint law is :class:`ViscoElastic` / :class:`Free` (kernel arrays of the model) or a
   :class:`TrackingSpring` (spring about ``ratio * source(t)``) or has ``fused_form()`` returning one, whose
   source law qualifies as above;
@@ -40,7 +41,7 @@ from numba import njit
 from .aero import blade_aero_kernel
 from .dynamics import _data_views, _kinematics_packed, _recursions_packed
 from .hydro import added_mass_kernel, buoyancy_kernel, drag_kernel, lift_kernel
-from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, Sinusoid
+from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid
 from .model import Model, StaticBase
 from .spatial import quat_derivative, quat_to_matrix
 
@@ -48,9 +49,11 @@ from .spatial import quat_derivative, quat_to_matrix
 #: the fused step applies them (f_ext sums in another order differ by rounding only).
 KERNEL_KINDS = ("blade_aero", "buoyancy", "added_mass", "drag", "lift")
 
-#: Motion-law codes in the kernel: held (values read once per call), sinusoid, polynomial.
-LAW_HELD, LAW_SINUSOID, LAW_POLYNOMIAL = 0, 1, 2
+#: Motion-law codes in the kernel: held (values read once per call), sinusoid, polynomial, ramped sinusoid.
+LAW_HELD, LAW_SINUSOID, LAW_POLYNOMIAL, LAW_RAMPED_SINUSOID = 0, 1, 2, 3
 _HELD_LAWS = (Constant, ExternalMotion)
+#: Laws with a kernel form (exact types: a subclass may override evaluate, so it needs its own fused_form).
+_KERNEL_LAWS = (Sinusoid, Polynomial, RampedSinusoid) + _HELD_LAWS
 
 
 # ----------------------------------------------------------------------------------------- state <-> inputs
@@ -108,13 +111,28 @@ def _horner(coef, length, t):
 
 
 @njit(cache=True)
-def _motion_laws(t, index, law_kind, law_par, poly, poly_len, row0, q, qd, qdd):
+def _ramped_sinusoid(a, w, phase, ramp_time, t):
+    """(r, r_d, r_dd) of :class:`sim.laws.RampedSinusoid` (amplitude a, omega w rad/s, phase rad, ramp_time s)
+    at t (s), with its operations in its order (same rounding)."""
+    angle = w * t + phase
+    s, c = math.sin(angle), math.cos(angle)
+    x, x_d, x_dd = a * s, a * w * c, -a * w * w * s
+    if ramp_time > 0.0 and t < ramp_time:
+        k = math.pi / ramp_time
+        r, r_d, r_dd = 0.5 * (1.0 - math.cos(k * t)), 0.5 * k * math.sin(k * t), 0.5 * k * k * math.cos(k * t)
+        return r * x, r_d * x + r * x_d, r_dd * x + 2.0 * r_d * x_d + r * x_dd
+    return x, x_d, x_dd
+
+
+@njit(cache=True)
+def _motion_laws(t, index, law_kind, law_par, poly, poly_len, law_scale, row0, q, qd, qdd):
     """(r, r_d, r_dd) at t (s) of the laws in rows row0.. of the law table into q[index[i]], qd, qdd, with the
     formulas of sim.laws.
 
-    index (m,) output indices; law_kind (rows,) LAW_*; law_par (rows, 4): held (r, r_d, r_dd) or sinusoid
-    (amplitude, omega, phase, offset); poly (rows, 3, P) coefficients of r, r_d, r_dd in increasing powers,
-    poly_len (rows, 3) their lengths (polynomial laws)."""
+    index (m,) output indices; law_kind (rows,) LAW_*; law_par (rows, 4): held (r, r_d, r_dd), sinusoid
+    (amplitude, omega, phase, offset) or ramped sinusoid (amplitude, omega, phase, ramp_time); poly (rows, 3, P)
+    coefficients of r, r_d, r_dd in increasing powers, poly_len (rows, 3) their lengths (polynomial laws);
+    law_scale (rows,) factor applied to the row's values (the ratio of a ScaledMotion, else 1: exact)."""
     for i in range(index.shape[0]):
         k = index[i]
         row = row0 + i
@@ -123,17 +141,23 @@ def _motion_laws(t, index, law_kind, law_par, poly, poly_len, row0, q, qd, qdd):
             a, w = law_par[row, 0], law_par[row, 1]
             angle = w * t + law_par[row, 2]
             s = math.sin(angle)
-            q[k] = law_par[row, 3] + a * s
-            qd[k] = a * w * math.cos(angle)
-            qdd[k] = -a * w * w * s
+            r = law_par[row, 3] + a * s
+            r_d = a * w * math.cos(angle)
+            r_dd = -a * w * w * s
         elif kind == LAW_POLYNOMIAL:
-            q[k] = _horner(poly[row, 0], poly_len[row, 0], t)
-            qd[k] = _horner(poly[row, 1], poly_len[row, 1], t)
-            qdd[k] = _horner(poly[row, 2], poly_len[row, 2], t)
+            r = _horner(poly[row, 0], poly_len[row, 0], t)
+            r_d = _horner(poly[row, 1], poly_len[row, 1], t)
+            r_dd = _horner(poly[row, 2], poly_len[row, 2], t)
+        elif kind == LAW_RAMPED_SINUSOID:
+            r, r_d, r_dd = _ramped_sinusoid(law_par[row, 0], law_par[row, 1], law_par[row, 2], law_par[row, 3], t)
         else:
-            q[k] = law_par[row, 0]
-            qd[k] = law_par[row, 1]
-            qdd[k] = law_par[row, 2]
+            r = law_par[row, 0]
+            r_d = law_par[row, 1]
+            r_dd = law_par[row, 2]
+        scale = law_scale[row]
+        q[k] = scale * r
+        qd[k] = scale * r_d
+        qdd[k] = scale * r_dd
 
 
 @njit(cache=True)
@@ -160,11 +184,11 @@ def _evaluate(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, 
     n = nb - 1
     (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
      base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
-    act_index, law_kind, law_par, poly, poly_len, spring_index, spring_par, source_index = laws
+    act_index, law_kind, law_par, poly, poly_len, spring_index, spring_par, source_index, law_scale = laws
     qdd_in, tau_eff, src_r, src_rd, src_rdd = scratch
     floating = base_mode == 0
     _state_to_inputs(y, passive, floating, q, qd, base_pose, base_twist)
-    _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, 0, q, qd, qdd_in)
+    _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, law_scale, 0, q, qd, qdd_in)
     if not floating:
         for a in range(4):
             for b in range(4):
@@ -180,8 +204,8 @@ def _evaluate(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, 
     tau_passive = tau_in
     if spring_index.shape[0] > 0:
         # TrackingSpring.torque, added to the applied torques as hybrid_step does for Python joint laws.
-        _motion_laws(t, source_index, law_kind, law_par, poly, poly_len, act_index.shape[0], src_r, src_rd,
-                     src_rdd)
+        _motion_laws(t, source_index, law_kind, law_par, poly, poly_len, law_scale, act_index.shape[0], src_r,
+                     src_rd, src_rdd)
         for k in range(n):
             tau_eff[k] = tau_in[k]
         for i in range(spring_index.shape[0]):
@@ -382,18 +406,26 @@ class TrackingSpring(JointLaw):
         return -self.k * (r - self.ratio * theta) - self.mu * (r_d - self.ratio * theta_d)
 
     def __repr__(self) -> str:
-        return f"TrackingSpring({self.source!r}, ratio={self.ratio}, k={self.k}, mu={self.mu})"
+        return f"{type(self).__name__}({self.source!r}, ratio={self.ratio}, k={self.k}, mu={self.mu})"
 
 
 def _kernel_motion_law(law):
-    """The law itself or its ``fused_form()`` if that is a law with a kernel form; None otherwise."""
-    if type(law) in (Sinusoid, Polynomial) + _HELD_LAWS:
-        return law
+    """(kernel-form law, scale) of a motion law: the law itself or its ``fused_form()`` if that has a kernel
+    form, with scale 1.0; for a :class:`ScaledMotion` the kernel form of its source and scale = ratio (the
+    product of the ratios of nested ScaledMotions: equal to the Python path's numbers to rounding only, one
+    level exactly). A held law is returned as itself, so its values are read live at every call. None if the
+    law has no kernel form."""
+    scale = 1.0
+    while type(law) is ScaledMotion:
+        scale *= law.ratio
+        law = law.source
+    if type(law) in _KERNEL_LAWS:
+        return law, scale
     form = getattr(law, "fused_form", None)
     if form is not None:
         law = form()
-        if type(law) in (Sinusoid, Polynomial) + _HELD_LAWS:
-            return law
+        if type(law) in _KERNEL_LAWS:
+            return law, scale
     return None
 
 
@@ -446,14 +478,17 @@ class FusedStepper:
     ``laws`` (the kernel's law table): act_index (n_a,) actuated joints; law_kind (n_a + n_s,) LAW_*;
     law_par (n_a + n_s, 4); poly (n_a + n_s, 3, P); poly_len (n_a + n_s, 3) -- rows 0..n_a-1 the actuated
     joints' laws, rows n_a.. the sources of the tracking springs; spring_index (n_s,) their joints;
-    spring_par (n_s, 3) (k, mu, ratio); source_index (n_s,) = 0..n_s-1 (outputs of the source rows)."""
+    spring_par (n_s, 3) (k, mu, ratio); source_index (n_s,) = 0..n_s-1 (outputs of the source rows);
+    law_scale (n_a + n_s,) each row's factor (a ScaledMotion's ratio, else 1)."""
 
     def __init__(self, model: Model, data, passive_index: np.ndarray, fixed_pose: np.ndarray):
         self.model, self.data = model, data
         acts = sorted(model.motion_laws)
         springs = [(k, _kernel_joint_law(law)) for k, law in model.python_laws]
-        rows = [_kernel_motion_law(model.motion_laws[k]) for k in acts]
-        rows += [_kernel_motion_law(spring.source) for _, spring in springs]
+        forms = [_kernel_motion_law(model.motion_laws[k]) for k in acts]
+        forms += [_kernel_motion_law(spring.source) for _, spring in springs]
+        rows = [law for law, _ in forms]
+        law_scale = np.array([scale for _, scale in forms], dtype=float)
         n_rows = len(rows)
         law_kind = np.zeros(n_rows, dtype=np.int64)
         self.law_par = np.zeros((n_rows, 4))
@@ -465,6 +500,9 @@ class FusedStepper:
             if type(law) is Sinusoid:
                 law_kind[row] = LAW_SINUSOID
                 self.law_par[row] = (law.amplitude, law.omega, law.phase, law.offset)
+            elif type(law) is RampedSinusoid:
+                law_kind[row] = LAW_RAMPED_SINUSOID
+                self.law_par[row] = (law.amplitude, law.omega, law.phase, law.ramp_time)
             elif type(law) is Polynomial:
                 law_kind[row] = LAW_POLYNOMIAL
                 for d, p in enumerate((law._poly, law._d1, law._d2)):
@@ -477,7 +515,8 @@ class FusedStepper:
         n_s = len(springs)
         spring_par = np.array([(s.k, s.mu, s.ratio) for _, s in springs], dtype=float).reshape(n_s, 3)
         self.laws = (np.array(acts, dtype=np.int64), law_kind, self.law_par, poly, poly_len,
-                     np.array([k for k, _ in springs], dtype=np.int64), spring_par, np.arange(n_s, dtype=np.int64))
+                     np.array([k for k, _ in springs], dtype=np.int64), spring_par, np.arange(n_s, dtype=np.int64),
+                     law_scale)
         self.scratch = (np.zeros(model.n), np.zeros(model.n), np.zeros(n_s), np.zeros(n_s), np.zeros(n_s))
         self.passive = np.ascontiguousarray(passive_index, dtype=np.int64)
         self.mode = model._mode_code

@@ -6,7 +6,10 @@ One signature per plug-in kind (docs/sim-api.md):
 - ``JointLaw.torque(t, r, r_d) -> tau``: torque (N m) or force (N) of a passive joint (J_p).
 
 :class:`ViscoElastic` joints are gathered by the model into arrays ``k, mu, r0`` (n,) and evaluated inside the
-numba kernel (``tau = -k (r - r0) - mu r_d``); the other laws are called from Python.
+numba kernel (``tau = -k (r - r0) - mu r_d``); the other laws are called from Python, except on the fused RK4
+path (sim/fused.py), whose kernel also evaluates :class:`Sinusoid`, :class:`Polynomial`,
+:class:`RampedSinusoid` and :class:`ScaledMotion` with the same operations and reads :class:`Constant` /
+:class:`ExternalMotion` once per call.
 """
 from __future__ import annotations
 
@@ -79,6 +82,53 @@ class Polynomial(MotionLaw):
 
     def evaluate(self, t: float) -> tuple[float, float, float]:
         return float(self._poly(t)), float(self._d1(t)), float(self._d2(t))
+
+
+class RampedSinusoid(MotionLaw):
+    """Sinusoid with a soft start: ``r(t) = amplitude ramp(t) sin(omega t + phase)`` (amplitude rad or m, omega
+    rad/s, phase rad), ``ramp(t) = (1 - cos(pi t / ramp_time)) / 2`` for ``0 <= t < ramp_time`` s and 1 after
+    (raised cosine: rises from 0 to 1 with zero slope at both ends, so the velocity does not jump); no ramp when
+    ramp_time is 0. r_d and r_dd by the product rule. Evaluated in the fused kernel (sim/fused.py) with the
+    same operations in the same order."""
+
+    def __init__(self, amplitude: float, omega: float, phase: float = 0.0, ramp_time: float = 0.0):
+        self.amplitude = float(amplitude)
+        self.omega = float(omega)
+        self.phase = float(phase)
+        self.ramp_time = float(ramp_time)
+
+    def evaluate(self, t: float) -> tuple[float, float, float]:
+        a, w = self.amplitude, self.omega
+        angle = w * t + self.phase
+        s, c = math.sin(angle), math.cos(angle)
+        x, x_d, x_dd = a * s, a * w * c, -a * w * w * s
+        if self.ramp_time > 0.0 and t < self.ramp_time:
+            k = math.pi / self.ramp_time
+            r, r_d, r_dd = 0.5 * (1.0 - math.cos(k * t)), 0.5 * k * math.sin(k * t), 0.5 * k * k * math.cos(k * t)
+            return r * x, r_d * x + r * x_d, r_dd * x + 2.0 * r_d * x_d + r * x_dd
+        return x, x_d, x_dd
+
+    def __repr__(self) -> str:
+        return (f"RampedSinusoid({self.amplitude}, {self.omega}, phase={self.phase}, "
+                f"ramp_time={self.ramp_time})")
+
+
+class ScaledMotion(MotionLaw):
+    """A joint driven through a linear mechanism: ``r = ratio * source(t)`` (r_d, r_dd likewise; ratio in rad
+    or m per unit of the source law, e.g. RayBot's fin-ray chord per servo radian). The fused kernel evaluates
+    the source's kernel form and multiplies by ratio, as here, so both paths give the same numbers."""
+
+    def __init__(self, source: MotionLaw, ratio: float):
+        self.source = source
+        self.ratio = float(ratio)
+
+    def evaluate(self, t: float) -> tuple[float, float, float]:
+        r, r_d, r_dd = self.source.evaluate(t)
+        k = self.ratio
+        return k * r, k * r_d, k * r_dd
+
+    def __repr__(self) -> str:
+        return f"ScaledMotion({self.source!r}, ratio={self.ratio})"
 
 
 class Spline(MotionLaw):

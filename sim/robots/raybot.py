@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import ConfigError, require
+from sim.fused import TrackingSpring
 from sim.hydro import HydroBody, build_hydro_models, plate_added_inertia_diagonal
-from sim.laws import Constant, ExternalMotion, JointLaw, MotionLaw, ViscoElastic
+from sim.laws import Constant, ExternalMotion, JointLaw, MotionLaw, RampedSinusoid, ScaledMotion, ViscoElastic
 from sim.model import Model, ModelBuilder
 from sim.spatial import spatial_inertia
 
@@ -185,8 +186,9 @@ def tail_joint_ratio(p: dict) -> float:
     return 0.5 * fin_ray_bend_for_servo(p, 1.0)
 
 
-class ServoBeat(MotionLaw):
-    """Servo angle of the tail beat (rad): ``theta(t) = Theta ramp(t) sin(omega t + phase)``.
+class ServoBeat(RampedSinusoid):
+    """Servo angle of the tail beat (rad): ``theta(t) = Theta ramp(t) sin(omega t + phase)``
+    (:class:`sim.laws.RampedSinusoid`, whose ``evaluate`` it uses).
 
     ``Theta`` is the commanded amplitude limited by the servo's travel and by its slew rate (the largest
     sinusoid a servo of speed ``speed`` rad/s follows at omega is ``speed / omega``); ``ramp`` rises from 0 to 1
@@ -194,51 +196,25 @@ class ServoBeat(MotionLaw):
 
     def __init__(self, amplitude: float, frequency: float, phase: float = 0.0, ramp_time: float = 0.0,
                  speed_limit: float = math.inf, travel_limit: float = math.inf):
-        self.omega = 2.0 * math.pi * float(frequency)
-        limit = min(float(travel_limit), float(speed_limit) / self.omega if self.omega > 0.0 else math.inf)
+        omega = 2.0 * math.pi * float(frequency)
+        limit = min(float(travel_limit), float(speed_limit) / omega if omega > 0.0 else math.inf)
         self.commanded_amplitude = float(amplitude)
-        self.amplitude = min(float(amplitude), limit) if self.omega > 0.0 else 0.0
-        self.phase = float(phase)
-        self.ramp_time = float(ramp_time)
+        super().__init__(min(float(amplitude), limit) if omega > 0.0 else 0.0, omega, phase, ramp_time)
 
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        a, w = self.amplitude, self.omega
-        angle = w * t + self.phase
-        s, c = math.sin(angle), math.cos(angle)
-        x, x_d, x_dd = a * s, a * w * c, -a * w * w * s
-        if self.ramp_time > 0.0 and t < self.ramp_time:
-            k = math.pi / self.ramp_time
-            r, r_d, r_dd = 0.5 * (1.0 - math.cos(k * t)), 0.5 * k * math.sin(k * t), 0.5 * k * k * math.cos(k * t)
-            return r * x, r_d * x + r * x_d, r_dd * x + 2.0 * r_d * x_d + r * x_dd
-        return x, x_d, x_dd
+    def fused_form(self) -> RampedSinusoid:
+        """The same law as a kernel-form :class:`RampedSinusoid` (the fused path, sim/fused.py)."""
+        return RampedSinusoid(self.amplitude, self.omega, self.phase, self.ramp_time)
 
 
-class ScaledMotion(MotionLaw):
-    """A joint driven through a linear mechanism: ``r = ratio * source(t)`` (rad per rad of the source law)."""
-
-    def __init__(self, source: MotionLaw, ratio: float):
-        self.source = source
-        self.ratio = float(ratio)
-
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        r, r_d, r_dd = self.source.evaluate(t)
-        k = self.ratio
-        return k * r, k * r_d, k * r_dd
-
-
-class CaudalSpring(JointLaw):
+class CaudalSpring(TrackingSpring):
     """Passive caudal fin: spring-damper about the fin-ray's end tangent, which turns by ``ratio * theta``
-    relative to the fin-ray's chord: ``tau = -k (r - ratio theta) - mu (r_d - ratio theta_d)`` (N m)."""
+    relative to the fin-ray's chord: ``tau = -k (r - ratio theta) - mu (r_d - ratio theta_d)`` (N m), theta
+    (rad) from the servo law ``source``; k N m/rad, mu N m s/rad, ratio rad/rad. The torque is
+    :class:`sim.fused.TrackingSpring`'s (same code), which the fused kernel evaluates."""
 
-    def __init__(self, source: MotionLaw, ratio: float, k: float, mu: float):
-        self.source = source
-        self.ratio = float(ratio)
-        self.k = float(k)
-        self.mu = float(mu)
-
-    def torque(self, t: float, r: float, r_d: float) -> float:
-        theta, theta_d, _ = self.source.evaluate(t)
-        return -self.k * (r - self.ratio * theta) - self.mu * (r_d - self.ratio * theta_d)
+    def fused_form(self) -> TrackingSpring:
+        """The same law as a plain :class:`TrackingSpring` (the kernel's joint-law form, sim/fused.py)."""
+        return TrackingSpring(self.source, self.ratio, self.k, self.mu)
 
 
 # ----------------------------------------------------------------------------------------- geometry
