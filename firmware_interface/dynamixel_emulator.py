@@ -97,6 +97,11 @@ class DxlRig:
     joints: list                            # firmware_interface.rig.JointMap
     microcontroller: Path | None            # the sensor link's rig file (strain gauges, load cell), if any
     seed: int
+    #: what the driver sends the microcontroller's own servo channels: "mirror" (the bus's joint angles) or
+    #: "neutral" (hil/driver_composite.py)
+    microcontroller_servo_channels: str = "mirror"
+    #: the microcontroller's port, if this file overrides its rig file's [serial] port
+    microcontroller_port: str | None = None
     raw: dict = field(repr=False, default_factory=dict)
 
     @property
@@ -221,9 +226,12 @@ def load_dxl_rig(path: str | Path) -> DxlRig:
         mcu = (path.parent / require(mcu_t, "rig", str, path=path, prefix="microcontroller")).resolve()
         if not mcu.is_file():
             raise ConfigError(path, "microcontroller.rig", f"no such file {mcu}")
+    mcu_servos = require(mcu_t, "servo_channels", str, path=path, prefix="microcontroller", default="mirror",
+                         check=lambda v: v in ("mirror", "neutral"), expected='"mirror" or "neutral"')
+    mcu_port = require(mcu_t, "port", str, path=path, prefix="microcontroller", default=None)
     return DxlRig(path=path, name=name, port=port, baud=baud, command_hz=command_hz,
                   watchdog_timeout_s=watchdog_s, servos=servos, joints=joints, microcontroller=mcu, seed=seed,
-                  raw=doc)
+                  microcontroller_servo_channels=mcu_servos, microcontroller_port=mcu_port, raw=doc)
 
 
 # -- one servo -----------------------------------------------------------------------------------------------------

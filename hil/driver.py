@@ -90,6 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="start `mms emulate --rig RIG` as a child and drive its pseudo-terminal")
     parser.add_argument("--emulator-args", default="",
                         help='extra arguments for the emulator child, one string (e.g. "--corrupt-rate 0.01")')
+    two = parser.add_argument_group("rigs with two serial devices (a Dynamixel bus and a [microcontroller] for "
+                                    "the sensors)")
+    two.add_argument("--sensor-port", help="the microcontroller's serial device (default: the rig file's "
+                                           "[microcontroller] port, else its own rig file's [serial] port)")
+    two.add_argument("--sensor-emulator-args", default="",
+                     help='with --emulate: extra arguments for the microcontroller\'s emulator, one string '
+                          '(e.g. "--plant physics")')
     parser.add_argument("--config", help="network endpoints (default configs/network.toml)")
     parser.add_argument("--autoactivate", action="store_true",
                         help="activate as soon as the device is configured (default: wait for `activate`)")
@@ -501,7 +508,8 @@ class Driver:
             self.seqs.header(TOPIC_HW_TELEMETRY, host_ns), host_ns=host_ns,
             device_us=[s.t_us for s in m.samples], servo_names=self.map.names, servo_rad=servo_rad,
             strain_names=[s.name for s in self.rig.strain], strain=strain,
-            load_names=[s.name for s in self.rig.load], load=load, device_flags=m.flags, frame_seq=packet.seq)
+            load_names=[s.name for s in self.rig.load], load=load, device_flags=m.flags, frame_seq=packet.seq,
+            servo_host_ns=self.link.servo_read_ns)
         self.publish(TOPIC_HW_TELEMETRY, payload)
 
     # ---- commands to the device ---------------------------------------------------------------------
@@ -703,6 +711,8 @@ def check_options(args: argparse.Namespace) -> None:
         raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
     if not 0 <= args.rt_priority <= 99:
         raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
+    if args.sensor_emulator_args and not args.emulate:
+        raise ConfigError(None, "--sensor-emulator-args", "needs --emulate")
 
 
 def run_until_signalled(driver: "Driver") -> int:
@@ -727,6 +737,9 @@ def run(args: argparse.Namespace) -> int:
 
         return driver_dynamixel.run(args)
     rig = load_rig(args.rig)
+    if args.sensor_port or args.sensor_emulator_args:
+        raise ConfigError(args.rig, "--sensor-port" if args.sensor_port else "--sensor-emulator-args",
+                          "this rig is one serial device (only a Dynamixel rig with a [microcontroller] has two)")
     if args.rt_priority:
         set_realtime_priority(args.rt_priority)
     return run_until_signalled(Driver(rig, args))

@@ -130,6 +130,8 @@ class DynamixelLink:
         self.next_health_s = 0.0
         self.watchdog_flag = False
         self.present_current_a: dict[int, float] = {}      # id -> A, from the last cycle (a load proxy)
+        #: the telemetry's time stamps are this host's read times already (device_us): nothing to add
+        self.servo_read_ns: int | None = None
         self.queue: list[p.Packet] = []
         self._t0 = time.monotonic()
 
@@ -416,25 +418,43 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    """``mms drive`` with this backend: the driver of hil/driver.py, its link a :class:`DynamixelLink`.
+    """``mms drive`` with this backend: the driver of hil/driver.py, its link a :class:`DynamixelLink`, or, for
+    a rig with a ``[microcontroller]`` (the sensors on a second serial device), a
+    :class:`hil.driver_composite.CompositeLink` over both devices.
 
     ``mms drive`` (hil/driver.py ``run``) comes here for a rig of ``kind = "dynamixel"``; also runnable as
     ``python -m hil.driver_dynamixel --rig configs/rigs/flapper_dynamixel_rig.toml ...``. With ``--emulate`` the
-    child is the Dynamixel emulator instead of ``mms emulate``. Only the bus is driven: the rig's
-    ``[microcontroller]`` sensor link needs its own ``mms drive`` (docs/dynamixel.md, "One `mms drive` for both
-    links: what remains").
+    driver's child is the Dynamixel emulator instead of ``mms emulate``; a composite link starts the
+    microcontroller's emulator itself.
     """
     import shlex
     import sys
 
+    from firmware_interface.rig import load_rig
     from hil import driver as driver_module
+    from hil.driver_composite import CompositeLink, two_device_rig
+    from sim.config import ConfigError
 
-    dxl_rig, rig = load_driver_rig(args.rig)
+    dxl_rig, bus_rig = load_driver_rig(args.rig)
     driver_module.check_options(args)
+    if dxl_rig.microcontroller is None and (args.sensor_port or args.sensor_emulator_args):
+        raise ConfigError(None, "--sensor-port" if args.sensor_port else "--sensor-emulator-args",
+                          f"the rig {dxl_rig.path} has no [microcontroller] (no second device)")
     if args.rt_priority:
         driver_module.set_realtime_priority(args.rt_priority)
-    driver = driver_module.Driver(rig, args)
-    driver.link = DynamixelLink(dxl_rig, rig)
+    if dxl_rig.microcontroller is None:
+        driver = driver_module.Driver(bus_rig, args)
+        driver.link = DynamixelLink(dxl_rig, bus_rig)
+    else:
+        sensor_rig = load_rig(dxl_rig.microcontroller)
+        driver = driver_module.Driver(two_device_rig(bus_rig, sensor_rig), args)
+        sensor_emulator = None
+        if args.emulate:
+            sensor_emulator = driver_module.EmulatorChild(sensor_rig.path, shlex.split(args.sensor_emulator_args))
+        driver.link = CompositeLink(dxl_rig, bus_rig, sensor_rig,
+                                    servo_channels=dxl_rig.microcontroller_servo_channels,
+                                    sensor_port=args.sensor_port or dxl_rig.microcontroller_port,
+                                    sensor_emulator=sensor_emulator)
     if driver.emulator is not None:
         driver.emulator.argv = [sys.executable, "-m", "firmware_interface.dynamixel_emulator", "--rig",
                                 str(dxl_rig.path), *shlex.split(args.emulator_args)]

@@ -68,6 +68,8 @@ class SerialLink:
         self.next_configure = 0.0
         self.last_rx_s: float | None = None
         self.device_stats: p.LinkStats | None = None
+        #: the servo positions are sampled with the sensors, on the device's clock: no separate read time
+        self.servo_read_ns: int | None = None
 
     # ---- port ---------------------------------------------------------------------------------------
     def open(self, port_name: str, now_s: float) -> None:

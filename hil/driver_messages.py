@@ -38,10 +38,14 @@ def command_payload(header: dict, *, mode: str, channels: list[str], angles: np.
 
 def telemetry_payload(header: dict, *, host_ns: int, device_us: list[int], servo_names: list[str],
                       servo_rad: np.ndarray, strain_names: list[str], strain: np.ndarray, load_names: list[str],
-                      load: np.ndarray, device_flags: int, frame_seq: int) -> dict:
+                      load: np.ndarray, device_flags: int, frame_seq: int,
+                      servo_host_ns: int | None = None) -> dict:
     """hw/telemetry: one device frame, calibrated. Arrays are (samples, channels): ``servo_rad`` rad,
-    ``strain`` dimensionless (m/m), ``load`` N or N m per channel (the unit is in the rig file)."""
-    return {**header, "host_ns": int(host_ns), "device_us": [int(u) for u in device_us],
+    ``strain`` dimensionless (m/m), ``load`` N or N m per channel (the unit is in the rig file).
+    ``servo_host_ns``: when the servo positions come from another device than the samples (a servo bus beside
+    the sensor microcontroller), the host wall clock of the read they were held from, ns; else omitted."""
+    extra = {} if servo_host_ns is None else {"servo_host_ns": int(servo_host_ns)}
+    return {**extra, **header, "host_ns": int(host_ns), "device_us": [int(u) for u in device_us],
             "servo_names": list(servo_names), "servo_rad": np.asarray(servo_rad, dtype=float).tolist(),
             "strain_names": list(strain_names), "strain": np.asarray(strain, dtype=float).tolist(),
             "load_names": list(load_names), "load": np.asarray(load, dtype=float).tolist(),

@@ -72,7 +72,7 @@ SCHEMAS: dict[str, dict] = {
     TOPIC_HW_TELEMETRY: _object(
         {**_common, "host_ns": _int, "device_us": {"type": "array", "items": _int},
          "servo_names": _names, "servo_rad": _matrix, "strain_names": _names, "strain": _matrix,
-         "load_names": _names, "load": _matrix, "device_flags": _int, "frame_seq": _int},
+         "load_names": _names, "load": _matrix, "device_flags": _int, "frame_seq": _int, "servo_host_ns": _int},
         ["v", "seq", "stamp_ns", "host_ns", "device_us", "servo_names", "servo_rad",
          "strain_names", "strain", "load_names", "load"]),
     TOPIC_HW_STATUS: _object(
@@ -84,7 +84,8 @@ SCHEMAS: dict[str, dict] = {
                           "seq_gaps": _int, "reconnects": _int, "frames_sent": _int, "bytes_rx": _int,
                           "device": {"type": "object"}, "oversize": _int, "seq_repeats": _int,
                           "bytes_sent": _int, "write_timeouts": _int, "link_losses": _int,
-                          "nacks": {"type": "object"}, "emulator_pid": _int, "emulator_starts": _int},
+                          "nacks": {"type": "object"}, "emulator_pid": _int, "emulator_starts": _int,
+                          "sensor": {"type": "object"}},
                          ["state", "frames_ok", "crc_errors", "seq_gaps", "reconnects"]),
          "device_flags": _int, "states": {"type": "object"}, "latency_us": {"type": "object"},
          "error": _str},

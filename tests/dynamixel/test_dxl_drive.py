@@ -1,112 +1,81 @@
-"""The servo driver with the Dynamixel backend, end to end: ``python -m hil.driver_dynamixel --emulate`` (the
-driver of hil/driver.py with a DynamixelLink, the Dynamixel emulator as its child) tracks a sim/state sinusoid
-published on a real ZeroMQ socket, publishes schema-valid hw/* messages, and ramps to neutral on SIGINT."""
+"""The servo driver with the Dynamixel backend alone, end to end: ``python -m hil.driver_dynamixel --emulate`` on
+a bus-only rig (flapper_dynamixel_rig.toml without its ``[microcontroller]``: the driver of hil/driver.py with a
+DynamixelLink, the Dynamixel emulator as its child) tracks a sim/state sinusoid published on a real ZeroMQ
+socket, publishes schema-valid hw/* messages without strain or load channels, and ramps to neutral on SIGINT.
+tests/dynamixel/test_dxl_two_devices.py and test_dxl_chain.py cover the rig with both devices."""
 from __future__ import annotations
 
 import math
-import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-import zmq
+import tomli_w
 
-from sim.messages import decode, encode, validate
+from sim.config import load_toml
 
-ROOT = Path(__file__).resolve().parents[2]
-RIG = ROOT / "configs" / "rigs" / "flapper_dynamixel_rig.toml"
-DEADLINE_S = 30.0
+RIG = Path(__file__).resolve().parents[2] / "configs" / "rigs" / "flapper_dynamixel_rig.toml"
 AMPLITUDE_RAD, FREQUENCY_HZ = 0.4, 0.5
 #: Tracking, lag-tolerant (the servo lags its goal by its position loop's time constant plus the pipeline, and
 #: a loaded machine stretches the pipeline): each measured position must be within TRACK_TOL_RAD of a setpoint
 #: sent during the TRACK_WINDOW_S before it.
 TRACK_TOL_RAD = 0.03
 TRACK_WINDOW_S = 0.5
+TRACK_S = 1.0                   # how long the test watches the servos track
 NEUTRAL_TOL_RAD = 0.02          # the driver's own "arrived at neutral"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_driver_tracks_the_simulator_through_the_dynamixel_bus(stack):
+    doc = load_toml(RIG)
+    del doc["microcontroller"]
+    bus_only = stack.tmp / "bus_only_rig.toml"
+    bus_only.write_text(tomli_w.dumps(doc))
+    stack.sim(["stroke_r", "stroke_l"], lambda t: [AMPLITUDE_RAD * math.sin(2 * math.pi * FREQUENCY_HZ * t)] * 2,
+              rate_hz=500)
+    drv = stack.driver("--emulate", "--autoactivate", rig=bus_only)
+    hw = drv.collector
+    wait = lambda predicate, what: stack.wait_for(predicate, what=what, logs=(drv.log_path,))  # noqa: E731
+    drv.wait_status(lambda s: s["lifecycle"] == "active", "active")
+    wait(lambda: len(hw.get("hw/command")) > TRACK_S * doc["rates"]["command_hz"], f"{TRACK_S} s of commands")
+
+    # each telemetry sample against the setpoints sent shortly before it (second half: past the ramp-in)
+    commands = hw.get("hw/command")
+    telemetry = [m for m in hw.get("hw/telemetry") if m["stamp_ns"] > commands[0]["stamp_ns"]]
+    assert len(telemetry) > 20
+    errors = []
+    for m in telemetry[len(telemetry) // 2:]:
+        recent = [c for c in commands if 0 <= m["host_ns"] - c["stamp_ns"] <= TRACK_WINDOW_S * 1e9]
+        errors.append(min(max(abs(a - b) for a, b in zip(m["servo_rad"][-1], c["setpoint_rad"])) for c in recent))
+    assert max(errors) < TRACK_TOL_RAD
+    assert max(abs(x) for m in telemetry for x in m["servo_rad"][-1]) > AMPLITUDE_RAD / 4    # it moved
+    # one device: no sensor channels, and no held-positions time stamp (the positions are the bus's own samples)
+    assert telemetry[-1]["strain_names"] == [] and telemetry[-1]["load_names"] == []
+    assert "servo_host_ns" not in telemetry[-1]
+    status = drv.status()
+    assert status["link"]["bus"] == "dynamixel" and status["link"]["hardware_error_status"] == {"1": 0, "2": 0}
+    assert "sensor" not in status["link"]
+
+    assert drv.stop() == 0
+    final = hw.last("hw/status")
+    assert final["lifecycle"] == "finalized" and final["estop"] is False
+    last = hw.get("hw/telemetry")[-1]["servo_rad"][-1]
+    assert all(abs(x) <= NEUTRAL_TOL_RAD + 0.01 for x in last), last
+    assert not hw.invalid, hw.invalid[:5]
 
 
-def test_driver_tracks_the_simulator_through_the_dynamixel_bus(tmp_path):
-    ports = [_free_port() for _ in range(5)]
-    network = tmp_path / "network.toml"
-    network.write_text(f'[sim]\npub = "tcp://127.0.0.1:{ports[0]}"\ncontrol = "tcp://127.0.0.1:{ports[1]}"\n'
-                       f'[driver]\npub = "tcp://127.0.0.1:{ports[2]}"\ncontrol = "tcp://127.0.0.1:{ports[3]}"\n'
-                       f'[recorder]\ncontrol = "tcp://127.0.0.1:{ports[4]}"\n')
-    ctx = zmq.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.bind(f"tcp://127.0.0.1:{ports[0]}")
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"hw/")
-    sub.connect(f"tcp://127.0.0.1:{ports[2]}")
-    stop = threading.Event()
-
-    def publish():
-        seq, t0 = 0, time.monotonic()
-        while not stop.wait(0.002):
-            t = time.monotonic() - t0
-            q = AMPLITUDE_RAD * math.sin(2 * math.pi * FREQUENCY_HZ * t)
-            pub.send_multipart(encode("sim/state", {
-                "v": 1, "seq": seq, "t": t, "stamp_ns": time.time_ns(), "joint_names": ["stroke_r", "stroke_l"],
-                "q": [q, q], "qd": [0.0, 0.0], "qdd": [0.0, 0.0], "tau": [0.0, 0.0], "strain": [0.0, 0.0],
-                "base_pos": [0.0] * 3, "base_quat": [1.0, 0.0, 0.0, 0.0], "base_twist": [0.0] * 6,
-                "base_wrench": [0.0] * 6, "ext_wrench": [0.0] * 6}))
-            seq += 1
-    publisher = threading.Thread(target=publish, daemon=True)
-    publisher.start()
-    log = (tmp_path / "drive.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "hil.driver_dynamixel", "--rig", str(RIG), "--emulate",
-                             "--config", str(network), "--autoactivate"], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT)
-    received: dict[str, list[dict]] = {}
-
-    def drain(until, what):
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            if sub.poll(100):
-                topic, payload = decode(sub.recv_multipart())
-                validate(topic, payload)
-                received.setdefault(topic, []).append(payload)
-                if until(topic, payload):
-                    return payload
-        raise AssertionError(f"timed out waiting for {what}: {(tmp_path / 'drive.log').read_text()[-2000:]}")
-    try:
-        drain(lambda topic, m: topic == "hw/status" and m["lifecycle"] == "active", "active")
-        # a second of tracking: compare each telemetry sample with the last command sent before it
-        t_end = time.monotonic() + 1.0
-        drain(lambda topic, m: time.monotonic() > t_end, "a second of traffic")
-        telemetry = [m for m in received["hw/telemetry"] if m["stamp_ns"] > received["hw/command"][0]["stamp_ns"]]
-        commands = received["hw/command"]
-        assert len(telemetry) > 20
-        errors = []
-        for m in telemetry[len(telemetry) // 2:]:
-            recent = [c for c in commands if 0 <= m["host_ns"] - c["stamp_ns"] <= TRACK_WINDOW_S * 1e9]
-            errors.append(min(max(abs(a - b) for a, b in zip(m["servo_rad"][-1], c["setpoint_rad"]))
-                              for c in recent))
-        assert max(errors) < TRACK_TOL_RAD
-        assert max(abs(x) for m in telemetry for x in m["servo_rad"][-1]) > AMPLITUDE_RAD / 4    # it moved
-        status = received["hw/status"][-1]
-        assert status["link"]["bus"] == "dynamixel" and status["link"]["hardware_error_status"] == {"1": 0, "2": 0}
-        proc.send_signal(signal.SIGINT)
-        final = drain(lambda topic, m: topic == "hw/status" and m["lifecycle"] == "finalized", "finalized")
-        assert proc.wait(DEADLINE_S) == 0
-        last = received["hw/telemetry"][-1]["servo_rad"][-1]
-        assert all(abs(x) <= NEUTRAL_TOL_RAD + 0.01 for x in last), last
-        assert final["estop"] is False
-    finally:
-        stop.set()
-        publisher.join(2)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
-        for s in (pub, sub):
-            s.close(0)
-        ctx.term()
+def test_sensor_options_need_a_second_device(stack):
+    """--sensor-port on a rig without [microcontroller], or on a microcontroller rig: one line, exit 2."""
+    doc = load_toml(RIG)
+    del doc["microcontroller"]
+    bus_only = stack.tmp / "bus_only_rig.toml"
+    bus_only.write_text(tomli_w.dumps(doc))
+    for rig in (bus_only, stack.flapper_rig):
+        run = subprocess.run(stack.mms("drive", "--rig", str(rig), "--sensor-port", "/dev/null", "--config",
+                                       str(stack.net)), capture_output=True, text=True, timeout=60, cwd=stack.root)
+        assert run.returncode == 2, run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--sensor-port" in lines[0] and "Traceback" not in run.stderr, run.stderr
+    # the backend's own entry point says the same
+    run = subprocess.run([sys.executable, "-m", "hil.driver_dynamixel", "--rig", str(bus_only), "--sensor-port",
+                          "/dev/null"], capture_output=True, text=True, timeout=60, cwd=stack.root)
+    assert run.returncode == 2 and "--sensor-port" in run.stderr, run.stderr

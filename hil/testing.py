@@ -1,0 +1,316 @@
+"""Real processes and sockets for tests and benchmarks of the HIL stack: free loopback endpoints in a network
+file, ``mms drive`` / ``mms serve`` as subprocesses with control clients, a hw/* collector, a sim/state publisher.
+
+Nothing here is a mock: every part is the real program or a real ZeroMQ socket. Waits poll a condition with a
+deadline (:func:`wait_for`), never a bare sleep. Used by tests/driver, tests/dynamixel (their conftest.py files
+make fixtures of :class:`Stack`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import zmq
+
+from sim.messages import decode, encode, validate
+
+#: generous: two cores shared with other test runs
+DEADLINE_S = 20.0
+
+
+def mms(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hil.cli", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_network(path: Path) -> Path:
+    """A network.toml at ``path`` with free loopback ports, so tests never collide with each other or a running
+    stack."""
+    ports = [free_port() for _ in range(5)]
+    path.write_text(f"""[sim]
+pub = "tcp://127.0.0.1:{ports[0]}"
+control = "tcp://127.0.0.1:{ports[1]}"
+[driver]
+pub = "tcp://127.0.0.1:{ports[2]}"
+control = "tcp://127.0.0.1:{ports[3]}"
+[recorder]
+control = "tcp://127.0.0.1:{ports[4]}"
+""")
+    return path
+
+
+def endpoints(network: Path):
+    from sim.network import load_endpoints
+    return load_endpoints(network)
+
+
+def wait_for(predicate, timeout_s: float = DEADLINE_S, poll_s: float = 0.01, what: str = "condition",
+             logs=()):
+    """Poll ``predicate`` until it returns something truthy (returned) or the deadline passes (AssertionError,
+    with the tails of the ``logs`` files so the failure says what the processes said)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            tails = "".join(f"\n--- {Path(log).name}\n{Path(log).read_text(errors='replace')[-1500:]}"
+                            for log in logs if Path(log).exists())
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{tails}")
+        time.sleep(poll_s)
+
+
+class Collector:
+    """Subscribes to a PUB endpoint in a thread and keeps every message (topic -> list of payloads), each with
+    ``_rx_ns`` (wall clock when received) added; schema-checks every ``validate_every``-th one (0: none)."""
+
+    def __init__(self, endpoint: str, topics=("hw/",), validate_every: int = 0):
+        self.ctx = zmq.Context.instance()
+        self.validate_every, self.count = validate_every, 0
+        self.invalid: list[str] = []        # schema violations seen (every validate_every-th message checked)
+        self.messages: dict[str, list[dict]] = {}
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.sock = self.ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        for t in topics:
+            self.sock.setsockopt(zmq.SUBSCRIBE, t.encode())
+        self.sock.connect(endpoint)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while not self.stop_event.is_set():
+            if poller.poll(50):
+                while True:
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    topic, payload = decode(frames)
+                    self.count += 1
+                    if self.validate_every and self.count % self.validate_every == 0:
+                        try:
+                            validate(topic, payload)
+                        except Exception as exc:  # noqa: BLE001 - reported by the test
+                            self.invalid.append(f"{topic}: {exc}")
+                    payload["_rx_ns"] = time.time_ns()
+                    with self.lock:
+                        self.messages.setdefault(topic, []).append(payload)
+
+    def get(self, topic: str) -> list[dict]:
+        with self.lock:
+            return list(self.messages.get(topic, []))
+
+    def last(self, topic: str) -> dict | None:
+        with self.lock:
+            items = self.messages.get(topic)
+            return items[-1] if items else None
+
+    def close(self):
+        self.stop_event.set()
+        self.thread.join(2)
+        self.sock.close(0)
+
+
+class SimPublisher:
+    """Publishes sim/state at ``rate_hz`` from a thread on the sim PUB endpoint: q = q_of_t(t) per joint."""
+
+    def __init__(self, endpoint: str, joint_names: list[str], q_of_t, rate_hz: float = 1000.0):
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.PUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.names, self.q_of_t, self.period = joint_names, q_of_t, 1.0 / rate_hz
+        self.seq = 0
+        self.paused = threading.Event()
+        self.stop_event = threading.Event()
+        self.override = None       # a function payload -> payload, to send bad states
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        t0 = time.monotonic()
+        next_t = t0
+        while not self.stop_event.is_set():
+            next_t += self.period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if self.paused.is_set():
+                continue
+            t = time.monotonic() - t0
+            n = len(self.names)
+            payload = {"v": 1, "seq": self.seq, "t": t, "stamp_ns": time.time_ns(), "joint_names": self.names,
+                       "q": [float(x) for x in self.q_of_t(t)], "qd": [0.0] * n, "qdd": [0.0] * n,
+                       "tau": [0.0] * n, "strain": [0.0] * n, "base_pos": [0.0] * 3,
+                       "base_quat": [1.0, 0.0, 0.0, 0.0], "base_twist": [0.0] * 6, "base_wrench": [0.0] * 6,
+                       "ext_wrench": [0.0] * 6}
+            if self.override is not None:
+                payload = self.override(payload)
+            self.sock.send_multipart(encode("sim/state", payload))
+            self.seq += 1
+
+    def close(self):
+        self.stop_event.set()
+        self.thread.join(2)
+        self.sock.close(0)
+
+
+class DriverProc:
+    """`mms drive` as a subprocess (its stdout+stderr in a log file), with a control client and a collector."""
+
+    def __init__(self, tmp_path: Path, network: Path, *args: str, rig: Path, root: Path):
+        self.log_path = tmp_path / f"drive-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("wb")
+        self.ep = endpoints(network)
+        self.collector = Collector(self.ep.driver_pub, validate_every=1)
+        self.proc = subprocess.Popen(mms("drive", "--rig", str(rig), "--config", str(network), *args),
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+
+    def ctl(self, cmd: str, timeout_s: float = 10.0, **extra) -> dict:
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+        sock.connect(self.ep.driver_control)
+        try:
+            sock.send(msgpack.packb({"cmd": cmd, **extra}))
+            return msgpack.unpackb(sock.recv(), raw=False)
+        finally:
+            sock.close(0)
+
+    def status(self) -> dict | None:
+        return self.collector.last("hw/status")
+
+    def wait_status(self, predicate, what: str, timeout_s: float = DEADLINE_S) -> dict:
+        return wait_for(lambda: (s := self.status()) is not None and predicate(s) and s, timeout_s, what=what)
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig=signal.SIGINT, timeout_s: float = DEADLINE_S) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.collector.close()
+        self.log.close()
+        return self.proc.returncode
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def sine(amplitude: float, freq_hz: float, phase: float = 0.0):
+    return lambda t: amplitude * math.sin(2 * math.pi * freq_hz * t + phase)
+
+
+class ServeProc:
+    """`mms serve CONFIG` as a subprocess on the test's network file."""
+
+    def __init__(self, tmp_path: Path, network: Path, robot: str, *args: str, root: Path):
+        self.log_path = tmp_path / f"serve-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("wb")
+        self.ep = endpoints(network)
+        self.proc = subprocess.Popen(mms("serve", str(root / "configs" / "robots" / robot), "--network",
+                                         str(network), *args),
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+
+    def ctl(self, cmd: str, timeout_s: float = 20.0, **extra) -> dict:
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+        sock.connect(self.ep.sim_control)
+        try:
+            sock.send(msgpack.packb({"cmd": cmd, **extra}))
+            return msgpack.unpackb(sock.recv(), raw=False)
+        finally:
+            sock.close(0)
+
+    def stop(self, sig=signal.SIGINT, timeout_s: float = DEADLINE_S) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+class Stack:
+    """Factories for the processes and sockets of one test (``mms drive``, ``mms serve``, a sim/state publisher,
+    collectors), all on the network file ``network``; :meth:`close` stops everything, last made first."""
+    deadline_s = DEADLINE_S
+    wait_for = staticmethod(wait_for)
+    alive = staticmethod(process_alive)
+    mms = staticmethod(mms)
+
+    def __init__(self, tmp_path: Path, network: Path, root: Path):
+        self.tmp, self.net, self.root = tmp_path, network, root
+        self.ep = endpoints(network)
+        self.flapper_rig = root / "configs" / "rigs" / "flapper_rig.toml"
+        self.raybot_rig = root / "configs" / "rigs" / "raybot_rig.toml"
+        self.made: list = []
+
+    def driver(self, *args: str, rig: Path | None = None) -> DriverProc:
+        d = DriverProc(self.tmp, self.net, *args, rig=rig or self.flapper_rig, root=self.root)
+        self.made.append(d)
+        return d
+
+    def sim(self, joint_names, q_of_t, rate_hz: float = 1000.0) -> SimPublisher:
+        s = SimPublisher(self.ep.sim_pub, joint_names, q_of_t, rate_hz)
+        self.made.append(s)
+        return s
+
+    def serve(self, robot: str = "flapper.toml", *args: str) -> ServeProc:
+        s = ServeProc(self.tmp, self.net, robot, *args, root=self.root)
+        self.made.append(s)
+        return s
+
+    def collect(self, endpoint: str, topics, validate_every: int = 0) -> Collector:
+        c = Collector(endpoint, topics, validate_every)
+        self.made.append(c)
+        return c
+
+    def close(self) -> None:
+        for thing in reversed(self.made):
+            try:
+                if isinstance(thing, (DriverProc, ServeProc)):
+                    thing.stop()
+                else:
+                    thing.close()
+            except Exception:  # teardown must stop everything else even if one part fails
+                pass
