@@ -24,6 +24,10 @@ Error metrics on the clock-aligned grid (what the rig really did against the sim
 by the simulated peak-to-peak range, R^2 = 1 - SS_res / SS_tot about the measured mean. After removing the
 cross-correlation lag: the least-squares gain and bias ``m ~ gain s + bias`` and the RMS of what they leave,
 which estimates the measurement noise when the model is right.
+
+A channel whose expected signal varies by at most NO_PREDICTION_FRACTION of the measured one's has no prediction
+for the relative metrics to test (:func:`no_prediction`): it is judged by the RMS error on the measured samples,
+in its unit, instead (``rmse_samples``: no lag removed, the measurement not interpolated).
 """
 from __future__ import annotations
 
@@ -45,6 +49,12 @@ MIN_CYCLES_IN_RECORD = 2.0
 GRID_SAMPLES_PER_CYCLE = 200
 #: a denominator below this fraction of the signal scale is treated as zero (flat signal)
 FLAT_SIGNAL_FRACTION = 1e-12
+#: a channel whose expected signal varies (standard deviation) by at most this fraction of the measured one's has
+#: no prediction to compare shapes with (e.g. a side force or roll moment that the model's symmetry makes zero):
+#: the prediction then accounts for at most 1 % (the fraction squared) of the measured variance, so nrmse (divided
+#: by the expected range), R^2 and the amplitude ratio would measure the rig's noise and disturbances against a
+#: near-zero denominator. Such a channel is judged by the absolute RMS error instead (:func:`no_prediction`).
+NO_PREDICTION_FRACTION = 0.1
 
 
 def median_rate(t: np.ndarray) -> float:
@@ -248,6 +258,11 @@ class ChannelMetrics:
     peak_to_peak_measured: float
     cycles: float
     samples: int
+    # on the measured samples themselves, no lag removed (interpolating the measurement onto the grid would average
+    # its noise away): standard deviations (RMS about the mean) and RMS of measured - simulated
+    std_simulated: float
+    std_measured: float
+    rmse_samples: float
 
     def as_dict(self) -> dict[str, float]:
         return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in asdict(self).items()}
@@ -293,13 +308,15 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
     f_harmonic = f_sim if np.isfinite(f_sim) and f_sim > 0 else f
     if max_lag_s is None:
         max_lag_s = 0.5 / max(f, f_harmonic)   # half the shortest period: the lag is unambiguous
-    lag = xcorr_lag(s, m, grid_hz, max_lag_s)
-
     error = m - s
     rmse = float(np.sqrt(np.mean(error ** 2)))
     ptp_sim = float(np.ptp(s))
     scale = max(ptp_sim, float(np.max(np.abs(s))), 1.0) * FLAT_SIGNAL_FRACTION
-    nrmse = rmse / ptp_sim if ptp_sim > scale else float("nan")
+    flat = ptp_sim <= scale
+    nrmse = rmse / ptp_sim if not flat else float("nan")
+    # a flat simulated signal has no correlation peak: its lag is undefined (reported as such, 0 used to align)
+    lag = xcorr_lag(s, m, grid_hz, max_lag_s) if not flat else float("nan")
+    shift = lag if not flat else 0.0
     ss_tot = float(np.sum((m - m.mean()) ** 2))
     r2 = 1.0 - float(np.sum(error ** 2)) / ss_tot if ss_tot > 0 else float("nan")
 
@@ -312,15 +329,18 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
 
     # Aligned comparison on the measured samples themselves (the simulated signal, smooth, is the one
     # interpolated), so that interpolation does not average the measurement noise away.
-    inside = (t_meas - lag >= t[0]) & (t_meas - lag <= t[-1]) & np.isfinite(x_meas)
+    inside = (t_meas - shift >= t[0]) & (t_meas - shift <= t[-1]) & np.isfinite(x_meas)
     m_in = x_meas[inside]
-    s_in = resample(t_sim, x_sim, t_meas[inside] - lag)
+    s_in = resample(t_sim, x_sim, t_meas[inside] - shift)
     s_mean, m_mean = float(np.mean(s_in)), float(np.mean(m_in))
     s_centred = s_in - s_mean
     s_var = float(np.dot(s_centred, s_centred))
     gain = float(np.dot(s_centred, m_in - m_mean)) / s_var if s_var > 0 else float("nan")
     bias = m_mean - gain * s_mean
     residual = m_in - (gain * s_in + bias)
+    # On the measured samples without a lag (for a channel with no prediction, where the lag means nothing).
+    on_grid = (t_meas >= t[0]) & (t_meas <= t[-1]) & np.isfinite(x_meas)
+    m_samples, s_samples = x_meas[on_grid], resample(t_sim, x_sim, t_meas[on_grid])
 
     t0 = t[0]
     starts, cycle_error = cycle_rms_error(t, error, f, t0)
@@ -333,11 +353,33 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
         amplitude_simulated=abs(a_sim), amplitude_measured=abs(a_meas),
         mean_simulated=float(np.mean(s)), mean_measured=float(np.mean(m)),
         peak_to_peak_simulated=ptp_sim, peak_to_peak_measured=float(np.ptp(m)),
-        cycles=float((t[-1] - t[0]) * f), samples=int(len(t)))
+        cycles=float((t[-1] - t[0]) * f), samples=int(len(t)),
+        std_simulated=float(np.std(s_samples)), std_measured=float(np.std(m_samples)),
+        rmse_samples=float(np.sqrt(np.mean((m_samples - s_samples) ** 2))))
     return Comparison(metrics=metrics, t=t, simulated=s, measured=m,
                       phase_simulated=phase_average(t, s, f, t0, phase_bins),
                       phase_measured=phase_average(t, m, f, t0, phase_bins),
                       cycle_starts=starts, cycle_rms_error=cycle_error)
+
+
+def prediction_constant(metrics: ChannelMetrics) -> bool:
+    """The expected signal is constant to rounding (standard deviation within FLAT_SIGNAL_FRACTION of its level):
+    its relative metrics (nrmse, lag, amplitude ratio) have no denominator at all."""
+    return metrics.std_simulated <= FLAT_SIGNAL_FRACTION * max(
+        abs(metrics.mean_simulated) + metrics.peak_to_peak_simulated, 1.0)
+
+
+def no_prediction(metrics: ChannelMetrics) -> str | None:
+    """Why the expected signal has (nearly) nothing to compare shapes with, or None when it has: it is constant
+    (:func:`prediction_constant`), or its standard deviation is at most NO_PREDICTION_FRACTION of the measured
+    one's."""
+    std_sim, std_meas = metrics.std_simulated, metrics.std_measured
+    if prediction_constant(metrics):
+        return f"no prediction (expected signal constant: std {std_sim:.3g}; measured std {std_meas:.3g})"
+    if std_sim <= NO_PREDICTION_FRACTION * std_meas:
+        return (f"no prediction (expected std {std_sim:.3g} <= {NO_PREDICTION_FRACTION:g} x measured std "
+                f"{std_meas:.3g})")
+    return None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,12 @@ Without pairs in the config, they are derived from the rig file stored in the re
 channel with an ``[emulator.physics.sensors]`` source gives that simulated signal (scale from it); otherwise a
 strain channel named as a joint is compared with that joint's ``strain`` and a load channel named fx..mz with
 ``base_wrench``. Analysis method: :mod:`hil.analysis`.
+
+A channel with no prediction (its expected signal varies by at most NO_PREDICTION_FRACTION of the measured one's,
+e.g. a side force that the model's symmetry makes zero) is judged by its RMS error on the measured samples
+(``rmse_samples``, in its unit) against its ``rmse_max`` alone (``[pass]``, ``[pair.pass]`` or
+``[channel.<name>]``). Without an ``rmse_max``, a constant prediction is *not judged* (neither PASS nor FAIL), and
+a small but varying one is judged by the criteria as any channel (the model may be under-predicting).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from hil.analysis import Comparison, Criterion, compare
+from hil.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
 from hil.mcap_io import RecordingError, read_recording
 from hil.series import WRENCH_NAMES, Tables, build_tables
 from sim.config import ConfigError, load_toml, require
@@ -50,6 +56,10 @@ _CRITERIA_KEYS = {
     "frequency_error_max": ("frequency_error", "upper", True),
 }
 PLOT_CHOICES = ("all", "failed", "none")
+#: what rmse_max bounds for a channel with no prediction: the RMS error on the measured samples themselves
+NO_PREDICTION_METRIC = "rmse_samples"
+#: a channel's status (metrics.json "status"; the report and summary print it upper-case, "_" as a space)
+PASS, FAIL, NOT_JUDGED, ERROR = "pass", "fail", "not_judged", "error"
 #: messages per topic decoded to learn the channel names before the pairs are chosen
 NAME_PROBE_MESSAGES = 50
 #: cycles shown in the overlay panel of each channel's figure
@@ -106,6 +116,9 @@ class Settings:
     skip_s: float = 0.0
     pass_defaults: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PASS))
     pairs: list[Pair] = field(default_factory=list)
+    #: [channel.<name>] criteria: for the pairs of that name or whose measured channel has that name
+    channel_pass: dict[str, list[Criterion]] = field(default_factory=dict)
+    path: str | None = None   # the thresholds file, for errors found once the pairs are known
 
 
 def _criteria(table: dict[str, float], path, prefix: str) -> list[Criterion]:
@@ -120,11 +133,23 @@ def _criteria(table: dict[str, float], path, prefix: str) -> list[Criterion]:
     return [Criterion(metric, lower, upper, absolute) for metric, (lower, upper, absolute) in merged.items()]
 
 
+def _override(criteria: list[Criterion], overrides: list[Criterion]) -> list[Criterion]:
+    """``criteria`` with the bounds that ``overrides`` set replaced (or added), metric by metric."""
+    by_metric = {c.metric: c for c in criteria}
+    for new in overrides:
+        old = by_metric.get(new.metric)
+        by_metric[new.metric] = new if old is None else replace(
+            old, lower=new.lower if new.lower is not None else old.lower,
+            upper=new.upper if new.upper is not None else old.upper)
+    return list(by_metric.values())
+
+
 def load_settings(path: str | Path | None) -> Settings:
     """Read the thresholds/mapping TOML (every key optional); one-line ConfigError on a bad value."""
     settings = Settings()
     if path is None:
         return settings
+    settings.path = str(path)
     doc = load_toml(path)
     positive = dict(check=lambda v: v > 0, expected="a positive number")
     section = require(doc, "validation", dict, path=path, default={})
@@ -157,7 +182,29 @@ def load_settings(path: str | Path | None) -> Settings:
             offset=require(item, "offset", float, path=path, prefix=prefix, default=0.0),
             criteria=_criteria({**settings.pass_defaults, **own_pass}, path, f"{prefix}.pass"),
             frequency_hz=require(item, "frequency_hz", float, path=path, prefix=prefix, default=None, **positive)))
+    channels = require(doc, "channel", dict, path=path, default={}, expected='tables [channel."<name>"]')
+    for name, table in channels.items():
+        if not isinstance(table, dict):
+            raise ConfigError(path, f"channel.{name}", "expected a table of criteria (e.g. rmse_max = 0.01)")
+        settings.channel_pass[name] = _criteria(table, path, f"channel.{name}")
     return settings
+
+
+def apply_channel_criteria(pairs: list[Pair], settings: Settings) -> list[Pair]:
+    """The pairs with the ``[channel.<name>]`` criteria applied over their own (``name`` = the pair's name or its
+    measured channel's element); a name that matches no pair is a one-line ConfigError."""
+    out = []
+    for pair in pairs:
+        for name, overrides in settings.channel_pass.items():
+            if name in (pair.name, pair.measured.element):
+                pair = replace(pair, criteria=_override(pair.criteria, overrides))
+        out.append(pair)
+    names = {p.name for p in pairs} | {p.measured.element for p in pairs if p.measured.element is not None}
+    for name in settings.channel_pass:
+        if name not in names:
+            raise ConfigError(settings.path, f"channel.{name}",
+                              f"matches no pair, expected a pair or measured channel name, one of {sorted(names)}")
+    return out
 
 
 def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]:
@@ -252,10 +299,25 @@ class PairResult:
     checks: list[tuple[bool, str]]
     error: str | None = None
     figure: str | None = None   # file name of its figure in the output folder, if one was drawn
+    judged_by: str | None = "criteria"   # "criteria" (all configured), "rmse" (no prediction), None (not judged)
+    reason: str | None = None            # why a channel with no prediction was judged by rmse_samples or not
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL, NOT_JUDGED (no prediction and no rmse_max) or ERROR (could not be compared)."""
+        if self.error is not None:
+            return ERROR
+        if self.judged_by is None:
+            return NOT_JUDGED
+        return PASS if all(ok for ok, _ in self.checks) else FAIL
 
     @property
     def passed(self) -> bool:
-        return self.error is None and all(ok for ok, _ in self.checks)
+        return self.status == PASS
+
+
+def _label(status: str) -> str:
+    return status.upper().replace("_", " ")
 
 
 def evaluate_pair(pair: Pair, tables: Tables, settings: Settings) -> PairResult:
@@ -267,10 +329,25 @@ def evaluate_pair(pair: Pair, tables: Tables, settings: Settings) -> PairResult:
                              max_lag_s=settings.max_lag_s, phase_bins=settings.phase_bins, skip_s=settings.skip_s)
     except (KeyError, ValueError) as exc:
         message = exc.args[0] if exc.args else str(exc)
-        return PairResult(pair, None, {}, [], error=str(message))
+        return PairResult(pair, None, {}, [], error=str(message), judged_by=None)
     metrics = comparison.metrics.as_dict()
     f_sim, f_meas = metrics["dominant_frequency_simulated_hz"], metrics["dominant_frequency_measured_hz"]
     metrics["frequency_error"] = (f_meas - f_sim) / f_sim if f_sim and f_meas is not None else None
+    why = no_prediction(comparison.metrics)
+    if why is not None:
+        # relative metrics have no denominator: judged by the absolute RMS error on the measured samples alone (on
+        # the grid, interpolation would average the measurement's noise away), if an rmse_max is configured
+        bounds = [Criterion(NO_PREDICTION_METRIC, upper=c.upper) for c in pair.criteria
+                  if c.metric == "rmse" and c.upper is not None]
+        if bounds:
+            return PairResult(pair, comparison, metrics, [c.check(metrics) for c in bounds], judged_by="rmse",
+                              reason=f"{why}: judged by rmse_samples against rmse_max")
+        if prediction_constant(comparison.metrics):
+            return PairResult(pair, comparison, metrics, [], judged_by=None, reason=f"{why} and no rmse_max")
+        # a small but varying prediction may be the model under-predicting what the rig really does: without an
+        # absolute bound saying the measured spread is noise, the shape criteria judge it (and fail it)
+        return PairResult(pair, comparison, metrics, [criterion.check(metrics) for criterion in pair.criteria],
+                          reason=f"{why}: judged by the criteria, as no rmse_max says the measured spread is noise")
     checks = [criterion.check(metrics) for criterion in pair.criteria]
     return PairResult(pair, comparison, metrics, checks)
 
@@ -312,6 +389,8 @@ def evaluate_pairs(pairs: list[Pair], tables: Tables, settings: Settings, progre
             if results[i].comparison is not None:
                 cycle_hz = results[i].comparison.metrics.frequency_hz
                 break
+        # pairs tried before (e.g. a flat simulated signal: no frequency of its own) are compared again on it
+        results = {i: r for i, r in results.items() if r.comparison is not None or cycle_hz is None}
     cycle_settings = replace(settings, frequency_hz=cycle_hz)
     remaining = [i for i in range(len(pairs)) if i not in results]
     bar = None
@@ -390,7 +469,8 @@ class PairFigure:
         for ax in (self.ax_time, self.ax_phase, self.ax_error):
             ax.relim()
             ax.autoscale_view()
-        self.title.set_text(f"{result.pair.name}: {'PASS' if result.passed else 'FAIL'}")
+        self.title.set_text(f"{result.pair.name}: {_label(result.status)}"
+                            + (f" — {result.reason}" if result.reason else ""))
         self.figure.savefig(path)
 
 
@@ -425,6 +505,14 @@ def _fmt(value) -> str:
 
 REPORT_METRICS = ("rmse", "nrmse", "r2", "amplitude_ratio", "phase_lag_deg", "lag_s", "residual_rms", "frequency_hz",
                   "dominant_frequency_simulated_hz", "dominant_frequency_measured_hz")
+#: metrics that compare the shapes of the two signals: not used for a channel with no prediction
+RELATIVE_METRICS = ("nrmse", "r2", "amplitude_ratio", "phase_lag_deg", "lag_s")
+
+
+def _cell(result: PairResult, metric: str) -> str:
+    text = _fmt(result.metrics.get(metric))
+    unused = result.judged_by != "criteria" and metric in RELATIVE_METRICS and result.metrics.get(metric) is not None
+    return f"({text})" if unused else text
 
 
 def write_report(out: Path, run: Path, results: list[PairResult], source: str, recording_info: dict,
@@ -434,17 +522,21 @@ def write_report(out: Path, run: Path, results: list[PairResult], source: str, r
                                          if recording_info.get("truncated") else ""),
              f"- pairs from: {source}",
              "- simulated reference: the sim/* stream recorded in the same run (no offline re-simulation)",
-             f"- result: **{sum(r.passed for r in results)} of {len(results)} channels pass**", ""]
+             f"- result: **{sum(r.passed for r in results)} of {len(results)} channels pass**"
+             + _not_judged_note(sum(r.status == NOT_JUDGED for r in results)), ""]
     gaps = recording_info.get("gaps")
     if gaps:
         lines += [f"- seq gaps recorded per topic: {gaps}", ""]
     lines += ["| channel | result | " + " | ".join(REPORT_METRICS) + " |",
               "|---|---|" + "---|" * len(REPORT_METRICS)]
     for r in results:
-        state = "error" if r.error else ("PASS" if r.passed else "FAIL")
-        lines.append(f"| {r.pair.name} | {state} | " + " | ".join(_fmt(r.metrics.get(k)) for k in REPORT_METRICS)
-                     + " |")
+        state = "error" if r.error else _label(r.status)
+        lines.append(f"| {r.pair.name} | {state} | " + " | ".join(_cell(r, k) for k in REPORT_METRICS) + " |")
     lines.append("")
+    if any(r.reason for r in results):
+        lines += ["Values in parentheses are not used: the channel has no prediction to compare shapes with and is "
+                  "judged by rmse_samples against its rmse_max, or not judged (a constant prediction, no rmse_max).",
+                  ""]
     for r in results:
         lines += [f"## {r.pair.name}", "",
                   f"measured `{r.pair.measured}` vs simulated `{r.pair.simulated}` "
@@ -452,10 +544,23 @@ def write_report(out: Path, run: Path, results: list[PairResult], source: str, r
         if r.error:
             lines += [f"error: {r.error}", ""]
             continue
+        if r.reason and r.judged_by == "rmse":
+            lines += [f"- {r.reason}; nrmse, r2, amplitude_ratio and the lags are not used"]
+        elif r.reason and r.judged_by == "criteria":
+            name = r.pair.measured.element or r.pair.name
+            lines += [f"- {r.reason} (if it is, set `[channel.\"{name}\"] rmse_max = ...` in the channel's unit)"]
+        elif r.reason:
+            name = r.pair.measured.element or r.pair.name
+            lines += [f"- not judged: {r.reason} (set one, in the channel's unit: "
+                      f"`[channel.\"{name}\"] rmse_max = ...`)"]
         lines += [f"- {'pass' if ok else 'FAIL'}: {text}" for ok, text in r.checks] + [""]
         if r.pair.name in plots:
             lines += [f"![{r.pair.name}]({plots[r.pair.name]})", ""]
     (out / "report.md").write_text("\n".join(lines))
+
+
+def _not_judged_note(count: int) -> str:
+    return f", {count} not judged (no prediction and no rmse_max)" if count else ""
 
 
 def _gaps(metadata: dict[str, dict[str, str]]) -> dict[str, int]:
@@ -483,6 +588,7 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
     if not pairs:
         raise RecordingError(f"{run}: no measured/simulated pairs found: give them with --thresholds FILE "
                              f"([[pair]] measured = 'topic:key:element', simulated = ...)")
+    pairs = apply_channel_criteria(pairs, settings)
     keys: dict[str, set[str]] = {}
     for pair in pairs:
         for ref in (pair.measured, pair.simulated):
@@ -503,14 +609,21 @@ def validate_run(run: Path, out: Path, settings: Settings, rig_path: str | None,
     write_report(out, run, results, source, info, plot_files)
     document = {
         "run": str(run), "pairs_from": source, "truncated": info["truncated"], "seq_gaps": info["gaps"],
-        "messages": info["messages"], "passed": all(r.passed for r in results),
+        "messages": info["messages"], "passed": run_passed(results),
+        "not_judged": sum(r.status == NOT_JUDGED for r in results),
         "elapsed_s": time.perf_counter() - started,
         "channels": [{"name": r.pair.name, "measured": str(r.pair.measured), "simulated": str(r.pair.simulated),
                       "scale": r.pair.scale, "offset": r.pair.offset, "passed": r.passed, "error": r.error,
+                      "status": r.status, "judged_by": r.judged_by, "reason": r.reason,
                       "checks": [{"ok": ok, "text": text} for ok, text in r.checks], "metrics": r.metrics}
                      for r in results]}
     (out / "metrics.json").write_text(json.dumps(document, indent=1, allow_nan=False))
     return results, document
+
+
+def run_passed(results: list[PairResult]) -> bool:
+    """The run passes when no channel fails or errs and at least one passes (channels not judged are neither)."""
+    return any(r.passed for r in results) and all(r.status in (PASS, NOT_JUDGED) for r in results)
 
 
 SWEEP_COLUMNS = ("run", "frequency_simulated_hz", "frequency_measured_hz", "amplitude_simulated",
@@ -642,18 +755,25 @@ def summary_lines(document: dict) -> list[str]:
             lines.append(f"ERROR {channel['name']}: {channel['error']}")
             continue
         m = channel["metrics"]
-        lines.append(f"{'PASS' if channel['passed'] else 'FAIL':5} {channel['name']}  nrmse {_fmt(m.get('nrmse'))}  "
+        status = channel.get("status") or (PASS if channel["passed"] else FAIL)   # older files: no status
+        if channel.get("judged_by", "criteria") != "criteria":   # no prediction: rmse, or not judged
+            lines.append(f"{_label(status):5} {channel['name']}  {NO_PREDICTION_METRIC} "
+                         f"{_fmt(m.get(NO_PREDICTION_METRIC))}  {channel['reason']}")
+            continue
+        lines.append(f"{_label(status):5} {channel['name']}  nrmse {_fmt(m.get('nrmse'))}  "
                      f"R2 {_fmt(m.get('r2'))}  ratio {_fmt(m.get('amplitude_ratio'))}  "
                      f"lag {_fmt(m.get('phase_lag_deg'))} deg")
     passed = sum(c["passed"] for c in document["channels"])
-    lines.append(f"{passed}/{len(document['channels'])} channels pass")
+    not_judged = sum(c.get("status") == NOT_JUDGED for c in document["channels"])
+    lines.append(f"{passed}/{len(document['channels'])} channels pass" + _not_judged_note(not_judged))
     return lines
 
 
 def main_for_demo(recording: Path, robot: Path, rig: Path, out: Path) -> int:
     """`mms demo`'s validation step: pairs from ``rig``, the default criteria, every figure. Returns the exit code
-    of `mms validate` (0 all pass, 1 a channel fails, 2 the run cannot be validated). ``robot`` is the model the
-    run simulated: the reference is its recorded sim/* stream (no offline re-simulation)."""
+    of `mms validate` (0 no channel fails and one passes, 1 a channel fails, 2 the run cannot be validated).
+    ``robot`` is the model the run simulated: the reference is its recorded sim/* stream (no offline
+    re-simulation)."""
     try:
         _results, document = validate_run(Path(recording), Path(out), load_settings(None), str(rig), "all",
                                           progress=False)
