@@ -2,8 +2,8 @@
 file, ``mms drive`` / ``mms serve`` as subprocesses with control clients, a hw/* collector, a sim/state publisher.
 
 Nothing here is a mock: every part is the real program or a real ZeroMQ socket. Waits poll a condition with a
-deadline (:func:`wait_for`), never a bare sleep. Used by tests/driver, tests/dynamixel (their conftest.py files
-make fixtures of :class:`Stack`).
+deadline (:func:`wait_for`), never a bare sleep. tests/conftest.py makes fixtures of :class:`Stack` and
+:func:`write_network`.
 """
 from __future__ import annotations
 
@@ -172,40 +172,40 @@ class SimPublisher:
         self.sock.close(0)
 
 
-class DriverProc:
-    """`mms drive` as a subprocess (its stdout+stderr in a log file), with a control client and a collector."""
+def request(endpoint: str, cmd: str, timeout_s: float, **extra) -> dict:
+    """One request on a REQ socket to a control endpoint (``{"cmd": cmd, ...}``, MessagePack); its reply."""
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+    sock.connect(endpoint)
+    try:
+        sock.send(msgpack.packb({"cmd": cmd, **extra}))
+        return msgpack.unpackb(sock.recv(), raw=False)
+    finally:
+        sock.close(0)
 
-    def __init__(self, tmp_path: Path, network: Path, *args: str, rig: Path, root: Path):
-        self.log_path = tmp_path / f"drive-{time.monotonic_ns()}.log"
+
+class MmsProcess:
+    """An ``mms`` command as a subprocess in its own session (stdout+stderr in a log file under ``tmp_path``),
+    with a client for its control socket."""
+    control_timeout_s = 10.0
+
+    def __init__(self, tmp_path: Path, argv: list[str], root: Path, control: str):
+        self.log_path = tmp_path / f"{argv[0]}-{time.monotonic_ns()}.log"
         self.log = self.log_path.open("wb")
-        self.ep = endpoints(network)
-        self.collector = Collector(self.ep.driver_pub, validate_every=1)
-        self.proc = subprocess.Popen(mms("drive", "--rig", str(rig), "--config", str(network), *args),
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+        self.control = control
+        self.proc = subprocess.Popen(mms(*argv), stdout=self.log, stderr=subprocess.STDOUT, cwd=root,
+                                     start_new_session=True)
 
-    def ctl(self, cmd: str, timeout_s: float = 10.0, **extra) -> dict:
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.REQ)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-        sock.connect(self.ep.driver_control)
-        try:
-            sock.send(msgpack.packb({"cmd": cmd, **extra}))
-            return msgpack.unpackb(sock.recv(), raw=False)
-        finally:
-            sock.close(0)
-
-    def status(self) -> dict | None:
-        return self.collector.last("hw/status")
-
-    def wait_status(self, predicate, what: str, timeout_s: float = DEADLINE_S) -> dict:
-        return wait_for(lambda: (s := self.status()) is not None and predicate(s) and s, timeout_s, what=what)
+    def ctl(self, cmd: str, timeout_s: float | None = None, **extra) -> dict:
+        return request(self.control, cmd, self.control_timeout_s if timeout_s is None else timeout_s, **extra)
 
     def log_text(self) -> str:
         self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig=signal.SIGINT, timeout_s: float = DEADLINE_S) -> int:
+        """Signal it (SIGINT: the program's own clean exit), wait, SIGKILL its group if it hangs; the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -213,9 +213,40 @@ class DriverProc:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        self.collector.close()
         self.log.close()
         return self.proc.returncode
+
+
+class DriverProc(MmsProcess):
+    """``mms drive --rig RIG`` on the test's network file, with a hw/* collector (every message schema-checked)."""
+
+    def __init__(self, tmp_path: Path, network: Path, *args: str, rig: Path, root: Path):
+        self.ep = endpoints(network)
+        self.collector = Collector(self.ep.driver_pub, validate_every=1)
+        super().__init__(tmp_path, ["drive", "--rig", str(rig), "--config", str(network), *args], root,
+                         self.ep.driver_control)
+
+    def status(self) -> dict | None:
+        return self.collector.last("hw/status")
+
+    def wait_status(self, predicate, what: str, timeout_s: float = DEADLINE_S) -> dict:
+        return wait_for(lambda: (s := self.status()) is not None and predicate(s) and s, timeout_s, what=what,
+                        logs=(self.log_path,))
+
+    def stop(self, sig=signal.SIGINT, timeout_s: float = DEADLINE_S) -> int:
+        code = super().stop(sig, timeout_s)
+        self.collector.close()
+        return code
+
+
+class ServeProc(MmsProcess):
+    """``mms serve CONFIG`` on the test's network file (``robot``: a file name in configs/robots, or a path)."""
+    control_timeout_s = 20.0
+
+    def __init__(self, tmp_path: Path, network: Path, robot: str, *args: str, root: Path):
+        self.ep = endpoints(network)
+        super().__init__(tmp_path, ["serve", str(root / "configs" / "robots" / robot), "--network", str(network),
+                                    *args], root, self.ep.sim_control)
 
 
 def process_alive(pid: int) -> bool:
@@ -233,41 +264,6 @@ def process_alive(pid: int) -> bool:
 
 def sine(amplitude: float, freq_hz: float, phase: float = 0.0):
     return lambda t: amplitude * math.sin(2 * math.pi * freq_hz * t + phase)
-
-
-class ServeProc:
-    """`mms serve CONFIG` as a subprocess on the test's network file."""
-
-    def __init__(self, tmp_path: Path, network: Path, robot: str, *args: str, root: Path):
-        self.log_path = tmp_path / f"serve-{time.monotonic_ns()}.log"
-        self.log = self.log_path.open("wb")
-        self.ep = endpoints(network)
-        self.proc = subprocess.Popen(mms("serve", str(root / "configs" / "robots" / robot), "--network",
-                                         str(network), *args),
-                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
-
-    def ctl(self, cmd: str, timeout_s: float = 20.0, **extra) -> dict:
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.REQ)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-        sock.connect(self.ep.sim_control)
-        try:
-            sock.send(msgpack.packb({"cmd": cmd, **extra}))
-            return msgpack.unpackb(sock.recv(), raw=False)
-        finally:
-            sock.close(0)
-
-    def stop(self, sig=signal.SIGINT, timeout_s: float = DEADLINE_S) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
 
 
 class Stack:
@@ -308,7 +304,7 @@ class Stack:
     def close(self) -> None:
         for thing in reversed(self.made):
             try:
-                if isinstance(thing, (DriverProc, ServeProc)):
+                if isinstance(thing, MmsProcess):
                     thing.stop()
                 else:
                     thing.close()

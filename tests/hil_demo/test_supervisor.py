@@ -11,28 +11,16 @@ import time
 import pytest
 
 from hil.supervisor import ChildDied, Supervisor
+from hil.testing import process_alive
 
 SLEEPER = [sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.05)"]
 DEADLINE_S = 15.0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); it is dead for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _wait_dead(pids, deadline_s=DEADLINE_S):
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in pids):
+        if not any(process_alive(pid) for pid in pids):
             return True
         time.sleep(0.05)
     return False
@@ -90,7 +78,7 @@ def test_no_orphans_when_the_supervisor_is_killed(tmp_path):
     """)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pids = [int(pid) for pid in parent.stdout.readline().split()]
-    assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+    assert len(pids) == 2 and all(process_alive(pid) for pid in pids)
     parent.kill()
     parent.wait()
     assert _wait_dead(pids)
