@@ -19,6 +19,7 @@ lifecycle, limits, watchdogs and e-stop work unchanged:
 * **silence of either device** is silence of the link: ``last_rx_s`` is the older of the two, so the driver's
   link-silence rule trips when either goes quiet, and a port error on either takes the whole link down (the
   bus then turns the servos' torque off);
+* the driver's rig is :func:`hil.rigs.two_device_rig` of the two rig files;
 * with ``--emulate`` the composite owns the microcontroller's emulator (``mms emulate --rig <its rig file>``),
   started when the link opens and stopped when it closes; the driver owns the bus's.
 """
@@ -31,20 +32,11 @@ import time
 from firmware_interface import protocol as p
 from firmware_interface.dynamixel_emulator import DxlRig
 from firmware_interface.rig import Rig
-from hil.driver_dynamixel import IDLE_TELEMETRY_HZ, DynamixelLink
+from hil.driver_dynamixel import DynamixelLink
 from hil.driver_link import LinkError, SerialLink
 
 MIRROR, NEUTRAL = "mirror", "neutral"
 SERVO_CHANNEL_MODES = (MIRROR, NEUTRAL)
-
-
-def two_device_rig(bus_rig: Rig, sensor_rig: Rig) -> Rig:
-    """The driver's view of the two devices: the bus's servos, joints, command rate and port; the sensor
-    link's strain and load channels, telemetry rate and frame size (the silence rule uses them). Heartbeats
-    run at the faster of the two rates: the bus's idle reads must come often enough for its Bus Watchdog."""
-    return dataclasses.replace(bus_rig, strain=sensor_rig.strain, load=sensor_rig.load,
-                               telemetry_hz=sensor_rig.telemetry_hz, samples_per_frame=sensor_rig.samples_per_frame,
-                               heartbeat_hz=max(IDLE_TELEMETRY_HZ, sensor_rig.heartbeat_hz))
 
 
 class ServoMirror:

@@ -432,7 +432,8 @@ def run(args) -> int:
 
     from firmware_interface.rig import load_rig
     from hil import driver as driver_module
-    from hil.driver_composite import CompositeLink, two_device_rig
+    from hil.driver_composite import CompositeLink
+    from hil.rigs import two_device_rig
     from sim.config import ConfigError
 
     dxl_rig, bus_rig = load_driver_rig(args.rig)

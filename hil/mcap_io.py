@@ -8,7 +8,8 @@ The file format (docs/recording.md) is the contract with the dashboard's replay 
 - message data = the MessagePack payload frame exactly as it came over the wire;
   ``log_time`` = recorder wall clock when received (ns since the Unix epoch), ``publish_time`` = the
   payload's ``stamp_ns`` (publisher wall clock), ``sequence`` = the payload's ``seq``;
-- metadata records ``robot_config`` / ``rig_config`` (file path and text), ``software`` (versions),
+- metadata records ``robot_config`` / ``rig_config`` / ``sensor_rig_config`` (file path and text; the last for
+  a two-device rig's microcontroller), ``software`` (versions),
   ``recording`` (endpoints, start time) and, when the recording is finished cleanly, ``recorder_stats``.
 
 Crash tolerance: the writer closes the open chunk (:meth:`mcap.writer.Writer.flush`) and ``fsync``s the file

@@ -25,6 +25,7 @@ import msgpack
 import zmq
 
 from hil.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
+from hil.rigs import sensor_rig_path
 from sim.config import ConfigError
 from sim.messages import SeqTracker
 from sim.network import Endpoints, load_endpoints, warn_if_not_loopback
@@ -124,7 +125,13 @@ class Recorder:
         path = Path(path) if path else default_run_path()
         robot = robot or self.robot
         rig = rig or self.rig
-        configs = {name: (p, p.read_text()) for name, p in (("robot_config", robot), ("rig_config", rig)) if p}
+        # a two-device rig (a Dynamixel bus and its sensor microcontroller) is two files: both are kept
+        try:
+            sensor_rig = sensor_rig_path(rig) if rig else None
+        except ConfigError as exc:
+            raise RecordingError(str(exc)) from None
+        configs = {name: (p, p.read_text()) for name, p in (("robot_config", robot), ("rig_config", rig),
+                                                            ("sensor_rig_config", sensor_rig)) if p}
         writer = RecordingWriter(path, flush_interval_s=self.flush_interval_s, overwrite=overwrite)
         started = time.time_ns()
         writer.add_metadata("software", software_versions())
@@ -308,6 +315,8 @@ def run(args) -> int:
     endpoints = load_endpoints(args.config)
     robot = resolve_config(args.robot, "robots")
     rig = resolve_config(args.rig, "rigs")
+    if rig is not None:
+        sensor_rig_path(rig)        # a bad rig file: one line now, not when the recording starts
     try:
         recorder = Recorder(endpoints, robot=robot, rig=rig, hwm=args.hwm, flush_interval_s=args.flush_interval,
                             progress=not args.quiet)

@@ -39,6 +39,7 @@ import numpy as np
 
 from hil.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
 from hil.mcap_io import RecordingError, read_recording
+from hil.rigs import host_rig_from_texts, load_host_rig
 from hil.series import WRENCH_NAMES, Tables, build_tables
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
@@ -256,16 +257,6 @@ def pairs_by_name(tables: Tables, criteria: list[Criterion]) -> list[Pair]:
     return pairs
 
 
-def load_rig_text(text: str, origin: str):
-    """Load a rig stored as text in a recording (through the rig loader, so the same checks apply)."""
-    from firmware_interface.rig import load_rig
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / Path(origin).name
-        path.write_text(text)
-        return load_rig(path)
-
-
 def default_pairs(settings: Settings, tables: Tables, metadata: dict[str, dict[str, str]], rig_path: str | None
                   ) -> tuple[list[Pair], str]:
     """The pairs to compare and where they came from."""
@@ -274,12 +265,12 @@ def default_pairs(settings: Settings, tables: Tables, metadata: dict[str, dict[s
     criteria = _criteria(settings.pass_defaults, None, "pass")
     rig = None
     if rig_path is not None:
-        from firmware_interface.rig import load_rig
-        rig, origin = load_rig(rig_path), f"rig {rig_path}"
+        rig, origin = load_host_rig(rig_path), f"rig {rig_path}"
     elif "rig_config" in metadata and metadata["rig_config"].get("text"):
         stored = metadata["rig_config"]
         try:
-            rig = load_rig_text(stored["text"], stored.get("path", "rig.toml"))
+            rig = host_rig_from_texts(stored["text"], stored.get("path", "rig.toml"),
+                                      metadata.get("sensor_rig_config", {}).get("text"))
             origin = f"rig stored in the recording ({stored.get('path', '?')})"
         except ConfigError as exc:   # a rig of another version, or not a rig at all: fall back to the names
             note = f" (the rig stored in the recording does not load: {exc.message})"

@@ -23,8 +23,9 @@ DEMO_TOPICS = {messages.TOPIC_SIM_STATE, messages.TOPIC_SIM_STATUS, messages.TOP
 NEUTRAL_TOLERANCE_RAD = 1e-6
 
 
-def _demo(out: Path, duration: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration), "--out", str(out)],
+def _demo(out: Path, duration: float, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration), "--out", str(out),
+                             *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
 
@@ -94,9 +95,45 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     metrics = json.loads((out / "report" / "metrics.json").read_text())
     assert (out / "report" / "report.md").exists()
     channels = {c["measured"].split(":")[-1]: c for c in metrics["channels"]}
-    # the servo tracks the simulated stroke; the rig's stiffer wing roots bend less than the model's
-    assert channels["stroke_right"]["passed"]
+    # the servo tracks the simulated stroke: its amplitude, and its shape once its lag is removed (the lag itself,
+    # about 30 deg at 5 Hz, grows with the machine's load, and with it nrmse and R2: "passed" is not asserted)
+    stroke = channels["stroke_right"]["metrics"]
+    assert 0.8 < stroke["amplitude_ratio"] < 1.25 and 0.0 < stroke["phase_lag_deg"] < 90.0, stroke
+    assert stroke["residual_rms"] < 0.2 * stroke["amplitude_simulated"], stroke
+    # the rig's stiffer wing roots bend less than the model's
     assert 0.5 < channels["root_bend_r"]["metrics"]["amplitude_ratio"] < 0.95
+    assert _wait_no_processes(str(out)) == []
+
+
+def test_demo_on_the_two_device_dynamixel_rig(tmp_path):
+    """`mms demo --rig flapper-dynamixel`: one driver owning the Dynamixel bus and the sensor microcontroller
+    (both emulated, the microcontroller with the physics plant); the recording keeps both rig files, and the
+    validation pairs the bus servos and the microcontroller's gauges and tether sensor with the model."""
+    out = tmp_path / "run"
+    demo = _demo(out, 10, "--rig", "flapper-dynamixel")
+    stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT_S)
+    assert demo.returncode == 0, stderr[-3000:]
+    with (out / "run.mcap").open("rb") as handle:
+        metadata = {m.name: m.metadata for m in make_reader(handle).iter_metadata()}
+    assert metadata["rig_config"]["path"].endswith("flapper_dynamixel_rig.toml")
+    assert metadata["sensor_rig_config"]["path"].endswith("flapper_rig.toml")
+    recording = _read_recording(out / "run.mcap")
+    telemetry = recording[messages.TOPIC_HW_TELEMETRY]
+    assert telemetry[-1]["strain_names"] and telemetry[-1]["load_names"] and "servo_host_ns" in telemetry[-1]
+    assert recording[messages.TOPIC_HW_STATUS][-1]["link"]["sensor"]["crc_errors"] == 0
+
+    metrics = json.loads((out / "report" / "metrics.json").read_text())
+    channels = {c["measured"].split(":")[-1]: c for c in metrics["channels"]}
+    assert {"stroke_right", "stroke_left", "root_bend_r", "root_twist_l", "fx", "fz"} <= set(channels)
+    # the Dynamixel servos follow the 0.8 Hz stroke (amplitude, shape once their lag is removed)
+    stroke = channels["stroke_right"]["metrics"]
+    assert 0.8 < stroke["amplitude_ratio"] < 1.25 and 0.0 < stroke["phase_lag_deg"] < 90.0, stroke
+    assert stroke["residual_rms"] < 0.2 * stroke["amplitude_simulated"], stroke
+    # the gauges were compared (their signal is mostly the wing's vibration under the emulated servos' setpoint
+    # steps at this slow stroke, hil/demo.py: no verdict on their shape is asserted; test_dxl_chain.py shows the
+    # microcontroller's strains following the mirrored stroke)
+    bend = channels["root_bend_r"]
+    assert bend["status"] in ("pass", "fail") and bend["metrics"]["amplitude_measured"] > 0, bend
     assert _wait_no_processes(str(out)) == []
 
 

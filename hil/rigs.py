@@ -1,0 +1,71 @@
+"""The host's view of a rig file, whatever its kind: one :class:`firmware_interface.rig.Rig` with the servo channels
+and joint map the driver commands, the sensor channels it reads, and the emulator's truth behind them.
+
+* ``kind = "mcu"`` (docs/rigs.md): the rig file as it is (:func:`firmware_interface.rig.load_rig`);
+* ``kind = "dynamixel"`` (docs/dynamixel.md): the bus servos (:func:`hil.driver_dynamixel.driver_rig`, raw unit
+  goal ticks); with a ``[microcontroller]``, its strain and load channels, telemetry rate and emulator too
+  (:func:`two_device_rig`).
+
+The driver, the recorder (which stores both files of a two-device rig) and the validator (which pairs measured
+channels with simulated ones from this view) use it, so all three agree on what a rig's channels are.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import tomli_w
+
+from firmware_interface.dynamixel_emulator import load_dxl_rig, rig_kind
+from firmware_interface.rig import Rig, load_rig
+from hil.driver_dynamixel import IDLE_TELEMETRY_HZ, driver_rig
+from sim.config import ConfigError, load_toml
+
+
+def two_device_rig(bus_rig: Rig, sensor_rig: Rig) -> Rig:
+    """The driver's view of a servo bus plus a sensor microcontroller: the bus's servos, joints, command rate and
+    port; the microcontroller's strain and load channels (names, calibrations), telemetry rate and frame size (the
+    driver's silence rule uses them) and emulator (its plant's truth, which the validator pairs with the model).
+    Heartbeats run at the faster of the two rates: the bus's idle reads (IDLE_TELEMETRY_HZ) must beat its Bus
+    Watchdog."""
+    return dataclasses.replace(bus_rig, strain=sensor_rig.strain, load=sensor_rig.load,
+                               telemetry_hz=sensor_rig.telemetry_hz, samples_per_frame=sensor_rig.samples_per_frame,
+                               heartbeat_hz=max(IDLE_TELEMETRY_HZ, sensor_rig.heartbeat_hz),
+                               emulator=sensor_rig.emulator)
+
+
+def load_host_rig(path: str | Path) -> Rig:
+    """Any rig file as the host sees it (module docstring); one-line ConfigError on a bad file."""
+    if rig_kind(path) != "dynamixel":
+        return load_rig(path)
+    dxl_rig = load_dxl_rig(path)
+    bus_rig = driver_rig(dxl_rig)
+    if dxl_rig.microcontroller is None:
+        return bus_rig
+    return two_device_rig(bus_rig, load_rig(dxl_rig.microcontroller))
+
+
+def sensor_rig_path(path: str | Path) -> Path | None:
+    """The second file of a two-device rig (a Dynamixel rig's ``[microcontroller] rig``), or None."""
+    if rig_kind(path) != "dynamixel":
+        return None
+    return load_dxl_rig(path).microcontroller
+
+
+def host_rig_from_texts(text: str, origin: str, sensor_text: str | None = None) -> Rig:
+    """:func:`load_host_rig` of a rig stored as text (in a recording, with the text of its microcontroller's rig
+    file when it has one), through the same loaders, so the same checks apply. ``origin`` names it in errors."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / Path(origin).name
+        path.write_text(text)
+        if rig_kind(path) == "dynamixel" and sensor_text is not None:
+            # the stored file names its microcontroller's rig relative to where it was: point it at the copy
+            sensor = Path(folder) / "microcontroller_rig.toml"
+            sensor.write_text(sensor_text)
+            doc = load_toml(path)
+            if not isinstance(doc.get("microcontroller"), dict):
+                raise ConfigError(origin, "microcontroller", "expected a table naming the microcontroller's rig")
+            doc["microcontroller"]["rig"] = sensor.name
+            path.write_text(tomli_w.dumps(doc))
+        return load_host_rig(path)
