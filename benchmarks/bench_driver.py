@@ -3,16 +3,16 @@ without the serial hop (to the setpoint written to the port), in one run.
 
 Processes: this script publishes sim/state at 1 kHz on a real ZeroMQ PUB socket (as `mms serve` does),
 `mms drive --port PTY` runs at the rig's command rate (500 Hz for the flapper rig), and the emulator
-(tests/driver/emulator_probe.py: the real `mms emulate` plus a log of applied setpoints) applies them.
+(`mms emulate --applied-log FILE`: a JSON line per setpoint frame applied, docs/protocol.md) applies them.
 
 - host hop: hw/command ``stamp_ns`` (taken right after the frame was written) minus the state's ``stamp_ns``;
-- full: the emulator's applied time minus the state's ``stamp_ns`` (same host, same wall clock).
+- full: the emulator's applied time (its log's ``host_ns``) minus the state's ``stamp_ns`` (same host, same
+  wall clock).
 The host hop is the baseline; the serial hop is reported as the ratio full / host. Target: p99 <= 5 ms.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
@@ -30,9 +30,9 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from firmware_interface.pty_device import read_applied_log  # noqa: E402
 from sim.messages import decode, encode  # noqa: E402
 
-PROBE = ROOT / "tests" / "driver" / "emulator_probe.py"
 TARGET_P99_MS = 5.0
 
 
@@ -95,7 +95,8 @@ def main() -> int:
     network.write_text(f'[sim]\npub = "tcp://127.0.0.1:{ports[0]}"\ncontrol = "tcp://127.0.0.1:{ports[1]}"\n'
                        f'[driver]\npub = "tcp://127.0.0.1:{ports[2]}"\ncontrol = "tcp://127.0.0.1:{ports[3]}"\n')
     applied_log = work / "applied.jsonl"
-    emulator = subprocess.Popen([sys.executable, str(PROBE), "--rig", args.rig, "--applied-log", str(applied_log)],
+    emulator = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", args.rig,
+                                 "--applied-log", str(applied_log)],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT,
                                 preexec_fn=(lambda: realtime(args.rt_priority)) if args.rt_priority else None)
     port = emulator.stdout.readline().decode().strip()
@@ -147,7 +148,7 @@ def main() -> int:
         emulator.send_signal(signal.SIGTERM)
         emulator.wait(30)
         sub.close(0)
-    applied = [json.loads(line) for line in applied_log.read_text().splitlines()]
+    applied = [r for r in read_applied_log(applied_log) if r["result"] == "applied"]
     host, full = [], []
     first_of_state = set()
     seen_states = set()
@@ -159,10 +160,10 @@ def main() -> int:
     for a in applied:
         c = commands.get(a["seq"])
         # the first frame carrying each state: its latency (a state re-sent on a later tick measures its age)
-        if c is None or a["seq"] not in first_of_state or a["ns"] > t_end_ns:
+        if c is None or a["seq"] not in first_of_state or a["host_ns"] > t_end_ns:
             continue
         host.append(c["stamp_ns"] - c["state_stamp_ns"])
-        full.append(a["ns"] - c["state_stamp_ns"])
+        full.append(a["host_ns"] - c["state_stamp_ns"])
     host_ms, full_ms = stats_ms(np.array(host)), stats_ms(np.array(full))
     rate = len(commands) / args.duration
     load = open("/proc/loadavg").read().split()[0] if Path("/proc/loadavg").exists() else "?"

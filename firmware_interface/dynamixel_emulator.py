@@ -10,29 +10,29 @@ Layers (protocol split from transport):
 * :class:`ServoModel` — one servo's motion: position loop, velocity limit, motor inertia and damping, current;
 * :class:`Bus` — the servos' firmware, transport-free: ``receive(bytes, now)`` returns status packets with the
   wire time each may start (return delay, one servo after the other as on a half-duplex bus);
-* :class:`DynamixelEmulator` — :class:`firmware_interface.emulator.PtyLink` (the pty, 10 bits per byte at the
-  baud rate both ways) plus the loop, fault injection and statistics.
+* :class:`DynamixelEmulator` — a :class:`firmware_interface.pty_device.PtyDevice` (the pty, 10 bits per byte at
+  the baud rate both ways, the loop, signals and statistics, shared with ``mms emulate``) running the bus, with
+  fault injection and, with ``--applied-log FILE``, a JSON line per goal position applied or refused.
 
 The rig file format (``kind = "dynamixel"``) is loaded by :func:`load_dxl_rig`; docs/dynamixel.md documents it.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
-import select
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from sim.config import ConfigError, load_toml, require
 
 from firmware_interface import dynamixel as dxl
-from firmware_interface.emulator import PtyLink
+from firmware_interface.command import module_main
+from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_log_argument, line_fault,
+                                           open_applied_log, serve)
 
 TICKS_PER_RAD = dxl.POSITION_TICKS_PER_REV / (2 * math.pi)
 RAD_S_PER_VELOCITY_UNIT = dxl.VELOCITY_UNIT_RPM * 2 * math.pi / 60.0
@@ -47,6 +47,11 @@ MAX_IDLE_S = 1e-3
 REBOOT_S = 0.05
 #: Current held at the limit for this long trips the overload error, s (the X series' overload detection).
 OVERLOAD_S = 1.0
+#: Status error numbers as named in the applied log.
+ERROR_NAMES = {dxl.ERR_RESULT_FAIL: "result_fail", dxl.ERR_INSTRUCTION: "instruction", dxl.ERR_CRC: "crc",
+               dxl.ERR_DATA_RANGE: "data_range", dxl.ERR_DATA_LENGTH: "data_length", dxl.ERR_DATA_LIMIT: "data_limit",
+               dxl.ERR_ACCESS: "access"}
+GOAL_POSITION = dxl.ITEMS["goal_position"]
 
 
 # -- rig file ------------------------------------------------------------------------------------------------------
@@ -351,6 +356,9 @@ class Bus:
         self.replies = 0
         self.ignored = 0
         self.bus_free_s = 0.0           # when the last status packet scheduled ends on the wire
+        #: called with one record per Goal Position written to a servo, applied or refused (the applied log)
+        self.goal_sink: Callable[[dict], None] | None = None
+        self._instruction: tuple[int, int] = (0, 0)     # (number, instruction) of the packet being handled
 
     def servo(self, servo_id: int) -> ServoModel | None:
         for m in self.models:
@@ -395,6 +403,7 @@ class Bus:
         for m in self.models:
             m.advance(now)
         inst, params = packet.instruction, packet.params
+        self._instruction = (self.instructions, inst)
         broadcast = packet.id == dxl.BROADCAST_ID
         alive = [m for m in self.models if m.id not in self.missing and now >= m.booting_until_s]
         targets = alive if broadcast else [m for m in alive if m.id == packet.id]
@@ -440,7 +449,7 @@ class Bus:
                 error, data = table.read(*parsed)
         elif inst == dxl.WRITE:
             parsed = dxl.parse_write(params)
-            error = dxl.ERR_DATA_LENGTH if parsed is None else table.write(*parsed)
+            error = dxl.ERR_DATA_LENGTH if parsed is None else self._write(m, *parsed, now)
         elif inst == dxl.REBOOT:
             m.reboot(now)
         else:
@@ -478,14 +487,30 @@ class Bus:
                     m = by_id.get(servo_id)
                     if m is not None:
                         m.last_contact_s = now
-                        m.table.write(address, value)               # no status: errors are silent, as on the bus
+                        self._write(m, address, value, now)         # no status: errors are silent, as on the bus
         elif inst == dxl.BULK_WRITE:
             for servo_id, address, value in dxl.parse_bulk_write(params) or []:
                 m = by_id.get(servo_id)
                 if m is not None:
                     m.last_contact_s = now
-                    m.table.write(address, value)
+                    self._write(m, address, value, now)
         return replies
+
+    def _write(self, m: ServoModel, address: int, data: bytes, now: float) -> int:
+        """Write ``data`` at ``address`` of servo ``m``'s table; return the error number. A write that covers
+        Goal Position is told to :attr:`goal_sink`: the goal (ticks), applied (stored) or refused (why)."""
+        error = m.table.write(address, data)
+        offset = GOAL_POSITION.address - address
+        if self.goal_sink is not None and 0 <= offset and offset + GOAL_POSITION.size <= len(data):
+            number, inst = self._instruction
+            goal = int.from_bytes(data[offset:offset + GOAL_POSITION.size], "little", signed=True)
+            record = {"seq": number, "t_us": int(round(now * 1e6)) % 2**32, "host_ns": time.time_ns(),
+                      "instruction": dxl.INSTRUCTION_NAMES[inst], "id": m.id, "goal_position": goal,
+                      "result": "applied" if error == dxl.ERR_NONE else "refused"}
+            if error != dxl.ERR_NONE:
+                record["reason"] = ERROR_NAMES.get(error, str(error))
+            self.goal_sink(record)
+        return error
 
 
 # -- fault injection and the loop ----------------------------------------------------------------------------------
@@ -498,29 +523,27 @@ class DxlFaults:
     counts: dict = field(default_factory=lambda: {"dropped": 0, "corrupted": 0, "hw_errors": 0})
 
 
-class DynamixelEmulator:
-    """The rig's servos on a pty: :class:`Bus` + :class:`PtyLink`, run by :meth:`run` (in a thread or process)."""
+class DynamixelEmulator(PtyDevice):
+    """The rig's servos on a pty: :class:`Bus` on a :class:`PtyDevice` (its pty link and loop), run by
+    :meth:`run` (in a thread or process). ``applied_log``: where every Goal Position write is recorded (closed
+    when the run ends)."""
+
+    max_idle_s = MAX_IDLE_S
 
     def __init__(self, rig: DxlRig, *, baud: int | None = None, faults: DxlFaults | None = None,
-                 seed: int | None = None, missing_ids: tuple[int, ...] = ()):
+                 seed: int | None = None, missing_ids: tuple[int, ...] = (), applied_log: AppliedLog | None = None):
         self.rig = rig
-        self.baud = baud or rig.baud
         self.faults = faults or DxlFaults()
         self.rng = random.Random(rig.seed if seed is None else seed)
-        self.bus = Bus(rig.servos, self.baud)
+        self.bus = Bus(rig.servos, baud or rig.baud)
         self.bus.missing |= set(missing_ids)
-        self.link = PtyLink(self.baud)
+        self.applied_log = applied_log
+        if applied_log is not None:
+            self.bus.goal_sink = applied_log.write
         self.pending: list[Reply] = []
-        self.stop_event = threading.Event()
-        self.started_s = 0.0
-        self.reason = ""
-
-    @property
-    def slave_path(self) -> str:
-        return self.link.slave_path
-
-    def stop(self) -> None:
-        self.stop_event.set()
+        self._hw_errors: list[tuple[float, int, int]] = []   # (at s, servo id, bits) still to come in this run
+        self._last_rx_s = 0.0                                 # when the port last delivered bytes, s
+        super().__init__(baud or rig.baud)
 
     def _release(self, now: float) -> None:
         """Hand every status packet whose start time has come to the UART (with the injected faults)."""
@@ -530,58 +553,44 @@ class DynamixelEmulator:
         self.pending = [r for r in self.pending if r.start_s > now]
         f = self.faults
         for reply in due:
-            data = reply.data
-            if f.drop_rate and self.rng.random() < f.drop_rate:
-                f.counts["dropped"] += 1
-                continue
-            if f.corrupt_rate and self.rng.random() < f.corrupt_rate:
-                f.counts["corrupted"] += 1
-                buf = bytearray(data)
-                k = self.rng.randrange(len(buf))
-                buf[k] ^= 1 << self.rng.randrange(8)
-                data = bytes(buf)
-            self.link.queue(data, reply.start_s)
+            data = line_fault(reply.data, self.rng, f.drop_rate, f.corrupt_rate, f.counts)
+            if data is not None:
+                self.link.queue(data, reply.start_s)
 
-    def run(self, duration_s: float | None = None) -> str:
-        self.started_s = time.monotonic()
-        bus, link = self.bus, self.link
-        hw_errors = sorted(self.faults.hw_errors)
-        last_rx_s = 0.0
-        try:
-            while not self.stop_event.is_set():
-                now = time.monotonic() - self.started_s
-                if duration_s is not None and now >= duration_s:
-                    self.reason = "duration"
-                    break
-                while hw_errors and hw_errors[0][0] <= now:
-                    _, servo_id, bits = hw_errors.pop(0)
-                    m = bus.servo(servo_id)
-                    if m is not None:
-                        m.advance(now)
-                        m.hardware_error(bits)
-                        self.faults.counts["hw_errors"] += 1
-                data = link.read(now)
-                if data:
-                    last_rx_s = now
-                    self.pending += bus.receive(data, now)
-                elif bus.parser.pending and now - last_rx_s > RX_IDLE_EXPIRE_S:
-                    self.pending += bus.expire(now)
-                bus.advance(now)
-                self._release(now)
-                link.pump_tx(now)
-                waits = [MAX_IDLE_S, link.tx_wait_s(now)] + [r.start_s - now for r in self.pending]
-                select.select([link.master_fd], [], [], max(0.0, min(w for w in waits if w is not None)))
-            else:
-                self.reason = "stopped"
-        finally:
-            link.close()
-        return self.reason
+    def on_start(self) -> None:
+        self._hw_errors = sorted(self.faults.hw_errors)
+        self._last_rx_s = 0.0
+
+    def on_stop(self) -> None:
+        if self.applied_log is not None:
+            self.applied_log.close()
+
+    def step(self, now: float) -> str | None:
+        """One pass of the servos' loop: injected hardware errors, received bytes, mechanics, due replies."""
+        bus = self.bus
+        while self._hw_errors and self._hw_errors[0][0] <= now:
+            _, servo_id, bits = self._hw_errors.pop(0)
+            m = bus.servo(servo_id)
+            if m is not None:
+                m.advance(now)
+                m.hardware_error(bits)
+                self.faults.counts["hw_errors"] += 1
+        data = self.link.read(now)
+        if data:
+            self._last_rx_s = now
+            self.pending += bus.receive(data, now)
+        elif bus.parser.pending and now - self._last_rx_s > RX_IDLE_EXPIRE_S:
+            self.pending += bus.expire(now)
+        bus.advance(now)
+        self._release(now)
+        return None
+
+    def wake_s(self, now: float) -> float:
+        return min([self.max_idle_s] + [r.start_s - now for r in self.pending])
 
     def stats(self) -> dict:
         b = self.bus
-        return {"rig": self.rig.name, "reason": self.reason, "baud": self.baud,
-                "elapsed_s": round(time.monotonic() - self.started_s, 3) if self.started_s else 0.0,
-                "bytes_rx": self.link.bytes_rx, "bytes_tx": self.link.bytes_tx, "instructions": b.instructions,
+        return {"rig": self.rig.name, **self.link_stats(), "instructions": b.instructions,
                 "status_packets": b.replies, "rx": b.parser.counters.as_dict(), "faults": self.faults.counts,
                 "servos": {m.id: {"position": m.table.get("present_position"),
                                   "goal_position": m.table.get("goal_position"),
@@ -608,6 +617,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at T s latch Hardware Error Status BITS on servo ID (e.g. 1.0:2:32 = overload); "
                         "repeatable")
     parser.add_argument("--stats", default=None, metavar="FILE", help="also write the final statistics as JSON")
+    add_applied_log_argument(parser)
 
 
 def _parse_ids(text: str) -> tuple[int, ...]:
@@ -634,32 +644,17 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(None, "--baud", f"got {args.baud}, expected one of {sorted(dxl.BAUD_RATES.values())}")
     faults = DxlFaults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate,
                        hw_errors=[_parse_hw_error(h) for h in args.hw_error])
-    emulator = DynamixelEmulator(rig, baud=args.baud, faults=faults, seed=args.seed,
-                                 missing_ids=_parse_ids(args.missing_ids))
-    print(emulator.slave_path, flush=True)
-    print(f"dynamixel emulator: rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, servo IDs "
-          f"{rig.ids}", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: emulator.stop())
-    signal.signal(signal.SIGINT, lambda *_: emulator.stop())
-    reason = emulator.run(args.duration)
-    stats = emulator.stats()
-    print(f"dynamixel emulator: stopped ({reason}): {json.dumps(stats)}", file=sys.stderr, flush=True)
-    if args.stats:
-        with open(args.stats, "w") as handle:
-            json.dump(stats, handle, indent=2)
-    return 0
+    missing_ids = _parse_ids(args.missing_ids)
+    emulator = DynamixelEmulator(rig, baud=args.baud, faults=faults, seed=args.seed, missing_ids=missing_ids,
+                                 applied_log=open_applied_log(args.applied_log))
+    banner = f"rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, servo IDs {rig.ids}"
+    return serve(emulator, "dynamixel emulator", banner, duration_s=args.duration, stats_path=args.stats)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m firmware_interface.dynamixel_emulator",
-                                     description="emulate a Dynamixel (Protocol 2.0) servo bus on a pseudo-terminal")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as exc:
-        print(f"dynamixel emulator: error: {exc}", file=sys.stderr)
-        return 2
+    return module_main("python -m firmware_interface.dynamixel_emulator",
+                       "emulate a Dynamixel (Protocol 2.0) servo bus on a pseudo-terminal", add_arguments, run,
+                       "dynamixel emulator", argv)
 
 
 if __name__ == "__main__":

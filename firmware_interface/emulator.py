@@ -12,40 +12,35 @@ the rig's microcontroller does (docs/protocol.md, docs/rigs.md):
 * sends its bytes no faster than 10 bits per byte at the baud rate, through a bounded transmit buffer (frames
   that do not fit are dropped and counted, as firmware does when the host stops reading);
 * injects faults on request: dropped, corrupted frames, bursts of line noise, host->device bit errors, and an
-  unplug (closes the pty and exits) after a given time.
+  unplug (closes the pty and exits) after a given time;
+* with ``--applied-log FILE``, writes one JSON line per SETPOINTS frame it applied or refused
+  (:class:`firmware_interface.pty_device.AppliedLog`, docs/protocol.md).
 
-The device logic (:class:`Device`) is separate from the transport (:class:`PtyLink`) and the loop
-(:class:`Emulator`), so tests can run it in a thread on a real pty as well as in a subprocess.
+The device logic (:class:`Device`) is separate from the transport and the loop (:class:`Emulator`, a
+:class:`firmware_interface.pty_device.PtyDevice` on a :class:`~firmware_interface.pty_device.PtyLink`, shared
+with the Dynamixel bus emulator), so tests can run it in a thread on a real pty as well as in a subprocess.
 """
 from __future__ import annotations
 
 import argparse
-import errno
-import json
 import math
 import os
 import random
-import select
 import signal
-import sys
-import termios
 import threading
 import time
-import tty
-from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from firmware_interface import protocol as p
 from firmware_interface.plant import make_plant
+# PtyLink and the TX_* constants lived here before firmware_interface/pty_device.py: still importable from here
+from firmware_interface.pty_device import (TX_BUFFER_BYTES, TX_LEAD_S, AppliedLog, PtyDevice, PtyLink,  # noqa: F401
+                                           add_applied_log_argument, line_fault, open_applied_log, serve)
 from firmware_interface.rig import Rig, load_rig
 
-#: Bytes the firmware can hold for transmission (its UART ring buffer: 16 KiB, as on a Teensy/STM32-class board;
-#: about 0.18 s of the flapper rig's telemetry). Frames that do not fit are dropped and counted.
-TX_BUFFER_BYTES = 16384
-#: How far ahead of the wire the emulator hands bytes to the pty, s (one loop period of slack).
-TX_LEAD_S = 1e-3
 #: Most the loop sleeps without checking the port, s.
 MAX_IDLE_S = 2e-3
 #: If the loop falls further behind its sampling clock than this, s, it skips ahead (and counts an overrun).
@@ -53,6 +48,9 @@ MAX_CATCH_UP_S = 0.5
 #: While the e-stop is latched, setpoints are NACKed at most this often, s (a 500 Hz host would flood the link).
 ESTOP_NACK_INTERVAL_S = 0.1
 MAX_SAMPLE_RATE_HZ = 20_000
+#: NACK reasons a SETPOINTS frame can be refused with, as named in the applied log.
+SETPOINT_REFUSALS = {p.NACK_ESTOP_LATCHED: "estop_latched", p.NACK_CHANNEL_COUNT: "channel_count",
+                     p.NACK_OUT_OF_RANGE: "out_of_range"}
 
 
 @dataclass
@@ -147,6 +145,8 @@ class Device:
         self.heartbeat_period = 1.0 / rig.heartbeat_hz
         self.next_heartbeat_s = 0.0
         self.pending: list[p.TelemetrySample] = []
+        #: called with one record per SETPOINTS frame applied or refused (the applied log), if set
+        self.setpoint_sink: Callable[[dict], None] | None = None
         self._set_rate(rig.telemetry_hz, rig.samples_per_frame, 0.0)
 
     # -- clock ------------------------------------------------------------------------------------------------
@@ -227,19 +227,34 @@ class Device:
     def _setpoints(self, m: p.Setpoints, seq: int, now: float) -> p.Message | None:
         type_id = p.T_SETPOINTS
         if self.estop:
+            self._note_setpoints(m, seq, now, p.NACK_ESTOP_LATCHED)
             if now - self.last_estop_nack_s >= ESTOP_NACK_INTERVAL_S:
                 self.last_estop_nack_s = now
                 return p.Nack(type_id, seq, p.NACK_ESTOP_LATCHED)
             return None
         if len(m.raw) != self.n_servo:
+            self._note_setpoints(m, seq, now, p.NACK_CHANNEL_COUNT)
             return p.Nack(type_id, seq, p.NACK_CHANNEL_COUNT)
         raw = np.array(m.raw, dtype=float)
         if not (np.all(np.isfinite(raw)) and np.all(raw >= self.min_raw) and np.all(raw <= self.max_raw)):
+            self._note_setpoints(m, seq, now, p.NACK_OUT_OF_RANGE)
             return p.Nack(type_id, seq, p.NACK_OUT_OF_RANGE)
         self.command = np.array([s.to_rad(r) for s, r in zip(self.rig.servos, raw)])
         self.last_setpoint_s = now
         self.watchdog_tripped = False
+        self._note_setpoints(m, seq, now, None)
         return None
+
+    def _note_setpoints(self, m: p.Setpoints, seq: int, now: float, nack: int | None) -> None:
+        """Tell :attr:`setpoint_sink` that frame ``seq`` was applied (``nack`` None) or refused with ``nack``:
+        ``raw`` are the frame's values as decoded (float32 pulse widths, µs)."""
+        if self.setpoint_sink is None:
+            return
+        record = {"seq": seq, "t_us": self._us(now), "host_ns": time.time_ns(), "raw": list(m.raw),
+                  "result": "applied" if nack is None else "refused"}
+        if nack is not None:
+            record["reason"] = SETPOINT_REFUSALS[nack]
+        self.setpoint_sink(record)
 
     def _uptime_ms(self, now: float) -> int:
         return int(now * 1000) % p.TIME_MODULUS
@@ -295,118 +310,27 @@ class Device:
         return [self._frame(p.EStop(p.ESTOP_BUTTON), now)]
 
 
-class PtyLink:
-    """The device's end of the serial port: a pty master in raw mode, paced at 10 bits per byte both ways.
+class Emulator(PtyDevice):
+    """A rig's firmware on a pty: :class:`Device` + a plant on a :class:`PtyDevice` (its :class:`PtyLink` and
+    loop), run by :meth:`run`. ``applied_log``: where every SETPOINTS frame applied or refused is recorded
+    (closed when the run ends)."""
 
-    The slave side is kept open by the emulator too, so the port stays valid while no host has it open
-    (as a USB CDC device stays enumerated), and its termios settings persist.
-    """
-
-    def __init__(self, baud: int):
-        self.master_fd, self.slave_fd = os.openpty()
-        tty.setraw(self.slave_fd, termios.TCSANOW)
-        os.set_blocking(self.master_fd, False)
-        self.slave_path = os.ttyname(self.slave_fd)
-        self.byte_s = 10.0 / baud                 # one start bit, 8 data bits, one stop bit
-        self.tx_queue: deque[bytes] = deque()     # frames waiting for the wire, oldest first
-        self.tx_queued_bytes = 0
-        self.tx_free_s = 0.0                      # when the wire finishes the bytes already handed over
-        self.rx_credit_s = None                   # the wire time up to which received bytes are accounted
-        self.bytes_tx = 0
-        self.bytes_rx = 0
-        self.closed = False
-
-    def queue(self, frame: bytes, now: float) -> bool:
-        """Queue a frame for sending; False (frame dropped) when the transmit buffer has no room for it."""
-        if self.tx_queued_bytes + len(frame) > TX_BUFFER_BYTES:
-            return False
-        if not self.tx_queue:
-            self.tx_free_s = max(self.tx_free_s, now)   # an idle wire starts sending now, not in the past
-        self.tx_queue.append(frame)
-        self.tx_queued_bytes += len(frame)
-        return True
-
-    def pump_tx(self, now: float) -> None:
-        """Hand the pty as many queued bytes as the wire could have carried by ``now + TX_LEAD_S``.
-
-        While bytes are queued the UART sends continuously (in hardware, whatever the firmware loop does), so
-        the wire time runs on from the last byte, not from when this loop last woke up.
-        """
-        budget = int((now + TX_LEAD_S - self.tx_free_s) / self.byte_s)
-        while self.tx_queue and budget > 0:
-            head = self.tx_queue[0]
-            chunk = head[:budget]
-            try:
-                written = os.write(self.master_fd, chunk)
-            except BlockingIOError:
-                return                             # nobody reads the port: the bytes wait in our buffer
-            except OSError as exc:
-                if exc.errno in (errno.EIO, errno.EAGAIN):
-                    return
-                raise
-            budget -= written
-            self.bytes_tx += written
-            self.tx_free_s += written * self.byte_s
-            self.tx_queued_bytes -= written
-            if written == len(head):
-                self.tx_queue.popleft()
-            else:
-                self.tx_queue[0] = head[written:]
-                return
-
-    def tx_wait_s(self, now: float) -> float | None:
-        """Seconds until more queued bytes may go out (None when nothing is queued)."""
-        if not self.tx_queue:
-            return None
-        return max(0.0, self.tx_free_s - TX_LEAD_S - now + self.byte_s)
-
-    def read(self, now: float) -> bytes:
-        """Read what the wire could have delivered since the last read (the host's extra bytes wait in the pty)."""
-        if self.rx_credit_s is None or self.rx_credit_s < now - 0.01:
-            self.rx_credit_s = now - 0.01           # an idle line accrues at most 10 ms of credit
-        budget = int((now - self.rx_credit_s) / self.byte_s)
-        if budget <= 0:
-            return b""
-        try:
-            data = os.read(self.master_fd, min(budget, 65536))
-        except (BlockingIOError, InterruptedError):
-            return b""
-        except OSError as exc:
-            if exc.errno == errno.EIO:              # no host has the port open
-                return b""
-            raise
-        self.rx_credit_s += len(data) * self.byte_s
-        self.bytes_rx += len(data)
-        return data
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            os.close(self.master_fd)
-            os.close(self.slave_fd)
-
-
-class Emulator:
-    """A rig's firmware on a pty: :class:`Device` + :class:`PtyLink` + a plant, run by :meth:`run`."""
+    max_idle_s = MAX_IDLE_S
 
     def __init__(self, rig: Rig, *, plant_kind: str | None = None, baud: int | None = None,
-                 faults: Faults | None = None, seed: int | None = None):
+                 faults: Faults | None = None, seed: int | None = None,
+                 applied_log: AppliedLog | None = None):
         self.rig = rig
         self.faults = faults or Faults()
         seed = rig.emulator.seed if seed is None else seed
         self.rng = random.Random(seed)
         self.plant = make_plant(rig, plant_kind)
         self.device = Device(rig, self.plant, np.random.default_rng(seed))
-        self.baud = baud or rig.baud
-        self.link = PtyLink(self.baud)
-        self.stop_event = threading.Event()
+        self.applied_log = applied_log
+        if applied_log is not None:
+            self.device.setpoint_sink = applied_log.write
         self._button_pressed = threading.Event()
-        self.started_s = 0.0
-        self.reason = ""
-
-    @property
-    def slave_path(self) -> str:
-        return self.link.slave_path
+        super().__init__(baud or rig.baud)          # the pty last: nothing to leak if the above fails
 
     def press_button(self) -> None:
         """The rig's e-stop button (thread- and signal-safe: handled by the loop)."""
@@ -416,15 +340,9 @@ class Emulator:
         f = self.faults
         for frame in frames:
             self.device.frames_tx += 1
-            if f.drop_rate and self.rng.random() < f.drop_rate:
-                f.counts["dropped"] += 1
+            frame = line_fault(frame, self.rng, f.drop_rate, f.corrupt_rate, f.counts, margin=1)  # not 0x00 ends
+            if frame is None:
                 continue
-            if f.corrupt_rate and self.rng.random() < f.corrupt_rate:
-                f.counts["corrupted"] += 1
-                data = bytearray(frame)
-                k = self.rng.randrange(1, len(data) - 1)          # inside the frame, not its delimiters
-                data[k] ^= 1 << self.rng.randrange(8)
-                frame = bytes(data)
             if f.burst_rate and self.rng.random() < f.burst_rate:
                 f.counts["bursts"] += 1
                 frame = self.rng.randbytes(f.burst_bytes) + frame
@@ -442,47 +360,35 @@ class Emulator:
                 self.faults.counts["rx_corrupted"] += 1
         return bytes(out)
 
-    def run(self, duration_s: float | None = None) -> str:
-        """Run until :meth:`stop`, ``duration_s`` or the injected unplug; return why it ended."""
-        self.started_s = time.monotonic()
+    def on_start(self) -> None:
         self.plant.start()
-        device, link = self.device, self.link
-        try:
-            while not self.stop_event.is_set():
-                now = time.monotonic() - self.started_s
-                if duration_s is not None and now >= duration_s:
-                    self.reason = "duration"
-                    break
-                if self.faults.disconnect_after_s is not None and now >= self.faults.disconnect_after_s:
-                    self.reason = "disconnect"
-                    break
-                if self._button_pressed.is_set():
-                    self._button_pressed.clear()
-                    self._send(device.button(now), now)
-                data = link.read(now)
-                if data:
-                    self._send(device.receive(self._corrupt_rx(data), now), now)
-                self._send(device.tick(now), now)
-                link.pump_tx(now)
-                waits = [device.next_sample_s() - now, MAX_IDLE_S, link.tx_wait_s(now)]
-                timeout = max(0.0, min(w for w in waits if w is not None))
-                select.select([link.master_fd], [], [], timeout)
-            else:
-                self.reason = "stopped"
-        finally:
-            self.plant.stop()
-            link.close()
-        return self.reason
 
-    def stop(self) -> None:
-        self.stop_event.set()
+    def on_stop(self) -> None:
+        self.plant.stop()
+        if self.applied_log is not None:
+            self.applied_log.close()
+
+    def step(self, now: float) -> str | None:
+        """One pass of the firmware loop: the injected unplug, the button, received bytes, sampling."""
+        device = self.device
+        if self.faults.disconnect_after_s is not None and now >= self.faults.disconnect_after_s:
+            return "disconnect"
+        if self._button_pressed.is_set():
+            self._button_pressed.clear()
+            self._send(device.button(now), now)
+        data = self.link.read(now)
+        if data:
+            self._send(device.receive(self._corrupt_rx(data), now), now)
+        self._send(device.tick(now), now)
+        return None
+
+    def wake_s(self, now: float) -> float:
+        return self.device.next_sample_s() - now
 
     def stats(self) -> dict:
         d = self.device
-        elapsed = time.monotonic() - self.started_s if self.started_s else 0.0
         cpu = os.times()
-        return {"rig": self.rig.name, "reason": self.reason, "elapsed_s": round(elapsed, 3), "baud": self.baud,
-                "bytes_tx": self.link.bytes_tx, "bytes_rx": self.link.bytes_rx, "frames_tx": d.frames_tx,
+        return {"rig": self.rig.name, **self.link_stats(), "frames_tx": d.frames_tx,
                 "tx_dropped": d.tx_dropped, "watchdog_trips": d.watchdog_trips, "overruns": d.overruns,
                 "rx": d.decoder.counters.as_dict(), "faults": self.faults.counts, "plant": self.plant.status(),
                 "cpu_s": round(cpu.user + cpu.system, 3),
@@ -509,6 +415,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--disconnect-after", type=float, default=None, metavar="S",
                         help="close the port and exit after S seconds, as an unplugged USB device")
     parser.add_argument("--stats", default=None, metavar="FILE", help="also write the final statistics as JSON")
+    add_applied_log_argument(parser)
     dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
     dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
                      help="servo IDs that never answer (unplugged), comma-separated")
@@ -533,17 +440,9 @@ def run(args: argparse.Namespace) -> int:
     faults = Faults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate, burst_rate=args.burst_rate,
                     burst_bytes=max(1, args.burst_bytes), rx_byte_error_rate=args.rx_byte_error_rate,
                     disconnect_after_s=args.disconnect_after)
-    emulator = Emulator(rig, plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed)
-    print(emulator.slave_path, flush=True)
-    print(f"mms emulate: rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, "
-          f"{emulator.plant.kind} plant, telemetry {rig.telemetry_hz} Hz", file=sys.stderr, flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: emulator.stop())
-    signal.signal(signal.SIGINT, lambda *_: emulator.stop())
-    signal.signal(signal.SIGUSR1, lambda *_: emulator.press_button())
-    reason = emulator.run(args.duration)
-    stats = emulator.stats()
-    print(f"mms emulate: stopped ({reason}): {json.dumps(stats)}", file=sys.stderr, flush=True)
-    if args.stats:
-        with open(args.stats, "w") as handle:
-            json.dump(stats, handle, indent=2)
-    return 0
+    emulator = Emulator(rig, plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed,
+                        applied_log=open_applied_log(args.applied_log))
+    banner = (f"rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
+              f"telemetry {rig.telemetry_hz} Hz")
+    return serve(emulator, "mms emulate", banner, duration_s=args.duration, stats_path=args.stats,
+                 signals={signal.SIGUSR1: emulator.press_button})

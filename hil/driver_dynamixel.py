@@ -38,7 +38,7 @@ from firmware_interface import protocol as p
 from firmware_interface.dynamixel_emulator import (RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, DxlRig,  # noqa: F401
                                                    load_dxl_rig, rig_kind)
 from firmware_interface.rig import EmulatorConfig, Rig, ServoChannel
-from hil.driver_link import LinkError, LinkTotals
+from hil.driver_link import LinkError, LinkTotals, open_port
 
 #: Each handshake transaction waits this long for its status packet, s (a servo answers within its return
 #: delay, <= 0.5 ms; the margin is for a loaded host or emulator, and only an absent servo ever waits it out).
@@ -47,7 +47,6 @@ TRANSACTION_TIMEOUT_S = 0.5
 READ_TIMEOUT_S = 0.05
 #: Telemetry rate while no setpoints flow (the driver's heartbeat clock drives the reads), Hz.
 IDLE_TELEMETRY_HZ = 50.0
-WRITE_TIMEOUT_S = 0.02
 READ_ADDRESS, READ_BYTES = 126, 10          # present current (2), velocity (4), position (4)
 #: Every this often (and after a status with the alert bit) the cycle reads addresses 70..98 instead:
 #: Hardware Error Status (70) and Bus Watchdog (98), s.
@@ -138,14 +137,8 @@ class DynamixelLink:
     # ---- port ---------------------------------------------------------------------------------------
     def open(self, port_name: str, now_s: float) -> None:
         self.close()
-        try:
-            self.port = serial.Serial(port_name, self.rig.baud, timeout=0, write_timeout=WRITE_TIMEOUT_S,
-                                      exclusive=True)
-        except (serial.SerialException, OSError, ValueError) as exc:
-            self.port = None
-            raise LinkError(f"cannot open {port_name}: {exc}") from None
+        self.port = open_port(port_name, self.rig.baud)
         self.port_name = port_name
-        self.port.reset_input_buffer()
         self.parser = dxl.StreamParser()
         self.state = "hello"
         self.torque_on = False
@@ -463,20 +456,10 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    import argparse
-    import sys
+    from firmware_interface.command import module_main
 
-    from sim.config import ConfigError
-
-    parser = argparse.ArgumentParser(prog="python -m hil.driver_dynamixel",
-                                     description="servo driver for a Dynamixel (Protocol 2.0) rig")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ConfigError as exc:
-        print(f"mms drive: error: {exc}", file=sys.stderr)
-        return 2
+    return module_main("python -m hil.driver_dynamixel", "servo driver for a Dynamixel (Protocol 2.0) rig",
+                       add_arguments, run, "mms drive", argv)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,18 @@ class LinkError(RuntimeError):
     """The port failed or the device is not the one the rig file describes; the message is one line."""
 
 
+def open_port(port_name: str, baud: int) -> serial.Serial:
+    """``port_name`` opened as every driver link uses it: reads never block, a write blocks at most
+    WRITE_TIMEOUT_S, the port is exclusive (a second driver on it fails here) and stale input is discarded.
+    ``baud`` in bit/s. LinkError ("cannot open PORT: why") if it cannot be opened."""
+    try:
+        port = serial.Serial(port_name, baud, timeout=0, write_timeout=WRITE_TIMEOUT_S, exclusive=True)
+    except (serial.SerialException, OSError, ValueError) as exc:
+        raise LinkError(f"cannot open {port_name}: {exc}") from None
+    port.reset_input_buffer()
+    return port
+
+
 @dataclass
 class LinkTotals:
     """Totals over every connection of this driver (the decoder's counters restart with each connection)."""
@@ -75,14 +87,8 @@ class SerialLink:
     def open(self, port_name: str, now_s: float) -> None:
         """Open ``port_name`` and start the handshake; LinkError if the port cannot be opened."""
         self.close()
-        try:
-            self.port = serial.Serial(port_name, self.rig.baud, timeout=0, write_timeout=WRITE_TIMEOUT_S,
-                                      exclusive=True)
-        except (serial.SerialException, OSError, ValueError) as exc:
-            self.port = None
-            raise LinkError(f"cannot open {port_name}: {exc}") from None
+        self.port = open_port(port_name, self.rig.baud)
         self.port_name = port_name
-        self.port.reset_input_buffer()
         self._base = self._sum_counters()
         self.decoder = p.StreamDecoder()
         self.device_info = None

@@ -1,6 +1,7 @@
 """Link faults: corrupted, dropped and noisy frames both ways for a bounded time; the emulator killed and
-restarted. Real processes: the emulator (with an applied-setpoint log, tests/driver/emulator_probe.py, or the
-plain `mms emulate` child of `mms drive --emulate`), `mms drive`, and a sim/state publisher in this process.
+restarted. Real processes: the emulator (`mms emulate --applied-log FILE`: every setpoint frame the emulated
+firmware applied or refused, docs/protocol.md; or the plain `mms emulate` child of `mms drive --emulate`),
+`mms drive`, and a sim/state publisher in this process.
 """
 from __future__ import annotations
 
@@ -11,31 +12,32 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-PROBE = Path(__file__).resolve().parent / "emulator_probe.py"
+from firmware_interface.pty_device import read_applied_log
+
 #: frames that may be in a pty buffer or on the way when a count is read
 IN_FLIGHT_FRAMES = 5
 #: the one long test of the project's driver suite (the issue asks for 60 s of injected faults)
 FAULT_RUN_S = float(os.environ.get("MMS_DRIVER_FAULT_S", "60"))
 
 
-def start_probe(stack, *fault_args: str):
+def start_emulator(stack, *fault_args: str):
+    """`mms emulate` on the flapper rig with an applied log and a statistics file; (process, pty, log, stats)."""
     log = stack.tmp / "applied.jsonl"
     stats = stack.tmp / "emulator-stats.json"
     out = (stack.tmp / "emulator.log").open("wb")
-    proc = subprocess.Popen([sys.executable, str(PROBE), "--rig", str(stack.flapper_rig), "--applied-log", str(log),
-                             "--stats", str(stats), *fault_args], stdout=subprocess.PIPE, stderr=out,
-                            cwd=stack.root, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(stack.flapper_rig),
+                             "--applied-log", str(log), "--stats", str(stats), *fault_args],
+                            stdout=subprocess.PIPE, stderr=out, cwd=stack.root, start_new_session=True)
     path = proc.stdout.readline().decode().strip()
     assert path.startswith("/dev/"), path
     return proc, path, log, stats
 
 
 def test_corrupt_and_drop_for_a_bounded_time_never_apply_a_bad_setpoint(stack):
-    proc, port, applied_log, stats_path = start_probe(
+    proc, port, applied_log, stats_path = start_emulator(
         stack, "--corrupt-rate", "0.02", "--drop-rate", "0.02", "--rx-byte-error-rate", "2e-4")
     try:
         stack.sim(["stroke_r", "stroke_l"], lambda t: [0.6 * math.sin(2 * math.pi * 1.3 * t),
@@ -61,7 +63,8 @@ def test_corrupt_and_drop_for_a_bounded_time_never_apply_a_bad_setpoint(stack):
     drv.wait_status(lambda s: s["link"]["state"] != "up", "the link loss")
     link = drv.ctl("status")["link"]
     sent = {c["frame_seq"]: c for c in drv.collector.get("hw/command")}
-    applied = [json.loads(line) for line in applied_log.read_text().splitlines()]
+    records = read_applied_log(applied_log)
+    applied = [r for r in records if r["result"] == "applied"]
     stats = json.loads(stats_path.read_text())
     faults, rx = stats["faults"], stats["rx"]
 
@@ -72,6 +75,9 @@ def test_corrupt_and_drop_for_a_bounded_time_never_apply_a_bad_setpoint(stack):
     for a in applied:
         c = sent[a["seq"]]
         assert np.array_equal(np.float32(a["raw"]), np.float32(c["setpoint_raw"])), (a, c)
+    # nothing the driver sent was refused (in range, no e-stop), and each frame was handled once, in order
+    assert [r for r in records if r["result"] != "applied"] == []
+    assert all(b["seq"] > a["seq"] and b["t_us"] >= a["t_us"] for a, b in zip(applied, applied[1:]))
     # faults really happened, both ways
     assert faults["corrupted"] > 0.5 * FAULT_RUN_S and faults["dropped"] > 0.5 * FAULT_RUN_S
     assert faults["rx_corrupted"] > 0.5 * FAULT_RUN_S
