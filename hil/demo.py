@@ -58,10 +58,9 @@ RIGS = {
         REPO_ROOT / "configs/robots/flapper.toml", REPO_ROOT / "configs/rigs/flapper_dynamixel_rig.toml",
         {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 0.8},
          "simulation": {"dt": 5e-4}},
-        "the servo channels show the Dynamixel servos tracking the stroke; at this slow stroke the emulated gauges "
-        "mostly read the wing's vibration under the servos' setpoint steps (the emulated servo has a first-order "
-        "lag, whose velocity jumps at every 5 ms setpoint), so their metrics say little about the rig's 20 % "
-        "stiffer wing roots",
+        "the servo channels show the Dynamixel servos tracking the stroke; at this slow stroke the strain the stroke "
+        "drives is small against the wing vibration in the emulated gauges (docs/dynamixel.md, Demo), so their "
+        "metrics say little about the rig's 20 % stiffer wing roots",
         ("--sensor-emulator-args", "--plant physics")),
     "raybot": DemoRig(REPO_ROOT / "configs/robots/raybot.toml", REPO_ROOT / "configs/rigs/raybot_rig.toml",
                       {"robot": {"base": "fixed"}},
