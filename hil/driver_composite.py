@@ -90,7 +90,7 @@ class CompositeLink:
         self.device_stats: p.LinkStats | None = None    # the microcontroller's own counters
         self.servo_read_ns: int | None = None           # wall clock of the bus read held in the last telemetry
         self.held_servo: tuple[float, ...] | None = None    # goal-tick positions of the latest bus read
-        self.held_flags = 0                             # bus flags since the last merged frame
+        self.held_flags = 0                             # bus FLAG_WATCHDOG since the last merged frame
         self.sensor_flags = 0                           # the microcontroller's own flags, latest
         self.handshake_packets: list[p.Packet] = []
         self.reset: dict | None = None                  # the e-stop reset awaiting both devices' answers
@@ -198,7 +198,9 @@ class CompositeLink:
             m = packet.message
             if isinstance(m, p.Telemetry):
                 self.held_servo = m.samples[-1].servo
-                self.held_flags |= m.flags & (p.FLAG_ESTOP | p.FLAG_WATCHDOG)
+                # a bus-watchdog trip is an event to pass on; the bus's e-stop is a state, read live in _merged
+                # (a flag held from before a reset would latch the driver again right after it)
+                self.held_flags |= m.flags & p.FLAG_WATCHDOG
                 self.servo_read_ns = time.time_ns()
             elif isinstance(m, p.EStop):                # a servo's hardware error: stop the other device too
                 self._forward_estop(self.sensor)
