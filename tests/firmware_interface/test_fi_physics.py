@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,10 @@ ROD_MASS, ROD_LENGTH = 1.0, 0.5   # kg, m (pendulum.urdf: two uniform rods)
 SUPPORT_MASS = 5.0                # kg (pendulum.urdf: the fixed support link)
 ELBOW_K = 2.0                     # N m/rad (pendulum.toml)
 SETTLED_RAD = 1e-3                # elbow within this of its equilibrium, rad
-STILL_RAD = 2e-5                  # and moving less than this over a telemetry frame (15 ms), rad
+STILL_RAD = 2e-5                  # and moving less than this over STILL_FRAMES telemetry frames, rad
+#: frames (15 ms each) the elbow must be still over: one frame can catch a slow residual swing at its turning point,
+#: where its dynamic loads (about 1 % of the static moment, seen under load) are largest
+STILL_FRAMES = 3
 
 RIG = f"""
 [rig]
@@ -126,15 +130,18 @@ def test_physics_plant_matches_static_equilibrium(tmp_path):
             deadline = time.monotonic() + 20
             theta2, fz, my = equilibrium(theta1)
             settled = None
+            recent: deque = deque(maxlen=STILL_FRAMES)       # the last frames' samples
             while time.monotonic() < deadline:
                 link.send(p.Setpoints((servo.to_raw(theta1),)))
                 packet = link.wait_for(lambda pk: isinstance(pk.message, p.Telemetry), timeout_s=1.0)
                 if packet is None:
                     continue
-                samples = packet.message.samples
+                recent.append(packet.message.samples)
+                samples = [s for frame in recent for s in frame]
                 elbow = np.array([rig.strain[0].to_value(s.strain[0]) for s in samples])
                 at_target = all(abs(servo.to_rad(s.servo[0]) - theta1) < 1e-4 for s in samples)
-                if at_target and np.all(np.abs(elbow - theta2) < SETTLED_RAD) and np.ptp(elbow) < STILL_RAD:
+                if len(recent) == STILL_FRAMES and at_target and np.all(np.abs(elbow - theta2) < SETTLED_RAD) \
+                        and np.ptp(elbow) < STILL_RAD:
                     settled = samples[-1]
                     break
             assert settled is not None, f"elbow never settled at {theta2:.4f} rad for shoulder {theta1} rad"
