@@ -50,7 +50,8 @@ def one_run(rig: Path, seconds: float, folder: Path) -> dict:
                        what="the measuring window")
         end = drv.status()
         elapsed_s = (end["stamp_ns"] - start["stamp_ns"]) / 1e9
-        telemetry = [m for m in drv.collector.get("hw/telemetry") if start["stamp_ns"] <= m["host_ns"] <= end["stamp_ns"]]
+        telemetry = [m for m in drv.collector.get("hw/telemetry")
+                     if start["stamp_ns"] <= m["host_ns"] <= end["stamp_ns"]]
         n_servo = len(telemetry[-1]["servo_names"])
         out = {"elapsed_s": elapsed_s, "frames_per_s": len(telemetry) / elapsed_s,
                "bus_reads_per_s": (end["link"]["status_ok"] - start["link"]["status_ok"]) / n_servo / elapsed_s,

@@ -70,7 +70,9 @@ def test_serve_drive_dynamixel_emulator_chain(stack):
     hw = drive.collector
     logs = (drive.log_path, *(m.log_path for m in stack.made if hasattr(m, "log_path")))
 
-    wait = lambda predicate, what, timeout_s=DEADLINE_S: stack.wait_for(predicate, timeout_s, what=what, logs=logs)  # noqa: E731
+    def wait(predicate, what: str, timeout_s: float = DEADLINE_S):
+        return stack.wait_for(predicate, timeout_s, what=what, logs=logs)
+
     joint_names = wait(lambda: (s := sim.last("sim/status")) and s["joint_names"], "a sim/status")
     index = {name: k for k, name in enumerate(joint_names)}
     wait(lambda: (s := hw.last("hw/status")) and s["lifecycle"] == "active", "the driver active")

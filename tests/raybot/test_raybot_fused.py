@@ -3,8 +3,8 @@
 RayBot's tail laws have kernel forms: the servo beat (``ServoBeat``) is a :class:`sim.laws.RampedSinusoid`, the
 fin-ray chord a :class:`sim.laws.ScaledMotion` of it, the caudal spring (``CaudalSpring``) a
 :class:`sim.fused.TrackingSpring` about it, and the four hydrodynamic plug-ins have kernels. Both paths then
-run the same formulas in the same order, so they agree to rounding (FUSED_RTOL) step for step; the runs cross
-the end of the soft-start ramp (the kernel's two branches) and, with an external servo input, inputs changed
+run the same formulas in the same order, so they agree to rounding (sim.testing.FUSED_RTOL) step for step; the
+runs cross the end of the soft-start ramp (the kernel's two branches) and, with an external servo input, inputs changed
 between calls.
 """
 from __future__ import annotations
@@ -21,13 +21,10 @@ from sim.fused import TrackingSpring, _kernel_joint_law, _kernel_motion_law, fus
 from sim.laws import ExternalMotion, RampedSinusoid
 from sim.robots import build_robot
 from sim.simulation import Simulation
+from sim.testing import assert_paths_agree
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "robots" / "raybot.toml"
-#: Agreement required between the two paths, relative to the largest magnitude of each output.
-FUSED_RTOL = 1e-12
-#: Magnitude floor (same unit as the signal) below which a signal is compared absolutely.
-MAGNITUDE_FLOOR = 1e-9
 #: Steps of each comparison run at the config's dt (4 ms): 1.6 s, past the 1.33 s ramp of 2 beats at 1.5 Hz.
 STEPS = 400
 #: Servo input of the externally driven variant: amplitude rad, angular frequency rad/s.
@@ -72,19 +69,6 @@ def test_raybot_qualifies_for_the_fused_path(variant):
     assert "rk4" in fused_unsupported(model, "rk45")
 
 
-def _assert_same(fused: Simulation, python: Simulation, label: str) -> None:
-    assert fused.path == "fused" and python.path == "python", (fused.fused_unsupported, label)
-    assert fused.t == python.t
-    scale = max(MAGNITUDE_FLOOR, float(np.abs(python.y).max()))
-    assert np.abs(fused.y - python.y).max() <= FUSED_RTOL * scale, (label, "y")
-    out_f, out_p = fused.outputs(), python.outputs()
-    assert set(out_f) == set(out_p)
-    for key, value in out_p.items():
-        scale = max(MAGNITUDE_FLOOR, float(np.abs(value).max()))
-        err = float(np.abs(out_f[key] - value).max())
-        assert err <= FUSED_RTOL * scale, (label, key, err, scale)
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_raybot_fused_path_matches_python_path(variant):
     """STEPS steps on both paths: single steps with outputs in between, then several steps per call."""
@@ -103,13 +87,13 @@ def test_raybot_fused_path_matches_python_path(variant):
         drive()
         fused.step()
         python.step()
-        _assert_same(fused, python, f"{variant} step")
+        assert_paths_agree(fused, python, f"{variant} step")
     chunk = 20
     for _ in range((STEPS - 20) // chunk):
         drive()
         fused.advance(chunk * dt)
         python.advance(chunk * dt)
-        _assert_same(fused, python, f"{variant} advance t = {python.t:.3f}")
+        assert_paths_agree(fused, python, f"{variant} advance t = {python.t:.3f}")
     assert python.t > (servo.ramp_time if isinstance(servo, RampedSinusoid) else 0.0)
     # The tail beat and the caudal fin really moved (the comparison is not of two resting robots).
     out = python.outputs()

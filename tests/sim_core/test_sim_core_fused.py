@@ -1,6 +1,6 @@
 """The fused numba stepping path (sim/fused.py) against the Python-orchestrated path of Simulation.
 
-Both paths run the same kernels in the same order, so they must agree to rounding (FUSED_RTOL, relative to
+Both paths run the same kernels in the same order, so they must agree to rounding (sim.testing.FUSED_RTOL, relative to
 each signal's magnitude) step for step: on the Table I flapper (aero kernel in the loop) and on random URDF
 trees with mixed joints (revolute / prismatic; Sinusoid, Polynomial, Constant, ExternalMotion actuators;
 ViscoElastic / Free passive joints; floating, fixed and static imposed bases; applied torques). The Python
@@ -23,27 +23,11 @@ from sim.model import CallableBaseMotion, StaticBase
 from sim.robots import load_robot
 from sim.simulation import Simulation
 from sim.urdf import random_tree_urdf
+from sim.testing import assert_paths_agree
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Agreement required between the two paths, relative to the largest magnitude of each output.
-FUSED_RTOL = 1e-12
 #: Agreement when one path evaluates a law through its ``fused_form`` (same formula, other rounding order).
 LAW_FORM_RTOL = 1e-10
-#: Magnitude floor (same unit as the signal) below which a signal is compared absolutely.
-MAGNITUDE_FLOOR = 1e-9
-
-
-def _assert_same(fused: Simulation, python: Simulation, label: str, rtol: float = FUSED_RTOL) -> None:
-    assert fused.path == "fused" and python.path == "python", (fused.fused_unsupported, label)
-    assert fused.t == python.t
-    scale = max(MAGNITUDE_FLOOR, float(np.abs(python.y).max()))
-    assert np.abs(fused.y - python.y).max() <= rtol * scale, (label, "y")
-    out_f, out_p = fused.outputs(), python.outputs()
-    assert set(out_f) == set(out_p)
-    for key, value in out_p.items():
-        scale = max(MAGNITUDE_FLOOR, float(np.abs(value).max()))
-        err = float(np.abs(out_f[key] - value).max())
-        assert err <= rtol * scale, (label, key, err, scale)
 
 
 def _pair(model, dt, **reset):
@@ -59,10 +43,10 @@ def test_flapper_fused_path_matches_python_path():
     for _ in range(20):                    # single steps, outputs in between (cached on the fused side)
         fused.step()
         python.step()
-        _assert_same(fused, python, "flapper step")
+        assert_paths_agree(fused, python, "flapper step")
     fused.advance(0.004)                   # many steps in one call
     python.advance(0.004)
-    _assert_same(fused, python, "flapper advance")
+    assert_paths_agree(fused, python, "flapper advance")
     # The aero plug-in's own record (summary) is the one of the final state on both sides.
     aero_f, aero_p = fused.model.force_models[0], python.model.force_models[0]
     assert aero_f is aero_p
@@ -125,24 +109,24 @@ def test_random_mixed_tree_fused_path_matches_python_path(tmp_path, base_mode):
     for rounds in range(3):
         fused.advance(0.02)
         python.advance(0.02)
-        _assert_same(fused, python, f"{base_mode} advance {rounds}")
+        assert_paths_agree(fused, python, f"{base_mode} advance {rounds}")
         # Inputs changed from outside between calls: the fused path must not reuse its kept derivative.
         for law in external:
             law.set(0.05 * rounds, -0.1, 0.3 * rounds)
         new_tau = rng.normal(size=model.n) * 0.2
         fused.tau_applied[:] = new_tau
         python.tau_applied[:] = new_tau
-        _assert_same(fused, python, f"{base_mode} inputs changed {rounds}")
+        assert_paths_agree(fused, python, f"{base_mode} inputs changed {rounds}")
         fused.step()
         python.step()
-        _assert_same(fused, python, f"{base_mode} step {rounds}")
+        assert_paths_agree(fused, python, f"{base_mode} step {rounds}")
     # set_state in the middle of a run (the kept derivative is stale afterwards).
     state = dict(q=rng.uniform(-0.3, 0.3, model.n), qd=rng.normal(size=model.n) * 0.1)
     fused.set_state(**state)
     python.set_state(**state)
     fused.advance(0.01)
     python.advance(0.01)
-    _assert_same(fused, python, f"{base_mode} after set_state")
+    assert_paths_agree(fused, python, f"{base_mode} after set_state")
     assert np.abs(python.y[13:]).max() > 1e-3    # the passive joints moved
 
 
@@ -236,7 +220,7 @@ def test_hydro_plugins_tracking_springs_and_law_forms_in_the_fused_path(tmp_path
     for rounds in range(3):
         fused.advance(0.02)
         python.advance(0.02)
-        _assert_same(fused, python, f"hydro advance {rounds}", rtol=LAW_FORM_RTOL)
+        assert_paths_agree(fused, python, f"hydro advance {rounds}", rtol=LAW_FORM_RTOL)
         joint_laws[int(passive[-1])].source.set(0.1 * rounds, 0.3)
     # The water acted: the buoyancy and drag wrenches are not zero.
     assert np.abs(fused.outputs()["ext_wrench"]).max() > 1e-3

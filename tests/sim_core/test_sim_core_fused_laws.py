@@ -20,16 +20,13 @@ from sim.laws import (Constant, ExternalMotion, Free, Polynomial, RampedSinusoid
                       ViscoElastic)
 from sim.simulation import Simulation
 from sim.urdf import random_tree_urdf
+from sim.testing import assert_paths_agree
 
 #: Central-difference step (s) and the agreement expected from it on smooth laws (as test_sim_core_laws.py).
 H = 1e-5
 FD_TOL = 1e-6
 #: Time (s) before a ramp's end at which its left limit is probed.
 RAMP_END_GAP = 1e-9
-#: Agreement required between the fused and Python paths, relative to each signal's largest magnitude.
-FUSED_RTOL = 1e-12
-#: Magnitude floor (same unit as the signal) below which a signal is compared absolutely.
-MAGNITUDE_FLOOR = 1e-9
 
 RAMP = RampedSinusoid(0.6, 2.0 * math.pi * 1.5, phase=0.4, ramp_time=0.5)
 
@@ -102,17 +99,6 @@ def test_scaled_motion_qualifies_only_with_a_qualifying_source(tmp_path):
     assert sim.path == "python" and "TrackingSpring" in sim.fused_unsupported
 
 
-def _assert_same(fused: Simulation, python: Simulation, label: str) -> None:
-    assert fused.path == "fused" and python.path == "python", (fused.fused_unsupported, label)
-    assert fused.t == python.t
-    scale = max(MAGNITUDE_FLOOR, float(np.abs(python.y).max()))
-    assert np.abs(fused.y - python.y).max() <= FUSED_RTOL * scale, (label, "y")
-    out_f, out_p = fused.outputs(), python.outputs()
-    for key, value in out_p.items():
-        scale = max(MAGNITUDE_FLOOR, float(np.abs(value).max()))
-        assert np.abs(out_f[key] - value).max() <= FUSED_RTOL * scale, (label, key)
-
-
 def test_scaled_external_input_and_spring_about_it_fused_matches_python(tmp_path):
     """A linkage driven from outside: an actuated joint at ``ratio * input`` (ScaledMotion of an
     ExternalMotion) and a passive joint on a TrackingSpring about the same scaled input, the input changed
@@ -134,7 +120,7 @@ def test_scaled_external_input_and_spring_about_it_fused_matches_python(tmp_path
         external.set(0.5 * math.sin(9.0 * t), 4.5 * math.cos(9.0 * t), -40.5 * math.sin(9.0 * t))
         fused.advance(0.005)
         python.advance(0.005)
-        _assert_same(fused, python, f"round {i}")
+        assert_paths_agree(fused, python, f"round {i}")
     # The input drove the linkage: the spring joint left its rest, the actuated joint follows the input.
     assert abs(python.y[13]) > 1e-3
     assert python.outputs()["q"][0] == 0.4 * external.r

@@ -1,0 +1,31 @@
+"""Checks shared by the simulator's tests and benchmarks (as numpy.testing is numpy's).
+
+:func:`assert_paths_agree`: the fused numba RK4 path (sim/fused.py) and the Python path of :class:`Simulation`
+give the same state and outputs, to a relative tolerance of each signal's magnitude.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sim.simulation import Simulation
+
+#: The two paths run the same operations: agreement to rounding.
+FUSED_RTOL = 1e-12
+#: Magnitude floor (the signal's own unit) below which a signal is compared absolutely, so that a signal that is
+#: zero on one path is not held to a relative tolerance of zero.
+MAGNITUDE_FLOOR = 1e-9
+
+
+def assert_paths_agree(fused: Simulation, python: Simulation, label: str, rtol: float = FUSED_RTOL) -> None:
+    """``fused`` took the fused path and ``python`` the Python path, at the same time, with the same state
+    vector and the same outputs (every key of ``outputs()``), each within ``rtol`` of its largest magnitude."""
+    assert fused.path == "fused" and python.path == "python", (fused.fused_unsupported, label)
+    assert fused.t == python.t
+    scale = max(MAGNITUDE_FLOOR, float(np.abs(python.y).max()))
+    assert np.abs(fused.y - python.y).max() <= rtol * scale, (label, "y")
+    out_f, out_p = fused.outputs(), python.outputs()
+    assert set(out_f) == set(out_p)
+    for key, value in out_p.items():
+        scale = max(MAGNITUDE_FLOOR, float(np.abs(value).max()))
+        err = float(np.abs(out_f[key] - value).max())
+        assert err <= rtol * scale, (label, key, err, scale)
