@@ -1,7 +1,7 @@
 """``mms validate``: measured against simulated signals of a recorded run; report, plots and metrics.json.
 
-The simulated reference is the ``sim/*`` stream recorded in the same run (offline re-simulation from the
-recorded commands is not built: ``--sim`` is refused with a message saying so). Which measured channel is
+The simulated reference is the ``sim/*`` stream recorded in the same run, or with ``--sim CONFIG`` an offline
+re-simulation of the model driven by the measured servo angles (hil/resim.py). Which measured channel is
 compared with which simulated one is a *pair* (docs/validation.md)::
 
     [[pair]]
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -257,24 +257,31 @@ def pairs_by_name(tables: Tables, criteria: list[Criterion]) -> list[Pair]:
     return pairs
 
 
+def run_rig(metadata: dict[str, dict[str, str]], rig_path: str | None):
+    """The rig of a run (``--rig``, else the one stored in the recording) and where it came from, or (None, why
+    not); a ``--rig`` file that does not load is a one-line ConfigError."""
+    if rig_path is not None:
+        return load_host_rig(rig_path), f"rig {rig_path}"
+    stored = metadata.get("rig_config")
+    if not stored or not stored.get("text"):
+        return None, ""
+    try:
+        return (host_rig_from_texts(stored["text"], stored.get("path", "rig.toml"),
+                                    metadata.get("sensor_rig_config", {}).get("text")),
+                f"rig stored in the recording ({stored.get('path', '?')})")
+    except ConfigError as exc:   # a rig of another version, or not a rig at all
+        return None, f" (the rig stored in the recording does not load: {exc.message})"
+
+
 def default_pairs(settings: Settings, tables: Tables, metadata: dict[str, dict[str, str]], rig_path: str | None
                   ) -> tuple[list[Pair], str]:
     """The pairs to compare and where they came from."""
     if settings.pairs:
         return settings.pairs, "config"
     criteria = _criteria(settings.pass_defaults, None, "pass")
-    rig = None
-    if rig_path is not None:
-        rig, origin = load_host_rig(rig_path), f"rig {rig_path}"
-    elif "rig_config" in metadata and metadata["rig_config"].get("text"):
-        stored = metadata["rig_config"]
-        try:
-            rig = host_rig_from_texts(stored["text"], stored.get("path", "rig.toml"),
-                                      metadata.get("sensor_rig_config", {}).get("text"))
-            origin = f"rig stored in the recording ({stored.get('path', '?')})"
-        except ConfigError as exc:   # a rig of another version, or not a rig at all: fall back to the names
-            note = f" (the rig stored in the recording does not load: {exc.message})"
-            return pairs_by_name(tables, criteria), "channel names" + note
+    rig, origin = run_rig(metadata, rig_path)
+    if rig is None and origin:      # fall back to the names, saying why
+        return pairs_by_name(tables, criteria), "channel names" + origin
     if rig is not None:
         pairs = pairs_from_rig(rig, tables, criteria)
         if pairs:
@@ -512,7 +519,7 @@ def write_report(out: Path, run: Path, results: list[PairResult], source: str, r
              f"- recording: `{run}`" + (" (truncated: read up to its last complete record)"
                                          if recording_info.get("truncated") else ""),
              f"- pairs from: {source}",
-             "- simulated reference: the sim/* stream recorded in the same run (no offline re-simulation)",
+             f"- simulated reference: {recording_info.get('reference', RECORDED_REFERENCE)}",
              f"- result: **{sum(r.passed for r in results)} of {len(results)} channels pass**"
              + _not_judged_note(sum(r.status == NOT_JUDGED for r in results)), ""]
     gaps = recording_info.get("gaps")
@@ -567,8 +574,20 @@ def _topics_needed(pairs: list[Pair]) -> set[str]:
     return {p.measured.topic for p in pairs} | {p.simulated.topic for p in pairs}
 
 
-def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: bool, finish=None
-                ) -> tuple[list[PairResult], str, dict]:
+@dataclass(frozen=True)
+class Resim:
+    """``--sim``: re-simulate this robot config (a file, or "recorded") driven by the measured servo angles
+    (hil/resim.py) instead of using the recorded sim/* stream; ``cutoff_hz``, ``warmup_s`` None: the defaults."""
+    config: str
+    cutoff_hz: float | None = None
+    warmup_s: float | None = None
+
+
+RECORDED_REFERENCE = "the sim/* stream recorded in the same run"
+
+
+def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: bool, finish=None,
+                resim: Resim | None = None) -> tuple[list[PairResult], str, dict]:
     from sim.messages import TOPIC_SIM_STATUS
 
     wanted = {TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY} | _topics_needed(settings.pairs)
@@ -584,22 +603,38 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
     for pair in pairs:
         for ref in (pair.measured, pair.simulated):
             keys.setdefault(ref.topic, set()).add(ref.key)
+    if resim is not None:
+        keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("servo_rad")
     tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
+    reference = RECORDED_REFERENCE
+    if resim is not None:
+        from hil.resim import WARMUP_S, load_config, resimulate
+
+        config, config_path = load_config(resim.config, recording.metadata)
+        rig, _origin = run_rig(recording.metadata, rig_path)
+        try:
+            replay = resimulate(tables, config, config_path, rig, cutoff_hz=resim.cutoff_hz,
+                                warmup_s=WARMUP_S if resim.warmup_s is None else resim.warmup_s, progress=progress)
+        except ValueError as exc:
+            raise RecordingError(f"{run}: --sim: {exc}") from None
+        tables.tables[TOPIC_SIM_STATE] = replay.table
+        reference = replay.description
     results = evaluate_pairs(pairs, tables, settings, progress, finish)
     info = {"truncated": recording.truncated, "gaps": _gaps(recording.metadata),
-            "messages": {t: len(m) for t, m in recording.messages.items()}}
+            "messages": {t: len(m) for t, m in recording.messages.items()}, "reference": reference}
     return results, source, info
 
 
 def validate_run(run: Path, out: Path, settings: Settings, rig_path: str | None, plots: str,
-                 progress: bool) -> tuple[list[PairResult], dict]:
+                 progress: bool, resim: Resim | None = None) -> tuple[list[PairResult], dict]:
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    results, source, info = analyse_run(run, settings, rig_path, progress, finish=Figures(out, plots))
+    results, source, info = analyse_run(run, settings, rig_path, progress, finish=Figures(out, plots), resim=resim)
     plot_files = {r.pair.name: r.figure for r in results if r.figure}
     write_report(out, run, results, source, info, plot_files)
     document = {
-        "run": str(run), "pairs_from": source, "truncated": info["truncated"], "seq_gaps": info["gaps"],
+        "run": str(run), "pairs_from": source, "reference": info["reference"], "truncated": info["truncated"],
+        "seq_gaps": info["gaps"],
         "messages": info["messages"], "passed": run_passed(results),
         "not_judged": sum(r.status == NOT_JUDGED for r in results),
         "elapsed_s": time.perf_counter() - started,
@@ -622,7 +657,7 @@ SWEEP_COLUMNS = ("run", "frequency_simulated_hz", "frequency_measured_hz", "ampl
 
 
 def sweep(runs: list[Path], out: Path, settings: Settings, rig_path: str | None, channel: str | None,
-          mean_channel: str | None, progress: bool) -> list[dict]:
+          mean_channel: str | None, progress: bool, resim: Resim | None = None) -> list[dict]:
     """Per run: the chosen pair's dominant frequency and amplitude, and a (possibly other) pair's mean, both
     measured and simulated; written as sweep.csv and sweep.png (amplitude vs frequency, mean vs frequency)."""
     rows = []
@@ -631,7 +666,7 @@ def sweep(runs: list[Path], out: Path, settings: Settings, rig_path: str | None,
         from tqdm import tqdm
         iterator = tqdm(runs, desc="runs", unit="run")
     for run in iterator:
-        results, _source, _info = analyse_run(run, settings, rig_path, progress=False)
+        results, _source, _info = analyse_run(run, settings, rig_path, progress=False, resim=resim)
         by_name = {r.pair.name: r for r in results}
         main = _pick(by_name, channel, run)
         mean = _pick(by_name, mean_channel, run) if mean_channel else main
@@ -685,8 +720,14 @@ def _pick(by_name: dict[str, PairResult], name: str | None, run: Path) -> PairRe
 def add_arguments(parser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN.mcap", help="recording(s) made by mms record")
     parser.add_argument("--sim", metavar="CONFIG",
-                        help="re-simulate offline from the recorded commands with this robot config "
-                             "(not built yet: the recorded sim/* stream is the reference)")
+                        help="reference: re-simulate this robot config (a TOML file, or 'recorded' for the one in "
+                             "the recording) driven by the measured servo angles, instead of the recorded sim/* "
+                             "stream (docs/validation.md)")
+    parser.add_argument("--sim-cutoff", type=float, metavar="HZ", default=None,
+                        help="--sim: low-pass cutoff of the measured servo angles (default: "
+                             "8 x their dominant frequency)")
+    parser.add_argument("--sim-warmup", type=float, metavar="S", default=None,
+                        help="--sim: start-up transient dropped from the re-simulation (default 2 s)")
     parser.add_argument("--thresholds", metavar="FILE",
                         help="TOML with [validation] settings, [pass] criteria and [[pair]] mappings "
                              "(docs/validation.md); default: pairs from the rig, default criteria")
@@ -705,17 +746,18 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    if args.sim:
-        print("mms validate: error: offline re-simulation (--sim) is not built yet; without --sim the run is "
-              "compared with its recorded sim/* stream", file=sys.stderr)
-        return 2
+    if args.sim_cutoff is not None and not (args.sim and math.isfinite(args.sim_cutoff) and args.sim_cutoff > 0):
+        raise ConfigError(None, "--sim-cutoff", f"got {args.sim_cutoff}, expected a frequency > 0 Hz, with --sim")
+    if args.sim_warmup is not None and not (args.sim and math.isfinite(args.sim_warmup) and args.sim_warmup >= 0):
+        raise ConfigError(None, "--sim-warmup", f"got {args.sim_warmup}, expected a time >= 0 s, with --sim")
+    resim = Resim(args.sim, args.sim_cutoff, args.sim_warmup) if args.sim else None
     settings = load_settings(args.thresholds)
     runs = [Path(r) for r in args.runs]
     progress = not args.no_progress
     try:
         if args.sweep:
             out = Path(args.out) if args.out else runs[0].parent / "sweep"
-            rows = sweep(runs, out, settings, args.rig, args.channel, args.mean_channel, progress)
+            rows = sweep(runs, out, settings, args.rig, args.channel, args.mean_channel, progress, resim)
             for row in rows:
                 print(f"{row['run']}: f sim {row['frequency_simulated_hz']:.4g} Hz meas "
                       f"{row['frequency_measured_hz']:.4g} Hz, amplitude sim {row['amplitude_simulated']:.4g} "
@@ -728,7 +770,7 @@ def run(args) -> int:
             return 2
         run_path = runs[0]
         out = Path(args.out) if args.out else run_path.with_suffix(".validation")
-        results, document = validate_run(run_path, out, settings, args.rig, args.plots, progress)
+        results, document = validate_run(run_path, out, settings, args.rig, args.plots, progress, resim)
     except RecordingError as exc:
         print(f"mms validate: error: {exc}", file=sys.stderr)
         return 2

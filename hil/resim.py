@@ -1,0 +1,199 @@
+"""Offline re-simulation for validation: the robot model driven by the servo motion the rig measured
+(``mms validate --sim CONFIG``).
+
+The recorded ``sim/*`` stream is what the model did with the motion it commanded; the rig's servos lag and
+round that motion off, so its strains and loads differ from the model's partly because of the servos. Driving
+the model with the *measured* servo angles takes the servos out of the comparison: what remains is the
+structure's and the fluid's mismatch (stiffness, damping, aerodynamics). Steps:
+
+1. the measured servo angles (hw/telemetry ``servo_rad``, on the recording's time axis) become joint angles
+   through the rig's joint map (without a rig: servo channels named as the model's joints);
+2. they are resampled on a uniform grid at the telemetry rate and low-pass filtered forward and backward (zero
+   phase; a 4th-order Butterworth at ``cutoff_hz``, default CUTOFF_HARMONICS times the motion's dominant
+   frequency), so that the accelerations imposed on the joints are the motion's, not the sensor noise
+   differentiated twice;
+3. each servo-driven joint's motion law becomes a cubic :class:`sim.laws.Spline` through them; laws that read
+   the replaced law as their ``source`` (e.g. RayBot's caudal spring) read the spline;
+4. the model runs from the first measured sample to the last, passive joints starting at rest; the first
+   ``warmup_s`` (default WARMUP_S) are dropped (the start-up transient), the rest sampled every OUTPUT_PERIOD_S;
+5. the outputs form a ``sim/state`` table on the recording's time axis, which replaces the recorded one.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.signal import butter, sosfiltfilt
+
+from hil.analysis import dominant_frequency, median_rate
+from hil.series import WRENCH_NAMES, Table, Tables
+from sim.config import ConfigError, load_toml, require
+from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
+
+#: default low-pass cutoff, in multiples of the measured motion's dominant frequency: keeps the harmonics a
+#: stroke or tail beat has (a triangle-like wave's first few), removes the sensor noise above them
+CUTOFF_HARMONICS = 8.0
+FILTER_ORDER = 4
+#: default start-up transient of the passive joints (they start at rest while the rig's were moving), dropped, s:
+#: a damping ratio of 0.2 at 1 Hz leaves 8 % of the first swing after 2 s (more lightly damped models want more)
+WARMUP_S = 2.0
+#: output sampling period of the re-simulated sim/state table, s (at least the model's step)
+OUTPUT_PERIOD_S = 1e-3
+#: the recorded sim/state keys the re-simulation gives: joint arrays and the support's wrench
+JOINT_KEYS = ("q", "qd", "qdd", "tau")
+
+
+@dataclass
+class Resimulation:
+    table: Table          # the sim/state table that replaces the recorded one
+    description: str      # one line for the report: model, input, filter, warm-up
+
+
+def load_config(source: str, metadata: dict) -> tuple[dict, Path]:
+    """The robot config to re-simulate: a TOML file, or ``"recorded"``: the one stored in the recording."""
+    if source != "recorded":
+        return load_toml(source), Path(source)
+    stored = metadata.get("robot_config")
+    if not stored or not stored.get("text"):
+        raise ConfigError(None, "--sim", "recorded: the recording holds no robot config (mms record --robot)")
+    try:
+        return tomllib.loads(stored["text"]), Path(stored.get("path", "robot.toml"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(stored.get("path"), None, f"the recorded robot config is not TOML: {exc}") from None
+
+
+def measured_joint_angles(tables: Tables, rig, joint_names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Sample times (s, recording axis) and joint angles (rad) per servo-driven joint, from hw/telemetry."""
+    telemetry = tables.tables.get(TOPIC_HW_TELEMETRY)
+    if telemetry is None or "servo_rad" not in telemetry.groups:
+        raise ValueError("the recording has no hw/telemetry servo angles to drive the model with")
+    servo_names = telemetry.element_names["servo_rad"]
+    maps = rig.joints if rig is not None else []
+    t = telemetry.columns["time_s"]
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    angles = {}
+    for jm in maps:
+        if jm.servo in servo_names and jm.joint in joint_names:
+            angles[jm.joint] = np.array([jm.joint_angle(a) for a in telemetry.element("servo_rad", jm.servo)[order]])
+    if rig is None:
+        for name in servo_names:
+            if name in joint_names:
+                angles[name] = telemetry.element("servo_rad", name)[order]
+    if not angles:
+        raise ValueError(f"no servo channel drives a joint of the model (servos {servo_names}, joints "
+                         f"{joint_names}{'' if rig is not None else '; without a rig, servos must be named as joints'})")
+    keep = np.isfinite(t) & np.all([np.isfinite(a) for a in angles.values()], axis=0)
+    t, unique = np.unique(t[keep], return_index=True)
+    return t, {name: a[keep][unique] for name, a in angles.items()}
+
+
+def smoothed(t: np.ndarray, x: np.ndarray, cutoff_hz: float | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """``x(t)`` on a uniform grid at the samples' median rate, zero-phase low-passed; (grid, values, cutoff)."""
+    rate = median_rate(t)
+    grid = t[0] + np.arange(int(math.floor((t[-1] - t[0]) * rate)) + 1) / rate
+    values = np.interp(grid, t, x)
+    if cutoff_hz is None:
+        f = dominant_frequency(values - values.mean(), rate)
+        cutoff_hz = CUTOFF_HARMONICS * f if np.isfinite(f) and f > 0 else 0.1 * rate
+    cutoff_hz = min(cutoff_hz, 0.45 * rate)
+    sos = butter(FILTER_ORDER, cutoff_hz, fs=rate, output="sos")
+    return grid, sosfiltfilt(sos, values), cutoff_hz
+
+
+def _drive_with_splines(model, splines: dict):
+    """The model with each named joint's motion law replaced by its spline (and laws reading the replaced law
+    as ``source`` reading the spline)."""
+    motion_laws = dict(model.motion_laws)
+    index = {name: j for j, name in enumerate(model.joint_names)}
+    replaced = {}
+    for name, spline in splines.items():
+        j = index[name]
+        if not model.actuated[j]:
+            raise ValueError(f"joint {name!r} is passive in the model: a servo can only drive an actuated joint")
+        replaced[id(motion_laws[j])] = spline
+        motion_laws[j] = spline
+    for law in [*motion_laws.values(), *model.joint_laws.values()]:
+        source = getattr(law, "source", None)
+        if source is not None and id(source) in replaced:
+            law.source = replaced[id(source)]
+    return model.replace(motion_laws=motion_laws)
+
+
+def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_hz: float | None = None,
+               warmup_s: float = WARMUP_S, progress: bool = False) -> Resimulation:
+    """The module docstring's steps; ValueError (one line) when the recording cannot drive the model."""
+    from sim.laws import Spline
+    from sim.robots import KINDS, build_robot
+    from sim.simulation import Simulation
+
+    model = build_robot(config, config_path)
+    t_meas, joint_angles = measured_joint_angles(tables, rig, list(model.joint_names))
+    if t_meas.size < 4 or t_meas[-1] - t_meas[0] <= warmup_s:
+        raise ValueError(f"the measured servo motion lasts {t_meas[-1] - t_meas[0]:.3g} s, not more than the "
+                         f"{warmup_s:g} s warm-up")
+    t0 = float(t_meas[0])
+    splines, cutoffs = {}, []
+    for name, angles in joint_angles.items():
+        grid, values, cutoff = smoothed(t_meas, angles, cutoff_hz)
+        splines[name] = Spline(grid - t0, values, hold=True)
+        cutoffs.append(cutoff)
+    model = _drive_with_splines(model, splines)
+
+    table_t = config.get("simulation", {})
+    integrator = require(table_t, "integrator", str, path=config_path, prefix="simulation", default="rk4")
+    dt = require(table_t, "dt", float, path=config_path, prefix="simulation", default=1e-4)
+    module = importlib.import_module(KINDS[config["robot"]["kind"]])
+    advise = getattr(module, "stable_dt", None)
+    limit = advise(model, integrator) if advise is not None else None
+    if limit is not None and dt > limit:
+        dt = limit
+    sim = Simulation(model, integrator, dt)
+    sim.reset()
+    period = max(OUTPUT_PERIOD_S, dt)
+    duration = float(t_meas[-1] - t0)
+    rows: list[dict] = []
+    times: list[float] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=round(duration, 3), desc="re-simulating", unit="s sim", leave=False)
+    while sim.t + period <= duration:
+        sim.advance(period)
+        if bar is not None:
+            bar.update(period)
+        if sim.t >= warmup_s:
+            times.append(sim.t)
+            rows.append(sim.outputs())
+    if bar is not None:
+        bar.close()
+    table = _state_table(np.array(times), t0, rows, list(model.joint_names), model.actuated, tables.origin_ns)
+    description = (f"offline re-simulation of {config_path} driven by the measured servo angles "
+                   f"({', '.join(joint_angles)}; zero-phase low-pass at {min(cutoffs):.3g} Hz; the first "
+                   f"{warmup_s:g} s dropped; {integrator} at dt {dt:g} s)")
+    return Resimulation(table, description)
+
+
+def _state_table(sim_t: np.ndarray, t0: float, rows: list[dict], joint_names: list[str], actuated,
+                 origin_ns: int) -> Table:
+    """A sim/state :class:`Table` (hil/series.py layout) of the re-simulated outputs at simulation times ``sim_t``
+    (s), which start at ``t0`` on the recording's time axis (s from ``origin_ns``)."""
+    table = Table(TOPIC_SIM_STATE)
+    time_s = sim_t + t0
+    stamp = origin_ns + np.round(time_s * 1e9).astype(np.int64)
+    table.columns.update({"log_time": stamp, "stamp_ns": stamp, "time_s": time_s, "t": sim_t})
+    passive = [name for name, a in zip(joint_names, actuated) if not a]
+    for key, names in [*((k, joint_names) for k in JOINT_KEYS), ("strain", passive), ("base_wrench", WRENCH_NAMES),
+                       ("ext_wrench", WRENCH_NAMES)]:
+        if not rows or key not in rows[0]:
+            continue
+        matrix = np.array([np.asarray(r[key], dtype=float) for r in rows]).reshape(len(rows), len(names))
+        table.element_names[key] = list(names)
+        table.groups[key] = [f"{key}_{name}" for name in names]
+        for i, column in enumerate(table.groups[key]):
+            table.columns[column] = matrix[:, i]
+    return table
