@@ -802,14 +802,14 @@ def summary_lines(document: dict) -> list[str]:
     return lines
 
 
-def main_for_demo(recording: Path, robot: Path, rig: Path, out: Path) -> int:
+def main_for_demo(recording: Path, robot: Path, rig: Path, out: Path, resim: Resim | None = None) -> int:
     """`mms demo`'s validation step: pairs from ``rig``, the default criteria, every figure. Returns the exit code
     of `mms validate` (0 no channel fails and one passes, 1 a channel fails, 2 the run cannot be validated).
-    ``robot`` is the model the run simulated: the reference is its recorded sim/* stream (no offline
-    re-simulation)."""
+    ``robot`` is the model the run simulated: the reference is its recorded sim/* stream, or with ``resim`` its
+    re-simulation driven by the measured servo angles."""
     try:
         _results, document = validate_run(Path(recording), Path(out), load_settings(None), str(rig), "all",
-                                          progress=False)
+                                          progress=False, resim=resim)
     except RecordingError as exc:
         print(f"mms validate: error: {exc}", file=sys.stderr)
         return 2

@@ -102,6 +102,15 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     assert stroke["residual_rms"] < 0.2 * stroke["amplitude_simulated"], stroke
     # the rig's stiffer wing roots bend less than the model's
     assert 0.5 < channels["root_bend_r"]["metrics"]["amplitude_ratio"] < 0.95
+    # the replay (the model driven by the measured servo motion): the servos' lag gone from the strains, and the
+    # bending ratio the stiffer roots' own (1/1.2 = 0.83; the servos' undershoot no longer in it)
+    replay = json.loads((out / "report" / "replay" / "metrics.json").read_text())
+    assert "re-simulation" in replay["reference"]
+    bend = {c["measured"].split(":")[-1]: c for c in replay["channels"]}["root_bend_r"]["metrics"]
+    lagged = channels["root_bend_r"]["metrics"]
+    assert abs(bend["phase_lag_deg"]) < 10.0 < lagged["phase_lag_deg"], (bend, lagged)
+    assert 0.75 < bend["amplitude_ratio"] < 0.92 and bend["amplitude_ratio"] > lagged["amplitude_ratio"], bend
+    assert "taken out" in stdout
     assert _wait_no_processes(str(out)) == []
 
 
