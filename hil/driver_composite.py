@@ -35,8 +35,9 @@ from firmware_interface.rig import Rig
 from hil.driver_dynamixel import DynamixelLink
 from hil.driver_link import LinkError, SerialLink
 
-MIRROR, NEUTRAL = "mirror", "neutral"
-SERVO_CHANNEL_MODES = (MIRROR, NEUTRAL)
+#: ``[microcontroller] servo_channels`` (firmware_interface.dynamixel_emulator.load_dxl_rig checks it): "mirror"
+#: sends the bus servos' joint angles, "neutral" the channels' neutral values
+MIRROR = "mirror"
 
 
 class ServoMirror:
@@ -56,10 +57,6 @@ class ServoMirror:
                 self.routes.append(None)
                 continue
             self.routes.append((bus_rig.servo_names.index(bus_jm.servo), bus_jm, sensor_jm))
-
-    @property
-    def neutral(self) -> tuple[float, ...]:
-        return tuple(self.sensor_rig.neutral_raw)
 
     def __call__(self, bus_raw) -> tuple[float, ...]:
         out = []

@@ -12,8 +12,9 @@ structure's and the fluid's mismatch (stiffness, damping, aerodynamics). Steps:
    phase; a 4th-order Butterworth at ``cutoff_hz``, default CUTOFF_HARMONICS times the motion's dominant
    frequency), so that the accelerations imposed on the joints are the motion's, not the sensor noise
    differentiated twice;
-3. each servo-driven joint's motion law becomes a cubic :class:`sim.laws.Spline` through them; laws that read
-   the replaced law as their ``source`` (e.g. RayBot's caudal spring) read the spline;
+3. each servo-driven joint's motion law becomes a cubic :class:`sim.laws.Spline` through them; a joint moved
+   through a linear mechanism (``ratio * source``) gets it as its source, so that every law reading that source
+   (RayBot's caudal spring) follows the measured motion too;
 4. the model runs from the first measured sample to the last, passive joints starting at rest; the first
    ``warmup_s`` (default WARMUP_S) are dropped (the start-up transient), the rest sampled every OUTPUT_PERIOD_S;
 5. the outputs form a ``sim/state`` table on the recording's time axis, which replaces the recorded one.
@@ -105,29 +106,36 @@ def smoothed(t: np.ndarray, x: np.ndarray, cutoff_hz: float | None) -> tuple[np.
     return grid, sosfiltfilt(sos, values), cutoff_hz
 
 
-def _drive_with_splines(model, splines: dict):
-    """The model with each named joint's motion law replaced by its spline (and laws reading the replaced law
-    as ``source`` reading the spline)."""
+def _drive_with_splines(model, samples: dict[str, tuple[np.ndarray, np.ndarray]]):
+    """The model with each named joint driven by a cubic spline through its ``(times s, angles rad)``. A joint
+    moved through a linear mechanism (``r = ratio * source(t)``, e.g. RayBot's tail through its rack) gets the
+    spline as the mechanism's *source* (angles / ratio), so every law reading that source (the caudal spring)
+    follows the measured motion too."""
+    from sim.laws import Spline
+
     motion_laws = dict(model.motion_laws)
     index = {name: j for j, name in enumerate(model.joint_names)}
-    replaced = {}
-    for name, spline in splines.items():
+    sources = {}                                # id(replaced source law) -> its spline
+    for name, (times, angles) in samples.items():
         j = index[name]
         if not model.actuated[j]:
             raise ValueError(f"joint {name!r} is passive in the model: a servo can only drive an actuated joint")
-        replaced[id(motion_laws[j])] = spline
-        motion_laws[j] = spline
+        law = motion_laws[j]
+        source, ratio = getattr(law, "source", None), getattr(law, "ratio", None)
+        if source is not None and isinstance(ratio, (int, float)) and ratio != 0:
+            sources[id(source)] = Spline(times, angles / ratio, hold=True)
+        else:
+            motion_laws[j] = Spline(times, angles, hold=True)
     for law in [*motion_laws.values(), *model.joint_laws.values()]:
         source = getattr(law, "source", None)
-        if source is not None and id(source) in replaced:
-            law.source = replaced[id(source)]
+        if source is not None and id(source) in sources:
+            law.source = sources[id(source)]
     return model.replace(motion_laws=motion_laws)
 
 
 def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_hz: float | None = None,
                warmup_s: float = WARMUP_S, progress: bool = False) -> Resimulation:
     """The module docstring's steps; ValueError (one line) when the recording cannot drive the model."""
-    from sim.laws import Spline
     from sim.robots import KINDS, build_robot
     from sim.simulation import Simulation
 
@@ -137,12 +145,12 @@ def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_h
         raise ValueError(f"the measured servo motion lasts {t_meas[-1] - t_meas[0]:.3g} s, not more than the "
                          f"{warmup_s:g} s warm-up")
     t0 = float(t_meas[0])
-    splines, cutoffs = {}, []
+    samples, cutoffs = {}, []
     for name, angles in joint_angles.items():
         grid, values, cutoff = smoothed(t_meas, angles, cutoff_hz)
-        splines[name] = Spline(grid - t0, values, hold=True)
+        samples[name] = (grid - t0, values)
         cutoffs.append(cutoff)
-    model = _drive_with_splines(model, splines)
+    model = _drive_with_splines(model, samples)
 
     table_t = config.get("simulation", {})
     integrator = require(table_t, "integrator", str, path=config_path, prefix="simulation", default="rk4")
