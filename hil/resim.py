@@ -21,6 +21,7 @@ structure's and the fluid's mismatch (stiffness, damping, aerodynamics). Steps:
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 import tomllib
@@ -126,11 +127,14 @@ def _drive_with_splines(model, samples: dict[str, tuple[np.ndarray, np.ndarray]]
             sources[id(source)] = Spline(times, angles / ratio, hold=True)
         else:
             motion_laws[j] = Spline(times, angles, hold=True)
-    for law in [*motion_laws.values(), *model.joint_laws.values()]:
-        source = getattr(law, "source", None)
-        if source is not None and id(source) in sources:
-            law.source = sources[id(source)]
-    return model.replace(motion_laws=motion_laws)
+    joint_laws = dict(model.joint_laws)
+    for laws in (motion_laws, joint_laws):
+        for j, law in laws.items():
+            source = getattr(law, "source", None)
+            if source is not None and id(source) in sources:
+                laws[j] = copy.copy(law)            # the caller's model keeps its own laws
+                laws[j].source = sources[id(source)]
+    return model.replace(motion_laws=motion_laws, joint_laws=joint_laws)
 
 
 def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_hz: float | None = None,

@@ -179,3 +179,24 @@ def test_a_recording_without_a_robot_config_or_servo_angles(tmp_path, kit):
     with pytest.raises(validate.RecordingError, match="--sim: "):
         validate.validate_run(path, tmp_path / "out", validate.load_settings(None), None, "none", progress=False,
                               resim=validate.Resim(str(PENDULUM)))
+
+
+def test_a_joint_moved_through_a_mechanism_is_driven_through_its_source():
+    """RayBot's tail joint is ``ratio * servo(t)`` and its caudal fin's spring reads the same servo law: the replay
+    drives that source, so the tail moves as measured and the spring follows the same spline."""
+    from hil.resim import _drive_with_splines
+
+    raybot_path = PENDULUM.parent / "raybot.toml"
+    model = build_robot(load_toml(raybot_path), raybot_path)
+    tail = model.joint_names.index("tail_yaw")
+    times = np.linspace(0.0, 2.0, 201)
+    angles = 0.2 * np.sin(2 * math.pi * 1.5 * times)                   # joint angles, rad
+    driven = _drive_with_splines(model, {"tail_yaw": (times, angles)})
+    law = driven.motion_laws[tail]
+    springs = [j for j in driven.joint_laws.values() if getattr(j, "source", None) is law.source]
+    assert type(law).__name__ == "ScaledMotion" and type(law.source).__name__ == "Spline" and springs
+    for t in (0.3, 0.77, 1.5):
+        assert law.evaluate(t)[0] == pytest.approx(float(np.interp(t, times, angles)), abs=1e-4)
+    # the model given is untouched: its tail and spring still read the beat law
+    assert type(model.motion_laws[tail].source).__name__ == "ServoBeat"
+    assert all(type(getattr(j, "source", None)).__name__ != "Spline" for j in model.joint_laws.values())
