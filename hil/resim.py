@@ -81,14 +81,15 @@ def measured_joint_angles(tables: Tables, rig, joint_names: list[str]) -> tuple[
     angles = {}
     for jm in maps:
         if jm.servo in servo_names and jm.joint in joint_names:
-            angles[jm.joint] = np.array([jm.joint_angle(a) for a in telemetry.element("servo_rad", jm.servo)[order]])
+            angles[jm.joint] = jm.joint_angle(telemetry.element("servo_rad", jm.servo)[order])   # element-wise
     if rig is None:
         for name in servo_names:
             if name in joint_names:
                 angles[name] = telemetry.element("servo_rad", name)[order]
     if not angles:
+        hint = "" if rig is not None else "; without a rig, servos must be named as joints"
         raise ValueError(f"no servo channel drives a joint of the model (servos {servo_names}, joints "
-                         f"{joint_names}{'' if rig is not None else '; without a rig, servos must be named as joints'})")
+                         f"{joint_names}{hint})")
     keep = np.isfinite(t) & np.all([np.isfinite(a) for a in angles.values()], axis=0)
     t, unique = np.unique(t[keep], return_index=True)
     return t, {name: a[keep][unique] for name, a in angles.items()}
