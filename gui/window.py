@@ -33,6 +33,8 @@ _LINK_COLOURS = {NO_DATA: "#888888", CONNECTED: "#1a9c3a", STALE: "#d08a00", DIS
 RATE_WINDOW_S = 1.0
 STATUS_PERIOD_MS = 200
 _TABLE_COLUMNS = ("topic", "link", "rate (Hz)", "received", "seq gaps", "latency (ms)")
+#: what the link line shows of a second device's link (hw/status link.sensor, docs/dynamixel.md)
+_SENSOR_LINK_KEYS = ("state", "port", "frames_ok", "crc_errors", "seq_gaps", "link_losses")
 
 
 @dataclass
@@ -381,6 +383,9 @@ class DashboardWindow(QMainWindow):
             link = hw.get("link", {})
             # the flat counters (state, frames, errors, gaps); nested maps (the device's own) stay out of the way
             counters = ", ".join(f"{k} {v}" for k, v in link.items() if not isinstance(v, (dict, list)))
+            sensor = link.get("sensor")
+            if isinstance(sensor, dict):          # a rig with two devices: the sensor microcontroller's link
+                counters += "; sensors: " + ", ".join(f"{k} {sensor[k]}" for k in _SENSOR_LINK_KEYS if k in sensor)
             self.link_label.setText(f"link: {counters or '—'}; malformed messages dropped: {batch.malformed}")
         else:
             self.link_label.setText(f"link: — ; malformed messages dropped: {batch.malformed}")

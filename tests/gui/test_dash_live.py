@@ -194,3 +194,33 @@ def test_autoscale_follows_the_data_and_unticked_keeps_the_users_range(qtbot, ma
     assert view.viewRange()[1] == pytest.approx([-1.0, 1.0])
     window.autoscale_box.setChecked(True)
     qtbot.waitUntil(lambda: view.viewRange()[1][1] < 0.0035, timeout=DEADLINE_MS)
+
+
+def test_a_two_device_rig_shows_its_sensor_link_next_to_the_bus(qtbot, make_window, endpoints):
+    """hw/status of a Dynamixel rig with its sensor microcontroller (docs/dynamixel.md): the link line shows the
+    bus's counters and the sensor link's state, port and errors."""
+    window = make_window()
+    socket = zmq.Context.instance().socket(zmq.PUB)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.bind(endpoints.driver_pub)
+    sent = {"seq": 0}
+
+    def shown() -> bool:
+        payload = {"v": 1, "seq": sent["seq"], "stamp_ns": 0, "lifecycle": "active", "rig": "two-device",
+                   "estop": False, "watchdog": "track",
+                   "link": {"state": "up", "frames_ok": 10, "crc_errors": 0, "seq_gaps": 0, "reconnects": 0,
+                            "bus": "dynamixel",
+                            "sensor": {"state": "up", "port": "/dev/pts/9", "frames_ok": 125, "crc_errors": 3,
+                                       "seq_gaps": 1, "link_losses": 0, "nacks": {}}}}
+        messages.validate(messages.TOPIC_HW_STATUS, payload)
+        socket.send_multipart(messages.encode(messages.TOPIC_HW_STATUS, payload))
+        sent["seq"] += 1
+        return "sensors:" in window.link_label.text()
+
+    try:
+        qtbot.waitUntil(shown, timeout=DEADLINE_MS)
+        text = window.link_label.text()
+        assert "bus dynamixel" in text and "state up, port /dev/pts/9, frames_ok 125, crc_errors 3" in text
+        assert "nacks" not in text.split("sensors:")[1]
+    finally:
+        socket.close(linger=0)
