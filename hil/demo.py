@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import zmq
 
 from hil.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
+from sim.network import write_loopback_network
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: how long a process may take to come up (imports, numba compilation on a fresh machine), s
@@ -96,28 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(mms validate --sim recorded)")
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
-
-
-def write_network_config(path: Path) -> dict[str, str]:
-    """A network.toml on free loopback ports, so a demo never collides with a running experiment."""
-    sim_pub, sim_ctl, drv_pub, drv_ctl, rec_ctl = (f"tcp://127.0.0.1:{p}" for p in _free_ports(5))
-    path.write_text(f'[sim]\npub = "{sim_pub}"\ncontrol = "{sim_ctl}"\n\n'
-                    f'[driver]\npub = "{drv_pub}"\ncontrol = "{drv_ctl}"\n\n'
-                    f'[recorder]\ncontrol = "{rec_ctl}"\n')
-    return {"sim_pub": sim_pub, "sim_control": sim_ctl, "driver_pub": drv_pub, "driver_control": drv_ctl,
-            "recorder_control": rec_ctl}
-
-
 class Watcher:
     """Subscribes to sim/status and hw/status: the demo's own view of the experiment's health."""
 
@@ -167,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = args.out or REPO_ROOT / "runs" / time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     network = run_dir / "network.toml"
-    endpoints = write_network_config(network)
+    endpoints = write_loopback_network(network)
     robot = write_demo_robot(rig, run_dir / rig.robot.name)
     recording = run_dir / "run.mcap"
     report_dir = run_dir / "report"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import msgpack
 import zmq
 
 from sim.messages import decode, encode, validate
+from sim.network import write_loopback_network
 
 #: generous: two cores shared with other test runs
 DEADLINE_S = 20.0
@@ -30,25 +30,9 @@ def mms(*args: str) -> list[str]:
     return [sys.executable, "-m", "hil.cli", *args]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_network(path: Path) -> Path:
-    """A network.toml at ``path`` with free loopback ports, so tests never collide with each other or a running
-    stack."""
-    ports = [free_port() for _ in range(5)]
-    path.write_text(f"""[sim]
-pub = "tcp://127.0.0.1:{ports[0]}"
-control = "tcp://127.0.0.1:{ports[1]}"
-[driver]
-pub = "tcp://127.0.0.1:{ports[2]}"
-control = "tcp://127.0.0.1:{ports[3]}"
-[recorder]
-control = "tcp://127.0.0.1:{ports[4]}"
-""")
+    """A network.toml at ``path`` with free loopback ports (:func:`sim.network.write_loopback_network`)."""
+    write_loopback_network(path)
     return path
 
 

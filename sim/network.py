@@ -1,8 +1,9 @@
 """Endpoints of the ZeroMQ sockets, from ``configs/network.toml`` (architecture.md, "Default endpoints")."""
 from __future__ import annotations
 
+import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sim.config import ConfigError, load_toml, require
@@ -45,3 +46,27 @@ def warn_if_not_loopback(endpoint: str, what: str) -> None:
     if not (endpoint.startswith(("ipc://", "inproc://")) or address.startswith(_LOOPBACK_HOSTS)):
         print(f"WARNING: {what} binds to {endpoint}, beyond loopback, WITHOUT authentication: "
               f"anyone on this network can read and command it", file=sys.stderr, flush=True)
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 now (all bound at once, so none is handed out twice)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def write_loopback_network(path: str | Path) -> dict[str, str]:
+    """A network TOML at ``path`` on free loopback ports (a demo or a test never collides with a running
+    experiment or with each other); returns its endpoints by :class:`Endpoints` field name."""
+    endpoints = Endpoints(*(f"tcp://127.0.0.1:{port}" for port in free_loopback_ports(5)))
+    Path(path).write_text(f'[sim]\npub = "{endpoints.sim_pub}"\ncontrol = "{endpoints.sim_control}"\n\n'
+                          f'[driver]\npub = "{endpoints.driver_pub}"\ncontrol = "{endpoints.driver_control}"\n\n'
+                          f'[recorder]\ncontrol = "{endpoints.recorder_control}"\n')
+    return asdict(endpoints)
