@@ -273,13 +273,11 @@ def run_rig(metadata: dict[str, dict[str, str]], rig_path: str | None):
         return None, f" (the rig stored in the recording does not load: {exc.message})"
 
 
-def default_pairs(settings: Settings, tables: Tables, metadata: dict[str, dict[str, str]], rig_path: str | None
-                  ) -> tuple[list[Pair], str]:
-    """The pairs to compare and where they came from."""
+def default_pairs(settings: Settings, tables: Tables, rig, origin: str) -> tuple[list[Pair], str]:
+    """The pairs to compare and where they came from; ``rig``, ``origin``: :func:`run_rig`'s answer."""
     if settings.pairs:
         return settings.pairs, "config"
     criteria = _criteria(settings.pass_defaults, None, "pass")
-    rig, origin = run_rig(metadata, rig_path)
     if rig is None and origin:      # fall back to the names, saying why
         return pairs_by_name(tables, criteria), "channel names" + origin
     if rig is not None:
@@ -594,7 +592,9 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
     recording = read_recording(run, topics=wanted, progress=progress)
     # names first (from the first messages), then decode only the keys the pairs use
     probe = build_tables(recording, max_messages=NAME_PROBE_MESSAGES)
-    pairs, source = default_pairs(settings, probe, recording.metadata, rig_path)
+    # the rig names the default pairs and maps the servos of a re-simulation: loaded once, when either needs it
+    rig, rig_origin = run_rig(recording.metadata, rig_path) if not settings.pairs or resim else (None, "")
+    pairs, source = default_pairs(settings, probe, rig, rig_origin)
     if not pairs:
         raise RecordingError(f"{run}: no measured/simulated pairs found: give them with --thresholds FILE "
                              f"([[pair]] measured = 'topic:key:element', simulated = ...)")
@@ -611,7 +611,6 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
         from hil.resim import WARMUP_S, load_config, resimulate
 
         config, config_path = load_config(resim.config, recording.metadata)
-        rig, _origin = run_rig(recording.metadata, rig_path)
         try:
             replay = resimulate(tables, config, config_path, rig, cutoff_hz=resim.cutoff_hz,
                                 warmup_s=WARMUP_S if resim.warmup_s is None else resim.warmup_s, progress=progress)
