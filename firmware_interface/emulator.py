@@ -36,9 +36,8 @@ import numpy as np
 
 from firmware_interface import protocol as p
 from firmware_interface.plant import make_plant
-# PtyLink and the TX_* constants lived here before firmware_interface/pty_device.py: still importable from here
-from firmware_interface.pty_device import (TX_BUFFER_BYTES, TX_LEAD_S, AppliedLog, PtyDevice, PtyLink,  # noqa: F401
-                                           add_applied_log_argument, line_fault, open_applied_log, serve)
+from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_log_argument, line_fault,
+                                           open_applied_log, serve)
 from firmware_interface.rig import Rig, load_rig
 
 #: Most the loop sleeps without checking the port, s.

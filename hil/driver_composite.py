@@ -33,7 +33,7 @@ from firmware_interface import protocol as p
 from firmware_interface.dynamixel_emulator import DxlRig
 from firmware_interface.rig import Rig
 from hil.driver_dynamixel import DynamixelLink
-from hil.driver_link import LinkError, SerialLink
+from hil.driver_link import SerialLink
 
 #: ``[microcontroller] servo_channels`` (firmware_interface.dynamixel_emulator.load_dxl_rig checks it): "mirror"
 #: sends the bus servos' joint angles, "neutral" the channels' neutral values

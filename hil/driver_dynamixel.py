@@ -35,8 +35,7 @@ import serial
 
 from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p
-from firmware_interface.dynamixel_emulator import (RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, DxlRig,  # noqa: F401
-                                                   load_dxl_rig, rig_kind)
+from firmware_interface.dynamixel_emulator import RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, DxlRig, load_dxl_rig
 from firmware_interface.rig import EmulatorConfig, Rig, ServoChannel
 from hil.driver_link import LinkError, LinkTotals, open_port
 
@@ -463,5 +462,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
     sys.exit(main())

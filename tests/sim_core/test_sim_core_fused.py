@@ -194,7 +194,6 @@ def test_hydro_plugins_tracking_springs_and_law_forms_in_the_fused_path(tmp_path
     law and a motion law with a ``fused_form``, fused against Python. Both paths evaluate the scaled sine
     differently (ratio * (o + a s) against (ratio o) + (ratio a) s), so they agree to rounding, not bitwise."""
     model, rng, _ = _mixed_tree(tmp_path, 21, 8, "floating")
-    n = model.n
     passive = np.flatnonzero(~model.actuated)
     actuated = np.flatnonzero(model.actuated)
     source = Sinusoid(0.4, 6.0, 0.3, 0.05)
