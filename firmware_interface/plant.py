@@ -20,11 +20,13 @@ import math
 import multiprocessing as mp
 import queue
 import signal
+import sys
 import time
 
 import numpy as np
 
 from sim.config import ConfigError, load_toml
+from sim.realtime import warm_up
 
 from firmware_interface.rig import Rig, deep_merge
 
@@ -248,6 +250,9 @@ def _plant_process(rig: Rig, shared, go, stop, messages) -> None:
     except Exception as exc:
         messages.put(("error", f"{type(exc).__name__}: {exc}"))
         return
+    # compile (or load) the kernels now, not in the first slice: a compile there is a lag of the rig's truth
+    warm_up(core.simulation, PLANT_SLICE_S,
+            lambda text: print(f"mms emulate: physics plant {text}", file=sys.stderr, flush=True))
     n, m = len(rig.servos), len(rig.sensors)
     a = shared.get_obj()
     angle = np.frombuffer(a, dtype=np.float64, count=n, offset=8 * _HEADER)

@@ -66,13 +66,18 @@ def median_rate(t: np.ndarray) -> float:
     return float(1.0 / np.median(dt))
 
 
-def common_grid(t_a: np.ndarray, t_b: np.ndarray, rate_hz: float, skip_s: float = 0.0) -> np.ndarray:
+def common_grid(t_a: np.ndarray, t_b: np.ndarray, rate_hz: float, skip_s: float = 0.0,
+                window: tuple[float, float] | None = None) -> np.ndarray:
     """Uniform times (m,) s at ``rate_hz`` over the overlap of ``t_a`` and ``t_b`` (both (n,) s, sorted),
-    starting ``skip_s`` after the overlap begins (start-up transient left out)."""
+    starting ``skip_s`` after the overlap begins (start-up transient left out), inside ``window`` (s) if given
+    (the run's healthy window, hil/health.py)."""
     start = max(t_a[0], t_b[0]) + skip_s
     stop = min(t_a[-1], t_b[-1])
+    if window is not None:
+        start, stop = max(start, window[0]), min(stop, window[1])
     if stop <= start:
-        raise ValueError(f"the signals do not overlap in time (after skipping {skip_s} s)")
+        raise ValueError(f"the signals do not overlap in time (after skipping {skip_s} s"
+                         + (f", inside the window {window[0]:.3f}-{window[1]:.3f} s)" if window else ")"))
     n = int(np.floor((stop - start) * rate_hz)) + 1
     return start + np.arange(n) / rate_hz
 
@@ -283,19 +288,19 @@ class Comparison:
 
 def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np.ndarray, *,
             grid_hz: float | None = None, frequency_hz: float | None = None, max_lag_s: float | None = None,
-            phase_bins: int = 50, skip_s: float = 0.0) -> Comparison:
+            phase_bins: int = 50, skip_s: float = 0.0, window: tuple[float, float] | None = None) -> Comparison:
     """Compare measured ``x_meas`` at ``t_meas`` with simulated ``x_sim`` at ``t_sim`` (all (n,), times in s
     on one clock, values in one unit). Defaults: grid at the lower of the two median rates (at most
     GRID_SAMPLES_PER_CYCLE per cycle when ``frequency_hz`` is given), frequency = the
     simulated signal's dominant frequency, ``max_lag_s`` = half the period of the cycle or of the channel's main
-    harmonic, whichever is shorter."""
+    harmonic, whichever is shorter. ``window`` (s): compare only inside it (the healthy part of a run)."""
     t_sim, x_sim = np.asarray(t_sim, float), np.asarray(x_sim, float)
     t_meas, x_meas = np.asarray(t_meas, float), np.asarray(x_meas, float)
     if grid_hz is None:
         grid_hz = min(median_rate(t_sim), median_rate(t_meas))
         if frequency_hz is not None:
             grid_hz = min(grid_hz, GRID_SAMPLES_PER_CYCLE * frequency_hz)
-    t = common_grid(t_sim, t_meas, grid_hz, skip_s)
+    t = common_grid(t_sim, t_meas, grid_hz, skip_s, window)
     if len(t) < 8:
         raise ValueError("fewer than 8 common samples")
     s = resample(t_sim, x_sim, t)

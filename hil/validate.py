@@ -38,11 +38,12 @@ from typing import Any
 import numpy as np
 
 from hil.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
+from hil.health import Health, HealthCriteria, assess
 from hil.mcap_io import RecordingError, read_recording
 from hil.rigs import host_rig_from_texts, load_host_rig
 from hil.series import WRENCH_NAMES, Tables, build_tables
 from sim.config import ConfigError, load_toml, require
-from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
+from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 #: default pass/fail criteria (overridden by [pass] and [pair.pass] of the config)
 DEFAULT_PASS = {"nrmse_max": 0.25, "r2_min": 0.5, "amplitude_ratio_min": 0.8, "amplitude_ratio_max": 1.25,
@@ -120,6 +121,12 @@ class Settings:
     #: [channel.<name>] criteria: for the pairs of that name or whose measured channel has that name
     channel_pass: dict[str, list[Criterion]] = field(default_factory=dict)
     path: str | None = None   # the thresholds file, for errors found once the pairs are known
+    #: [health]: what counts as a healthy stretch of the run (hil/health.py)
+    health: HealthCriteria = field(default_factory=HealthCriteria)
+    #: the run's healthy window the channels are compared in (s, recording clock); None: the whole overlap
+    window: tuple[float, float] | None = None
+    #: compare over the whole run, not its healthy window (the health is still assessed and reported)
+    whole_run: bool = False
 
 
 def _criteria(table: dict[str, float], path, prefix: str) -> list[Criterion]:
@@ -183,12 +190,31 @@ def load_settings(path: str | Path | None) -> Settings:
             offset=require(item, "offset", float, path=path, prefix=prefix, default=0.0),
             criteria=_criteria({**settings.pass_defaults, **own_pass}, path, f"{prefix}.pass"),
             frequency_hz=require(item, "frequency_hz", float, path=path, prefix=prefix, default=None, **positive)))
+    settings.health = load_health_criteria(require(doc, "health", dict, path=path, default={}), path)
     channels = require(doc, "channel", dict, path=path, default={}, expected='tables [channel."<name>"]')
     for name, table in channels.items():
         if not isinstance(table, dict):
             raise ConfigError(path, f"channel.{name}", "expected a table of criteria (e.g. rmse_max = 0.01)")
         settings.channel_pass[name] = _criteria(table, path, f"channel.{name}")
     return settings
+
+
+def load_health_criteria(table: dict, path) -> HealthCriteria:
+    """The ``[health]`` table (every key optional, each a number >= 0, min_fraction at most 1); an unknown key is a
+    one-line ConfigError with the closest known one."""
+    import difflib
+
+    known = HealthCriteria.keys()
+    values = {}
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(path, f"health.{key}", f"unknown key{hint}, expected one of {list(known)}")
+        values[key] = require(table, key, float, path=path, prefix="health",
+                              check=lambda v, k=key: 0 <= v <= (1 if k == "min_fraction" else math.inf),
+                              expected="a number from 0 to 1" if key == "min_fraction" else "a number >= 0")
+    return HealthCriteria(**values)
 
 
 def apply_channel_criteria(pairs: list[Pair], settings: Settings) -> list[Pair]:
@@ -322,7 +348,8 @@ def evaluate_pair(pair: Pair, tables: Tables, settings: Settings) -> PairResult:
         t_meas, x_meas = pair.measured.values(tables)
         comparison = compare(t_sim, pair.scale * x_sim + pair.offset, t_meas, x_meas,
                              grid_hz=settings.grid_hz, frequency_hz=pair.frequency_hz or settings.frequency_hz,
-                             max_lag_s=settings.max_lag_s, phase_bins=settings.phase_bins, skip_s=settings.skip_s)
+                             max_lag_s=settings.max_lag_s, phase_bins=settings.phase_bins, skip_s=settings.skip_s,
+                             window=settings.window)
     except (KeyError, ValueError) as exc:
         message = exc.args[0] if exc.args else str(exc)
         return PairResult(pair, None, {}, [], error=str(message), judged_by=None)
@@ -513,7 +540,9 @@ def _cell(result: PairResult, metric: str) -> str:
 
 def write_report(out: Path, run: Path, results: list[PairResult], source: str, recording_info: dict,
                  plots: dict[str, str]) -> None:
-    lines = [f"# Validation of `{run.name}`", "",
+    health: Health = recording_info["health"]
+    lines = [f"**{health_verdict(health.as_dict())}**", "", f"# Validation of `{run.name}`", "",
+             *health_lines(health, recording_info["window"]), "",
              f"- recording: `{run}`" + (" (truncated: read up to its last complete record)"
                                          if recording_info.get("truncated") else ""),
              f"- pairs from: {source}",
@@ -555,6 +584,33 @@ def write_report(out: Path, run: Path, results: list[PairResult], source: str, r
     (out / "report.md").write_text("\n".join(lines))
 
 
+def health_lines(health: Health, window: tuple[float, float] | None) -> list[str]:
+    """The report's run-health section: what was analysed (``window``, s; None: the whole run), what was cut and
+    why, what could not be checked."""
+    lines = ["## Run health", ""]
+    if window is None and health.analysed is not None:
+        lines.append(f"- analysed: the whole run ({health.run_s:.2f} s, --whole-run), not its longest healthy window "
+                     f"{health.analysed[0]:.2f}-{health.analysed[1]:.2f} s")
+    elif health.analysed is not None:
+        lines.append(f"- analysed window: {health.analysed[0]:.2f}-{health.analysed[1]:.2f} s "
+                     f"({health.analysed_s:.2f} s of a {health.run_s:.2f} s run; s from the recording's origin)")
+    else:
+        lines.append(f"- no healthy window: the channels below are compared over the whole run "
+                     f"({health.run_s:.2f} s) and are not to be trusted")
+    if len(health.windows) > 1:
+        lines.append("- other healthy windows (not analysed): "
+                     + ", ".join(f"{a:.2f}-{b:.2f} s" for a, b in health.windows[1:]))
+    if health.deadline_miss_fraction is not None:
+        lines.append(f"- simulator deadline misses: {health.deadline_miss_fraction:.1%} of the states")
+    ordered = sorted(health.disturbances, key=lambda d: d.start_s)
+    lines += [f"- cut: {d.source}: {d.what} ({d.start_s:.2f}-{d.end_s:.2f} s)" for d in ordered[:20]]
+    if len(health.disturbances) > 20:
+        lines.append(f"- ... and {len(health.disturbances) - 20} more disturbances (metrics.json: health)")
+    lines += [f"- warning: {w}" for w in health.warnings]
+    lines += [f"- not checked: {u}" for u in health.unchecked]
+    return lines
+
+
 def _not_judged_note(count: int) -> str:
     return f", {count} not judged (no prediction and no rmse_max)" if count else ""
 
@@ -586,9 +642,8 @@ RECORDED_REFERENCE = "the sim/* stream recorded in the same run"
 
 def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: bool, finish=None,
                 resim: Resim | None = None) -> tuple[list[PairResult], str, dict]:
-    from sim.messages import TOPIC_SIM_STATUS
-
-    wanted = {TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY} | _topics_needed(settings.pairs)
+    wanted = ({TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY, TOPIC_HW_COMMAND, TOPIC_HW_STATUS}
+              | _topics_needed(settings.pairs))
     recording = read_recording(run, topics=wanted, progress=progress)
     # names first (from the first messages), then decode only the keys the pairs use
     probe = build_tables(recording, max_messages=NAME_PROBE_MESSAGES)
@@ -605,7 +660,11 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
             keys.setdefault(ref.topic, set()).add(ref.key)
     if resim is not None:
         keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("servo_rad")
+    keys.setdefault(TOPIC_SIM_STATE, set())
+    keys.setdefault(TOPIC_HW_TELEMETRY, set())
     tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
+    health = assess(recording.messages, tables, settings.health, recording_warnings(recording))
+    settings = replace(settings, window=None if settings.whole_run else health.analysed)
     reference = RECORDED_REFERENCE
     if resim is not None:
         from hil.resim import WARMUP_S, load_config, resimulate
@@ -620,8 +679,22 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
         reference = replay.description
     results = evaluate_pairs(pairs, tables, settings, progress, finish)
     info = {"truncated": recording.truncated, "gaps": _gaps(recording.metadata),
-            "messages": {t: len(m) for t, m in recording.messages.items()}, "reference": reference}
+            "messages": {t: len(m) for t, m in recording.messages.items()}, "reference": reference,
+            "health": health, "window": settings.window}
     return results, source, info
+
+
+def recording_warnings(recording) -> list[str]:
+    """What the file itself says about lost data: damaged chunks, a truncated end, messages the recorder missed."""
+    warnings = [f"damaged {d.get('kind', 'chunk')} at byte {d.get('offset')}: "
+                f"{d.get('messages_lost') if d.get('messages_lost') is not None else 'an unknown number of'} "
+                f"messages lost ({d.get('detail', '')})" for d in getattr(recording, "damage", [])]
+    if recording.truncated:
+        warnings.append("the recording is truncated (a crash?): read up to its last complete record")
+    gaps = _gaps(recording.metadata)
+    if gaps:
+        warnings.append(f"messages the recorder missed (seq gaps) per topic: {gaps}")
+    return warnings
 
 
 def validate_run(run: Path, out: Path, settings: Settings, rig_path: str | None, plots: str,
@@ -630,11 +703,13 @@ def validate_run(run: Path, out: Path, settings: Settings, rig_path: str | None,
     out.mkdir(parents=True, exist_ok=True)
     results, source, info = analyse_run(run, settings, rig_path, progress, finish=Figures(out, plots), resim=resim)
     plot_files = {r.pair.name: r.figure for r in results if r.figure}
+    health: Health = info["health"]
     write_report(out, run, results, source, info, plot_files)
     document = {
+        "health": health.as_dict(), "analysed_window": list(info["window"]) if info["window"] else None,
         "run": str(run), "pairs_from": source, "reference": info["reference"], "truncated": info["truncated"],
         "seq_gaps": info["gaps"],
-        "messages": info["messages"], "passed": run_passed(results),
+        "messages": info["messages"], "passed": run_passed(results) and health.valid is not False,
         "not_judged": sum(r.status == NOT_JUDGED for r in results),
         "elapsed_s": time.perf_counter() - started,
         "channels": [{"name": r.pair.name, "measured": str(r.pair.measured), "simulated": str(r.pair.simulated),
@@ -741,6 +816,15 @@ def add_arguments(parser) -> None:
                                                           "(default: the first)")
     parser.add_argument("--mean-channel", metavar="PAIR", help="sweep: the pair whose mean is plotted "
                                                                "(e.g. the lift load cell; default: --channel)")
+    parser.add_argument("--settle", type=float, metavar="S", default=None,
+                        help="run health: time cut after every disturbance and at the start of every healthy window, "
+                             f"s (default {HealthCriteria.settle_s:g}; [health] settle_s)")
+    parser.add_argument("--min-analysed", type=float, metavar="S", default=None,
+                        help="run health: the shortest healthy window that makes a run valid, s (default "
+                             f"{HealthCriteria.min_analysed_s:g}; [health] min_analysed_s)")
+    parser.add_argument("--whole-run", action="store_true",
+                        help="compare over the whole run instead of its longest healthy window (the run health is "
+                             "still assessed and reported, and an invalid run is still INVALID)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -751,6 +835,13 @@ def run(args) -> int:
         raise ConfigError(None, "--sim-warmup", f"got {args.sim_warmup}, expected a time >= 0 s, with --sim")
     resim = Resim(args.sim, args.sim_cutoff, args.sim_warmup) if args.sim else None
     settings = load_settings(args.thresholds)
+    for option, value in (("--settle", args.settle), ("--min-analysed", args.min_analysed)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ConfigError(None, option, f"got {value}, expected a time >= 0 s")
+    settings.whole_run = args.whole_run
+    settings.health = replace(settings.health, **{k: v for k, v in (("settle_s", args.settle),
+                                                                    ("min_analysed_s", args.min_analysed))
+                                                   if v is not None})
     runs = [Path(r) for r in args.runs]
     progress = not args.no_progress
     try:
@@ -776,12 +867,12 @@ def run(args) -> int:
     for line in summary_lines(document):
         print(line)
     print(f"report {out / 'report.md'}, metrics {out / 'metrics.json'}")
-    return 0 if document["passed"] else 1
+    return exit_code(document)
 
 
 def summary_lines(document: dict) -> list[str]:
-    """One line per channel of a metrics.json document, and a total."""
-    lines = []
+    """The run's health verdict, then one line per channel of a metrics.json document, and a total."""
+    lines = [health_verdict(document.get("health"))]
     for channel in document["channels"]:
         if channel["error"]:
             lines.append(f"ERROR {channel['name']}: {channel['error']}")
@@ -801,6 +892,30 @@ def summary_lines(document: dict) -> list[str]:
     return lines
 
 
+#: exit code of `mms validate` for a run without enough healthy data (0: passed, 1: a channel failed, 2: error)
+EXIT_INVALID = 3
+
+
+def exit_code(document: dict) -> int:
+    """0 the run passed, 1 a channel failed or erred, 3 the run is not valid (whatever its channels say)."""
+    if document["health"]["valid"] is False:
+        return EXIT_INVALID
+    return 0 if document["passed"] else 1
+
+
+def health_verdict(health: dict | None) -> str:
+    """One line from metrics.json's ``health`` (older files have none)."""
+    if health is None:
+        return "HEALTH UNKNOWN: this metrics.json predates run health"
+    if health["valid"] is False:
+        return "INVALID: " + "; ".join(health["reasons"])
+    window = (f"analysed {health['analysed_s']:.1f} s of {health['run_s']:.1f} s"
+              if health["analysed"] else "nothing analysed")
+    if health["valid"] is None:
+        return f"HEALTH UNKNOWN ({'; '.join(health['warnings'])}); {window}"
+    return f"VALID: {window}, {len(health['disturbances'])} disturbance(s) cut"
+
+
 def main_for_demo(recording: Path, robot: Path, rig: Path, out: Path, resim: Resim | None = None) -> int:
     """`mms demo`'s validation step: pairs from ``rig``, the default criteria, every figure. Returns the exit code
     of `mms validate` (0 no channel fails and one passes, 1 a channel fails, 2 the run cannot be validated).
@@ -812,4 +927,4 @@ def main_for_demo(recording: Path, robot: Path, rig: Path, out: Path, resim: Res
     except RecordingError as exc:
         print(f"mms validate: error: {exc}", file=sys.stderr)
         return 2
-    return 0 if document["passed"] else 1
+    return exit_code(document)

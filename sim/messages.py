@@ -59,7 +59,11 @@ SCHEMAS: dict[str, dict] = {
          "rtf": _num, "step_us": _object({"mean": _num, "p50": _num, "p99": _num, "max": _num},
                                          ["mean", "p50", "p99", "max"]),
          "deadline_misses": _int, "state_rate_hz": _num, "robot": _str,
-         "joint_names": _names, "actuated": _bools, "reason": _str},
+         "joint_names": _names, "actuated": _bools, "reason": _str,
+         "states": _int, "window_misses": _int, "late_max_s": _num, "stalls": _int, "stall_s": _num,
+         "recent_stalls": {"type": "array", "items": _object({"t": _num, "stamp_ns": _int, "length_s": _num},
+                                                             ["t", "stamp_ns", "length_s"])},
+         "warmup": _object({"first_call_s": _num, "rtf": _num}, ["first_call_s", "rtf"])},
         ["v", "seq", "t", "stamp_ns", "mode", "state", "rtf", "step_us", "deadline_misses",
          "state_rate_hz", "robot", "joint_names", "actuated"]),
     # The hw/* schemas are owned by the driver (hil/driver.py, docs/driver.md); the required keys are the core

@@ -35,6 +35,7 @@ import zmq
 
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
+from sim.realtime import warm_up
 from sim.network import DEFAULT_NETWORK_CONFIG, load_endpoints, warn_if_not_loopback
 from sim.server_control import (COMMANDS, ControlError, encode_reply, error_reply, get_what, one_line,
                                 parse_request, set_arguments, step_count, with_value)
@@ -56,6 +57,11 @@ BEHIND_REPORT_INTERVAL_S = 10.0     # stderr reports of deadline misses at most 
 STALL_REPORT_INTERVAL_S = 60.0      # "still stalled" stderr reminders at most this often
 PUB_LINGER_MS = 1000                # bounded wait for the last sim/status to leave at shutdown
 PUB_SNDHWM = 10_000                 # 10 s of 1 kHz states queued per subscriber before dropping
+#: a wall-clock gap between two consecutive sim/state messages of a running simulation longer than this is a stall:
+#: 50 publish periods at 1 kHz, far beyond scheduling jitter (< 1 ms) and long enough to disturb a 5 Hz stroke
+STALL_GAP_S = 0.05
+#: stalls listed in each sim/status (the newest ones; the totals count all of them)
+RECENT_STALLS = 10
 
 
 def _build_model(config: dict[str, Any], path: Path):
@@ -135,6 +141,7 @@ class SimulationServer:
         self.model = _build_model(config, config_path)
         self.simulation = _new_simulation(self.model, config, config_path, integrator, dt)
         self.simulation.reset()
+        self.warmup: dict[str, float] | None = None     # set by serve() before anything is published
         self.robot_name = self._robot_name()
         self.state = IDLE
         self.reason: str | None = None
@@ -162,13 +169,22 @@ class SimulationServer:
         self.window_start = self.clock()
         self.window_sim_time = 0.0
         self.window_states = 0
-        self.last_window = {"rtf": 0.0, "state_rate_hz": 0.0}
+        self.last_window = {"rtf": 0.0, "state_rate_hz": 0.0, "misses": 0, "late_max_s": 0.0}
         self.unreported_misses = 0
         self.last_behind_report = -math.inf
         self.last_stall_report = -math.inf
         self.stalled_since = 0.0
         self.pending: dict[str, Any] | None = None     # realtime: the next state, integrated ahead of its time
         self.ready_at = 0.0                             # perf_counter s when ``pending`` was ready
+        # stalls: wall-clock gaps between consecutive states of a running simulation (perf_counter s)
+        self.last_sent_at: float | None = None
+        self.last_sent_stamp_ns = 0
+        self.last_sent_t = 0.0
+        self.stalls = 0
+        self.stall_s = 0.0
+        self.recent_stalls: deque[dict[str, Any]] = deque(maxlen=RECENT_STALLS)
+        self.window_misses = 0
+        self.window_late_max_s = 0.0
         self._check_contract()
 
     # ---------------------------------------------------------------- model and messages
@@ -222,7 +238,7 @@ class SimulationServer:
         """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
         model = _build_model(config, self.config_path)
         simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
-        simulation.reset()
+        warm_up(simulation, self.period, self.log)
         previous = (self.config, self.model, self.simulation)
         self.config, self.model, self.simulation = config, model, simulation
         try:
@@ -284,14 +300,36 @@ class SimulationServer:
         self.pub.send_multipart(encode(TOPIC_SIM_STATE, payload))
         self.state_seq += 1
         self.window_states += 1
+        self._watch_stall(payload["stamp_ns"], payload["t"])
         return True
+
+    def _watch_stall(self, stamp_ns: int, t: float) -> None:
+        """Count a stall when this state left more than STALL_GAP_S of wall time after the previous one of the same
+        running stretch (a pause, reset or resume starts a new stretch), and say so at once in sim/status."""
+        now = self.clock()
+        previous = self.last_sent_at
+        self.last_sent_at, previous_stamp_ns, previous_t = now, self.last_sent_stamp_ns, self.last_sent_t
+        self.last_sent_stamp_ns, self.last_sent_t = stamp_ns, t
+        if previous is None or now - previous <= STALL_GAP_S or self.mode == "lockstep":
+            return
+        length = now - previous
+        self.stalls += 1
+        self.stall_s += length
+        self.recent_stalls.append({"t": previous_t, "stamp_ns": previous_stamp_ns, "length_s": length})
+        self.log(f"stalled {length:.3f} s after the state at t = {previous_t:.6g} s (stall {self.stalls})")
+        self._publish_status(now)
 
     def _status_payload(self, seq: int) -> dict[str, Any]:
         payload = {"v": SCHEMA_VERSION, "seq": seq, "t": float(self.simulation.t), "stamp_ns": time.time_ns(),
                    "mode": self.mode, "state": self.state, "rtf": self.last_window["rtf"],
                    "step_us": dict(self.step_times.last), "deadline_misses": self.deadline_misses,
                    "state_rate_hz": self.last_window["state_rate_hz"], "robot": self.robot_name,
-                   "joint_names": self._joint_names(), "actuated": self._actuated()}
+                   "joint_names": self._joint_names(), "actuated": self._actuated(),
+                   "states": self.state_seq, "window_misses": self.last_window["misses"],
+                   "late_max_s": self.last_window["late_max_s"], "stalls": self.stalls, "stall_s": self.stall_s,
+                   "recent_stalls": list(self.recent_stalls)}
+        if self.warmup is not None:
+            payload["warmup"] = dict(self.warmup)
         if self.reason:
             payload["reason"] = self.reason
         return payload
@@ -299,9 +337,11 @@ class SimulationServer:
     def _publish_status(self, now: float) -> None:
         window = now - self.window_start
         if window > 0:
-            self.last_window = {"rtf": self.window_sim_time / window, "state_rate_hz": self.window_states / window}
+            self.last_window = {"rtf": self.window_sim_time / window, "state_rate_hz": self.window_states / window,
+                                "misses": self.window_misses, "late_max_s": self.window_late_max_s}
         self.step_times.close_window()
         self.window_start, self.window_sim_time, self.window_states = now, 0.0, 0
+        self.window_misses, self.window_late_max_s = 0, 0.0
         payload = self._status_payload(self.status_seq)
         self.pub.send_multipart(encode(TOPIC_SIM_STATUS, payload))
         self.status_seq += 1
@@ -359,8 +399,10 @@ class SimulationServer:
             self._send_pending()
 
     def _restart_clock(self) -> None:
-        """Re-anchor real time at the current state: the next state is due one period from now."""
+        """Re-anchor real time at the current state: the next state is due one period from now (and a new running
+        stretch begins: the gap since the last state is not a stall)."""
         now = self.clock()
+        self.last_sent_at = None
         self.anchor = now - self.tick * self.period
         self.last_step_request = now
 
@@ -395,6 +437,7 @@ class SimulationServer:
     def cmd_pause(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.state in (RUNNING, STALLED):
             self._flush_pending()
+            self.last_sent_at = None
             self._set_state(PAUSED, "pause command")
         return {}
 
@@ -547,10 +590,12 @@ class SimulationServer:
             return                           # a request came first (it may have changed the state): look again
         self._send_pending()
         now = self.clock()
-        if self.ready_at > due or now - due > self.period / 2:
+        lateness = now - due
+        self.window_late_max_s = max(self.window_late_max_s, lateness)
+        if self.ready_at > due or lateness > self.period / 2:
             self.deadline_misses += 1
             self.unreported_misses += 1
-            lateness = now - due
+            self.window_misses += 1
             if lateness > self.max_lag_s:
                 self.resyncs += 1
                 self.anchor = now - self.tick * self.period
@@ -565,6 +610,7 @@ class SimulationServer:
 
     def serve(self, autostart: bool) -> str:
         """Run until a shutdown command or a signal; return the reason."""
+        self.warmup = warm_up(self.simulation, self.period, self.log)
         gc.collect()
         gc.freeze()     # the long-lived objects of numba, numpy and the model stay out of the collector's passes
         if autostart:

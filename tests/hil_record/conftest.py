@@ -312,3 +312,91 @@ def write_synthetic_run(path, *, frequency_hz: float = 2.0, amplitude: float = 0
     writer.close()
     return {"frequency_hz": frequency_hz, "amplitude": amplitude, "lag_s": lag_s, "ratio": ratio, "noise": noise,
             "thrust_mean": thrust_mean}
+
+
+#: how long the synthetic driver holds the last angle before it sends the servo to neutral, s
+HOLD_S = 0.2
+
+
+def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0, amplitude: float = 0.3,
+                   lag_s: float = 0.012, ratio: float = 0.9, noise: float = 0.01, rate_hz: float = 500.0,
+                   stall: tuple[float, float] | None = None, hold: tuple[float, float] | None = None,
+                   plant_lag: tuple[float, float, float] | None = None, status: bool = True, seed: int = 0,
+                   origin_ns: int = 1_700_000_000_000_000_000) -> dict:
+    """A recording of a whole live loop as `mms record` writes it (every topic), with injected faults.
+
+    Wall time ``w`` (s) runs at ``rate_hz``. The simulation (``q[tail_yaw] = amplitude sin(2 pi f t)``) publishes
+    ``sim/state`` with ``t = w`` until ``stall = (start, length)``: then nothing for ``length`` s, after which it goes
+    on from where it stopped (``t = w - length``). The driver sends ``hw/command`` at every ``w``: ``track`` with
+    the newest state's angle; during the stall and during ``hold = (start, length)``, ``hold`` (the last angle) for
+    HOLD_S, then ``neutral`` (0). The
+    servo reads ``ratio * (2 * angle(w - lag) + 0.05) + N(0, noise)`` (the rig's joint map), the gauge
+    ``1e-2 (angle(w - lag) + N(0, noise))``, delayed by ``extra`` more while the physics plant lags, ``plant_lag = (start, length,
+    extra)`` (``hw/status`` ``health.plant.lag_s`` says so). ``status``: also ``sim/status`` (1 Hz) and
+    ``hw/status`` (10 Hz); without them the file is as an older recorder wrote it.
+    """
+    import numpy as np
+
+    from hil.mcap_io import RecordingWriter
+
+    rng = np.random.default_rng(seed)
+    w = np.arange(int(duration_s * rate_hz)) / rate_hz
+
+    def inside(interval, times):
+        return (times >= interval[0]) & (times < interval[0] + interval[1]) if interval else np.zeros_like(times,
+                                                                                                           bool)
+
+    stalled = inside(stall, w)
+    sim_t = w - (np.clip(w - stall[0], 0.0, stall[1]) if stall else 0.0)
+    angle = amplitude * np.sin(2 * np.pi * frequency_hz * sim_t)
+    tracking = ~(stalled | inside(hold, w))
+    held = np.maximum.accumulate(np.where(tracking, np.arange(len(w)), 0))
+    # the driver holds the last angle, then after HOLD_S sends the servo to neutral (0), as docs/driver.md says
+    neutral = ~tracking & (w - w[held] > HOLD_S)
+    applied = np.where(neutral, 0.0, angle[held])     # the servo angle the driver commanded at each w
+    modes = np.where(tracking, "track", np.where(neutral, "neutral", "hold"))
+
+    def applied_at(times):
+        return np.interp(times, w, applied)
+
+    extra = np.where(inside(plant_lag[:2], w), plant_lag[2], 0.0) if plant_lag else np.zeros_like(w)
+    servo = ratio * (RIG_SERVO_GAIN * applied_at(w - lag_s) + RIG_SERVO_OFFSET) + noise * rng.standard_normal(len(w))
+    strain = RIG_STRAIN_SCALE * (applied_at(w - lag_s - extra) + noise * rng.standard_normal(len(w)))
+    writer = RecordingWriter(path, overwrite=True)
+    writer.add_metadata("rig_config", {"path": "configs/rigs/synthetic.toml", "text": TEST_RIG})
+    stamp = origin_ns + np.round(w * 1e9).astype(np.int64)
+    seqs = {"sim/state": 0, "sim/status": 0, "hw/command": 0, "hw/telemetry": 0, "hw/status": 0}
+
+    def add(topic, payload):
+        payload["seq"] = seqs[topic]
+        writer.add(topic, msgpack.packb(payload), payload["stamp_ns"] + 500_000, payload["stamp_ns"], seqs[topic])
+        seqs[topic] += 1
+
+    frame = 10
+    status_every, hw_status_every = int(rate_hz), int(rate_hz / 10)
+    for k in range(len(w)):
+        if not stalled[k]:
+            state = sim_state(0, float(sim_t[k]), [float(angle[k]), 0.0])
+            state["stamp_ns"] = int(stamp[k])
+            add("sim/state", state)
+        command = hw_command(0, float(sim_t[k]), 0, float(applied[k]))
+        command.update(stamp_ns=int(stamp[k]), mode=str(modes[k]))
+        add("hw/command", command)
+        if k % frame == frame - 1:
+            rows = slice(k - frame + 1, k + 1)
+            add("hw/telemetry", {"v": 1, "stamp_ns": int(stamp[k]) + 200_000, "host_ns": int(stamp[k]),
+                                 "device_us": [int(round(x * 1e6)) for x in w[rows]], "servo_names": ["tail"],
+                                 "servo_rad": [[float(v)] for v in servo[rows]], "strain_names": ["fin_ray_left"],
+                                 "strain": [[float(v)] for v in strain[rows]], "load_names": ["thrust"],
+                                 "load": [[0.0]] * frame})
+        if status and k % status_every == 0 and not stalled[k]:
+            sim_status_payload = sim_status(0, float(sim_t[k]))
+            sim_status_payload.update(stamp_ns=int(stamp[k]), late_max_s=0.0005, states=seqs["sim/state"])
+            add("sim/status", sim_status_payload)
+        if status and k % hw_status_every == 0:
+            hw = hw_status(0)
+            hw.update(stamp_ns=int(stamp[k]), health={"plant": {"rtf": 1.0, "lag_s": 0.001 + float(extra[k]),
+                                                                "alive": True, "restarts": 0}})
+            add("hw/status", hw)
+    writer.close()
+    return {"frequency_hz": frequency_hz, "lag_s": lag_s, "ratio": ratio}

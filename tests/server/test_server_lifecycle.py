@@ -71,6 +71,31 @@ def test_realtime_server_that_cannot_keep_up_counts_and_reports_deadline_misses(
     assert server.ok("get", what="status")["status"]["deadline_misses"] >= status["deadline_misses"]
 
 
+#: how long the test freezes a running server (SIGSTOP ... SIGCONT), s: far beyond STALL_GAP_S
+FREEZE_S = 0.4
+
+
+def test_a_frozen_server_reports_the_stall_at_once_in_its_status(serve, pendulum):
+    """A realtime server stopped by the OS (here SIGSTOP, as a swap or a busy machine would) publishes, as soon as
+    it runs again, a sim/status naming the stall: its length and where it was, not just a gap between states."""
+    import time
+
+    from sim.server import STALL_GAP_S
+
+    server = serve(pendulum.config, "--mode", "realtime")
+    sub = server.subscriber(b"sim/")
+    first, _ = _status(server, sub, lambda p: p["state"] == "running" and "warmup" in p, "a running status")
+    assert first["stalls"] == 0 and first["warmup"]["first_call_s"] > 0 and first["warmup"]["rtf"] > 0
+    server.process.send_signal(signal.SIGSTOP)
+    time.sleep(FREEZE_S)   # the frozen interval itself is the input: there is no condition to wait on
+    server.process.send_signal(signal.SIGCONT)
+    status, _ = _status(server, sub, lambda p: p["stalls"] >= 1, "a status with the stall")
+    stall = status["recent_stalls"][-1]
+    assert FREEZE_S - 0.05 <= stall["length_s"] < FREEZE_S + 2.0, stall
+    assert STALL_GAP_S < FREEZE_S and status["stall_s"] >= stall["length_s"]
+    assert "stalled" in server.wait_stderr("stalled ")
+
+
 def test_paused_start_waits_for_start_and_then_publishes_state_0_with_names(serve, pendulum):
     server = serve(pendulum.config, "--paused")
     sub = server.subscriber()

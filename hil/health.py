@@ -1,0 +1,316 @@
+"""Run health: which stretches of a recorded run can be trusted, and whether there are enough of them.
+
+A live run is only as good as the loop that produced it. The simulator may stall (a compile, a swap, another busy
+program) or fall behind the wall clock; the driver may hold or ramp instead of tracking; the serial link may drop;
+the emulator's physics plant (the rig's "truth") may lag the servos it senses. Each of these corrupts the
+comparison of measured and simulated signals without changing their look: a 22 s stall of the simulator shows up as
+a 22 s flat stretch that the phase averaging happily takes as data. This module finds, from the recording alone,
+the *healthy windows* (docs/validation.md, "Run health"):
+
+- simulator: consecutive ``sim/state`` messages at most ``stall_gap_s`` apart on the wall clock (else a stall),
+  simulated time advancing at the wall clock's pace within ``rtf_tolerance`` over every ``rtf_window_s``, no
+  reset (simulated time going back), and, where ``sim/status`` says so, states not later than ``late_max_s``;
+- driver: every ``hw/command`` in mode ``track`` (not hold, ramp or neutral), none more than ``stall_gap_s`` after
+  the previous one;
+- link and rig: telemetry samples at most ``stall_gap_s`` apart; ``hw/status`` link ``up`` with no reconnect or
+  emulator restart in between; the physics plant (``hw/status`` ``health.plant``, when the driver runs the
+  emulator) alive and at most ``plant_lag_max_s`` behind the wall clock.
+
+Every disturbance is cut together with the ``settle_s`` after it (the servos and the structure need a few cycles
+to return to their periodic motion), and so is the run's first ``settle_s`` (the start-up transient). Windows shorter than ``min_window_s``
+are dropped. The run is valid when its longest window (the one analysed) lasts at least ``min_analysed_s`` and
+the windows cover at least ``min_fraction`` of the run. Pure functions on decoded arrays: no files, no plots.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+
+from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
+                          TOPIC_SIM_STATUS)
+
+#: resolution of the health mask, s: far below every criterion's time scale, coarse enough for 10-minute runs
+MASK_STEP_S = 0.005
+#: the driver mode in which the servos follow the simulation
+TRACKING_MODE = "track"
+LINK_UP = "up"
+
+
+@dataclass(frozen=True)
+class HealthCriteria:
+    """The thresholds of a healthy run (``[health]`` of a thresholds file; docs/validation.md)."""
+    stall_gap_s: float = 0.05           # longest wall-clock gap between two states, commands or telemetry samples
+    rtf_tolerance: float = 0.05         # |simulated / wall time - 1| allowed over each rtf_window_s
+    rtf_window_s: float = 1.0
+    late_max_s: float = 0.02            # sim/status late_max_s above this marks its window
+    plant_lag_max_s: float = 0.01       # the physics plant's lag behind the wall clock
+    settle_s: float = 1.0               # cut after every disturbance and at the start of every window
+    min_window_s: float = 2.0
+    min_analysed_s: float = 5.0
+    min_fraction: float = 0.5           # of the run (first to last sim/state) covered by healthy windows
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass
+class Disturbance:
+    """A stretch that is not healthy: ``start_s``, ``end_s`` on the recording clock (s), what it was."""
+    start_s: float
+    end_s: float
+    source: str        # "simulator", "driver", "link", "plant"
+    what: str          # one line
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass
+class Health:
+    """What the recording says about its own trustworthiness. ``valid`` None: unknown (no status topics)."""
+    valid: bool | None
+    reasons: list[str]                      # why not valid, one line each (empty when valid)
+    warnings: list[str]
+    windows: list[tuple[float, float]]      # healthy windows (s, recording clock), longest first
+    analysed: tuple[float, float] | None    # the window the metrics are computed on
+    run_s: float
+    disturbances: list[Disturbance] = field(default_factory=list)
+    deadline_miss_fraction: float | None = None
+    checked: list[str] = field(default_factory=list)     # which sources could be checked
+    unchecked: list[str] = field(default_factory=list)   # which could not (topic or key missing)
+
+    @property
+    def analysed_s(self) -> float:
+        return 0.0 if self.analysed is None else self.analysed[1] - self.analysed[0]
+
+    @property
+    def stalls(self) -> list[Disturbance]:
+        return [d for d in self.disturbances if d.source == "simulator" and d.what.startswith("stall")]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``health`` object of metrics.json."""
+        return {"valid": self.valid, "reasons": self.reasons, "warnings": self.warnings,
+                "analysed_s": self.analysed_s, "analysed": list(self.analysed) if self.analysed else None,
+                "windows": [list(w) for w in self.windows], "run_s": self.run_s,
+                "deadline_miss_fraction": self.deadline_miss_fraction,
+                "stalls": [{"start_s": d.start_s, "length_s": d.length_s, "what": d.what} for d in self.stalls],
+                "disturbances": [{**asdict(d), "length_s": d.length_s} for d in self.disturbances],
+                "checked": self.checked, "unchecked": self.unchecked}
+
+
+# ------------------------------------------------------------------ the checks, each a list of disturbances
+def gaps(times_s: np.ndarray, limit_s: float, source: str, what: str) -> list[Disturbance]:
+    """Stretches between consecutive sample times (n,) s more than ``limit_s`` apart."""
+    if len(times_s) < 2:
+        return []
+    step = np.diff(times_s)
+    return [Disturbance(float(times_s[i]), float(times_s[i + 1]), source, f"{what} {step[i]:.3f} s")
+            for i in np.nonzero(step > limit_s)[0]]
+
+
+def pace(wall_s: np.ndarray, sim_t: np.ndarray, criteria: HealthCriteria) -> list[Disturbance]:
+    """Where simulated time ``sim_t`` (n,) s did not keep the wall clock's pace ``wall_s`` (n,) s, or went back."""
+    out = [Disturbance(float(wall_s[i]), float(wall_s[i + 1]), "simulator",
+                       f"reset: simulated time went back from {sim_t[i]:.3f} s to {sim_t[i + 1]:.3f} s")
+           for i in np.nonzero(np.diff(sim_t) < 0)[0]]
+    start = np.searchsorted(wall_s, wall_s - criteria.rtf_window_s)
+    full = wall_s - wall_s[start] >= 0.5 * criteria.rtf_window_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rtf = (sim_t - sim_t[start]) / (wall_s - wall_s[start])
+    bad = full & (np.abs(rtf - 1.0) > criteria.rtf_tolerance) & (sim_t >= sim_t[start])
+    for first, last in _runs(bad):
+        worst = first + int(np.argmax(np.abs(rtf[first:last + 1] - 1.0)))
+        out.append(Disturbance(float(wall_s[start[first]]), float(wall_s[last]), "simulator",
+                               f"off real time: real-time factor {rtf[worst]:.3f} over {criteria.rtf_window_s:g} s"))
+    return out
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) index of every run of True in ``mask`` (n,)."""
+    padded = np.concatenate([[False], mask, [False]]).astype(np.int8)
+    edges = np.diff(padded)
+    return list(zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0] - 1))
+
+
+def status_windows(stamps_s: np.ndarray, bad: Iterable[bool], source: str, whats: list[str]) -> list[Disturbance]:
+    """A status message (at ``stamps_s`` (n,) s) that reports a problem marks the stretch since the previous one;
+    consecutive ones make one disturbance, named by the first."""
+    bad = np.fromiter(bad, dtype=bool, count=len(stamps_s))
+    return [Disturbance(float(stamps_s[max(first - 1, 0)]), float(stamps_s[last]), source, whats[first])
+            for first, last in _runs(bad)]
+
+
+def driver_modes(stamps_s: np.ndarray, modes: list[str], criteria: HealthCriteria) -> list[Disturbance]:
+    """Stretches of ``hw/command`` not in tracking mode, and gaps between commands."""
+    tracking = np.array([m == TRACKING_MODE for m in modes], dtype=bool)
+    out = []
+    for first, last in _runs(~tracking):
+        end = stamps_s[last + 1] if last + 1 < len(stamps_s) else stamps_s[last]
+        out.append(Disturbance(float(stamps_s[first]), float(end), "driver", f"driver {modes[first]}"))
+    return out + gaps(stamps_s, criteria.stall_gap_s, "driver", "no command for")
+
+
+def healthy_windows(span: tuple[float, float], disturbances: list[Disturbance],
+                    criteria: HealthCriteria) -> list[tuple[float, float]]:
+    """The stretches of ``span`` (s) clear of the first ``settle_s`` (the start-up transient) and of every
+    disturbance and the ``settle_s`` after it, at least ``min_window_s`` long; longest first."""
+    n = int(np.floor((span[1] - span[0]) / MASK_STEP_S)) + 1
+    if n < 2:
+        return []
+    grid = span[0] + MASK_STEP_S * np.arange(n)
+    ok = grid >= span[0] + criteria.settle_s
+    for d in disturbances:
+        ok[(grid >= d.start_s) & (grid <= d.end_s + criteria.settle_s)] = False
+    windows = []
+    for first, last in _runs(ok):
+        start, end = grid[first], grid[last]
+        if end - start >= criteria.min_window_s:
+            windows.append((float(start), float(end)))
+    return sorted(windows, key=lambda w: w[0] - w[1])
+
+
+# ------------------------------------------------------------------ the recording
+def _decode(messages: list[tuple[int, int, bytes]]) -> list[dict]:
+    out = []
+    for _log, _publish, data in messages:
+        try:
+            payload = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+        except Exception:   # msgpack raises several unrelated types; a bad payload is counted by the recorder
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("stamp_ns"), int):
+            out.append(payload)
+    return out
+
+
+def _stamps_s(payloads: list[dict], origin_ns: int) -> np.ndarray:
+    return (np.array([p["stamp_ns"] for p in payloads], dtype=np.int64) - origin_ns) * 1e-9
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: HealthCriteria,
+           warnings: list[str] | None = None) -> Health:
+    """The health of a run from its raw ``messages`` by topic (:class:`hil.mcap_io.RawRecording`) and its decoded
+    ``tables`` (:class:`hil.series.Tables`, whose ``sim/state`` and ``hw/telemetry`` give the sample times on the
+    recording clock). ``warnings``: what the reader already knows (damaged chunks, truncation, seq gaps)."""
+    origin_ns = tables.origin_ns
+    warnings = list(warnings or [])
+    disturbances: list[Disturbance] = []
+    checked, unchecked = [], []
+    state = tables.tables.get(TOPIC_SIM_STATE)
+    if state is None or state.rows < 2:
+        return Health(False, ["the recording has fewer than two sim/state messages"], warnings, [], None, 0.0,
+                      unchecked=["simulator", "driver", "link", "plant"])
+    wall, sim_t = state.columns["time_s"], state.columns["t"]
+    telemetry = tables.tables.get(TOPIC_HW_TELEMETRY)
+    commands = _decode(messages.get(TOPIC_HW_COMMAND, []))
+    command_s = _stamps_s(commands, origin_ns) if commands else None
+    # the run is where the simulation, the driver and the rig all speak (a topic absent from the file does not cut)
+    ranges = [(wall[0], wall[-1])] + [(times[0], times[-1]) for times in (
+        command_s, telemetry.columns["time_s"] if telemetry is not None and telemetry.rows >= 2 else None)
+        if times is not None]
+    span = (float(max(r[0] for r in ranges)), float(min(r[1] for r in ranges)))
+    disturbances += [Disturbance(d.start_s, d.end_s, d.source, d.what.replace("gap", "stall"))
+                     for d in gaps(wall, criteria.stall_gap_s, "simulator", "stall: no sim/state for")]
+    disturbances += pace(wall, sim_t, criteria)
+    checked.append("simulator pace and stalls (sim/state)")
+
+    deadline_fraction = None
+    sim_status = _decode(messages.get(TOPIC_SIM_STATUS, []))
+    if sim_status:
+        stamps = _stamps_s(sim_status, origin_ns)
+        late = [_number(s.get("late_max_s")) for s in sim_status]
+        disturbances += status_windows(stamps, [v is not None and v > criteria.late_max_s for v in late],
+                                       "simulator", [f"states up to {v or 0:.3f} s late" for v in late])
+        last = sim_status[-1]
+        states = _number(last.get("states")) or float(state.rows)
+        misses = _number(last.get("deadline_misses"))
+        if misses is not None and states > 0:
+            deadline_fraction = misses / states
+        checked.append("simulator lateness (sim/status)")
+    else:
+        unchecked.append("simulator lateness (no sim/status)")
+
+    if commands:
+        disturbances += driver_modes(command_s, [str(c.get("mode")) for c in commands], criteria)
+        checked.append("driver tracking (hw/command)")
+    else:
+        unchecked.append("driver tracking (no hw/command)")
+
+    if telemetry is not None and telemetry.rows >= 2:
+        disturbances += gaps(telemetry.columns["time_s"], criteria.stall_gap_s, "link", "no telemetry for")
+        checked.append("telemetry continuity (hw/telemetry)")
+    else:
+        unchecked.append("telemetry continuity (no hw/telemetry)")
+
+    hw_status = _decode(messages.get(TOPIC_HW_STATUS, []))
+    if hw_status:
+        disturbances += _link_and_plant(hw_status, _stamps_s(hw_status, origin_ns), criteria, checked, unchecked)
+    else:
+        unchecked.append("link and plant (no hw/status)")
+
+    windows = healthy_windows(span, disturbances, criteria)
+    analysed = windows[0] if windows else None
+    run_s = max(span[1] - span[0], 0.0)
+    covered = sum(end - start for start, end in windows)
+    reasons = []
+    if analysed is None or analysed[1] - analysed[0] < criteria.min_analysed_s:
+        longest = 0.0 if analysed is None else analysed[1] - analysed[0]
+        reasons.append(f"longest healthy window {longest:.1f} s < {criteria.min_analysed_s:g} s")
+    if run_s > 0 and covered < criteria.min_fraction * run_s:
+        reasons.append(f"healthy windows cover {covered:.1f} s of {run_s:.1f} s "
+                       f"(< {criteria.min_fraction:.0%})")
+    if reasons:
+        reasons += _worst(disturbances)
+    known = bool(sim_status or hw_status)
+    if not known:
+        warnings.append("health unknown: the recording has no sim/status or hw/status (an older file?); only "
+                        "the timing of sim/state and hw/command was checked")
+    valid = (not reasons) if known or reasons else None
+    return Health(valid, reasons, warnings, windows, analysed, run_s, disturbances, deadline_fraction, checked,
+                  unchecked)
+
+
+def _link_and_plant(statuses: list[dict], stamps: np.ndarray, criteria: HealthCriteria, checked: list[str],
+                    unchecked: list[str]) -> list[Disturbance]:
+    links = [s.get("link") if isinstance(s.get("link"), dict) else {} for s in statuses]
+    state = [str(link.get("state")) for link in links]
+    restarts = np.array([(_number(link.get("reconnects")) or 0) + (_number(link.get("emulator_starts")) or 0)
+                         for link in links])
+    bad = [s != LINK_UP for s in state]
+    whats = [f"link {s}" for s in state]
+    for i in range(1, len(links)):
+        if restarts[i] > restarts[i - 1]:
+            bad[i], whats[i] = True, "link reconnected or emulator restarted"
+    out = status_windows(stamps, bad, "link", whats)
+    checked.append("link state and restarts (hw/status)")
+    plants = [s.get("health", {}).get("plant") if isinstance(s.get("health"), dict) else None for s in statuses]
+    if not any(isinstance(p, dict) for p in plants):
+        unchecked.append("physics plant lag (hw/status has no health.plant: no physics plant, or an older driver)")
+        return out
+    lag_bad, lag_what = [], []
+    for plant in plants:
+        plant = plant if isinstance(plant, dict) else {}
+        lag = _number(plant.get("lag_s"))
+        dead = plant.get("alive") is False
+        lag_bad.append(dead or (lag is not None and lag > criteria.plant_lag_max_s))
+        lag_what.append("physics plant not alive" if dead else f"physics plant {lag or 0:.3f} s behind")
+    checked.append("physics plant lag (hw/status health.plant)")
+    return out + status_windows(stamps, lag_bad, "plant", lag_what)
+
+
+#: disturbances named in the reasons of an invalid run
+WORST_NAMED = 3
+
+
+def _worst(disturbances: list[Disturbance]) -> list[str]:
+    """The longest disturbances, as reasons: what took the healthy time away."""
+    ranked = sorted(disturbances, key=lambda d: d.length_s, reverse=True)[:WORST_NAMED]
+    return [f"{d.source}: {d.what} ({d.start_s:.1f}-{d.end_s:.1f} s)" for d in ranked]

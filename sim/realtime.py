@@ -1,0 +1,36 @@
+"""What every process that runs a simulation against the wall clock does before its first output.
+
+``mms serve`` and the emulator's physics plant both pace a :class:`sim.simulation.Simulation` to real time. The
+first integration compiles the numba kernels (or loads them from numba's on-disk cache): done while a process is
+already publishing, that pause is a stall in its output that a subscriber takes as data. Both processes therefore
+warm up first, before they open their outputs.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+#: simulated time integrated after the first (compiling) call to measure the speed before anything is published, s
+WARMUP_MEASURE_S = 0.05
+
+
+def warm_up(simulation, period_s: float, log: Callable[[str], None]) -> dict[str, float]:
+    """Integrate once (numba compiles its kernels, or loads them from its on-disk cache, on the first call), then
+    measure the speed over WARMUP_MEASURE_S of simulated time, then reset: nothing is published before the process
+    can tell whether it keeps real time, and no compile pause ever shows up as a stall in the stream.
+    Returns ``{"first_call_s", "rtf"}`` (wall s of the first call; simulated over wall time afterwards)."""
+    simulation.reset()
+    started = time.perf_counter()
+    simulation.advance(period_s)
+    first_call_s = time.perf_counter() - started
+    t_before = simulation.t
+    started = time.perf_counter()
+    simulation.advance(max(WARMUP_MEASURE_S, period_s))
+    elapsed = time.perf_counter() - started
+    rtf = (simulation.t - t_before) / elapsed if elapsed > 0 else math.inf
+    simulation.reset()
+    log(f"warm-up: first step {first_call_s:.2f} s (kernels compiled or loaded from the cache), then "
+        f"{rtf:.2f}x real time" + ("" if rtf >= 1.0 else
+                                   ": this machine cannot keep real time with this model; expect deadline misses"))
+    return {"first_call_s": first_call_s, "rtf": rtf}
