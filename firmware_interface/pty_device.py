@@ -220,11 +220,15 @@ class AppliedLog:
     emulators'). Each line is written and flushed to the kernel as the frame is handled, so a reader sees
     it at once, and a killed device (even SIGKILL) loses at most the line of the frame it was handling; a
     reader should ignore a last line without its newline. Non-finite numbers are written as ``null``.
+
+    An existing file is appended to (a restarted device keeps the earlier runs' lines; its ``seq`` and ``t_us``
+    start again); a last line cut short by a kill is removed first, so it cannot run into the next line.
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = path
-        self.handle = open(path, "w", encoding="utf-8")
+        _drop_unfinished_last_line(path)
+        self.handle = open(path, "a", encoding="utf-8")
         self.lines = 0
 
     def write(self, record: dict) -> None:
@@ -235,6 +239,18 @@ class AppliedLog:
     def close(self) -> None:
         if not self.handle.closed:
             self.handle.close()
+
+
+def _drop_unfinished_last_line(path: str | os.PathLike) -> None:
+    """Truncate ``path`` after its last newline (nothing when it does not exist or ends with one)."""
+    try:
+        handle = open(path, "r+b")
+    except FileNotFoundError:
+        return
+    with handle:
+        data = handle.read()
+        if data and not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)
 
 
 def line_fault(data: bytes, rng: random.Random, drop_rate: float, corrupt_rate: float, counts: dict,
@@ -279,7 +295,7 @@ def add_applied_log_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def open_applied_log(path: str | None) -> AppliedLog | None:
-    """The ``--applied-log`` file opened for writing (None without the option); a one-line ConfigError if it
+    """The ``--applied-log`` file opened for appending (None without the option); a one-line ConfigError if it
     cannot be."""
     if path is None:
         return None

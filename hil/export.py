@@ -17,11 +17,12 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from hil.mcap_io import RecordingError, read_recording
+from hil.mcap_io import RawRecording, RecordingError, read_recording
 from hil.series import TIME_COLUMNS, Table, build_tables
 
 FORMATS = ("mat", "h5", "csv")
@@ -114,17 +115,45 @@ def export_h5(tables: dict[str, Table], metadata: dict[str, dict[str, str]], pat
     return path
 
 
-def export(run: Path, fmt: str, out: Path, topics: list[str] | None = None, progress: bool = True) -> list[Path]:
+#: exit status of ``mms export`` when the recording is damaged and messages were lost (the export is written)
+EXIT_DATA_LOST = 3
+
+
+@dataclass
+class ExportResult:
+    written: list[Path]
+    recording: RawRecording
+    rows: dict[str, int]        #: rows written per topic
+    messages: dict[str, int]    #: messages read per topic
+
+
+def export(run: Path, fmt: str, out: Path, topics: list[str] | None = None, progress: bool = True) -> ExportResult:
     recording = read_recording(run, topics=set(topics) if topics else None, progress=progress)
     tables = build_tables(recording, topics=topics, progress=progress).tables
     if not tables:
         raise RecordingError(f"{run}: no messages" + (f" on {topics}" if topics else ""))
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
-        return export_csv(tables, out)
-    if fmt == "mat":
-        return [export_mat(tables, recording.metadata, out / f"{run.stem}.mat")]
-    return [export_h5(tables, recording.metadata, out / f"{run.stem}.h5")]
+        written = export_csv(tables, out)
+    elif fmt == "mat":
+        written = [export_mat(tables, recording.metadata, out / f"{run.stem}.mat")]
+    else:
+        written = [export_h5(tables, recording.metadata, out / f"{run.stem}.h5")]
+    return ExportResult(written, recording, {topic: table.rows for topic, table in tables.items()},
+                        {topic: len(recording.messages[topic]) for topic in tables})
+
+
+def damage_report(result: ExportResult) -> list[str]:
+    """The lines ``mms export`` prints on stderr for a damaged recording: every damage entry, then per topic
+    the rows written and the messages read against those the file held."""
+    lines = [f"damage at byte {entry['offset']}: {entry['kind']}, "
+             f"{'unknown number of' if entry['messages_lost'] is None else entry['messages_lost']} messages lost: "
+             f"{entry['detail']}" for entry in result.recording.damage]
+    for topic, rows in result.rows.items():
+        read, expected = result.messages[topic], result.recording.expected_messages.get(topic)
+        held = "an unknown number" if expected is None else str(expected)
+        lines.append(f"{topic}: {rows} rows written from {read} messages of {held} in the file")
+    return lines
 
 
 def add_arguments(parser) -> None:
@@ -139,10 +168,18 @@ def run(args) -> int:
     run_path = Path(args.run)
     out = Path(args.out) if args.out else run_path.with_suffix(".export")
     try:
-        written = export(run_path, args.to, out, args.topics, progress=not args.no_progress)
+        result = export(run_path, args.to, out, args.topics, progress=not args.no_progress)
     except RecordingError as exc:
         print(f"mms export: error: {exc}", file=sys.stderr)
         return 2
-    for path in written:
+    for path in result.written:
         print(f"wrote {path}")
+    if not result.recording.damage:
+        return 0
+    for line in damage_report(result):
+        print(f"mms export: {line}", file=sys.stderr)
+    if result.recording.messages_lost:
+        print(f"mms export: {run_path} is damaged and messages were lost: exit status {EXIT_DATA_LOST}",
+              file=sys.stderr)
+        return EXIT_DATA_LOST
     return 0

@@ -1,4 +1,4 @@
-"""MCAP recordings: the crash-tolerant writer, the truncation-tolerant reader and recovery.
+"""MCAP recordings: the crash-tolerant writer, the damage-tolerant reader and recovery.
 
 The file format (docs/recording.md) is the contract with the dashboard's replay and with any MCAP tool:
 
@@ -16,18 +16,19 @@ Crash tolerance: the writer closes the open chunk (:meth:`mcap.writer.Writer.flu
 at least every ``flush_interval_s`` (0.5 s by default). A ``kill -9`` therefore leaves a file whose every
 top-level record up to the last flush is complete, and :func:`iter_complete_records` reads it up to the last
 complete record with the mcap package's non-seeking :class:`mcap.stream_reader.StreamReader`;
-:func:`recover` rewrites those records into a valid, indexed file.
+:func:`recover` rewrites those records into a valid, indexed file. :func:`read_recording` reads past damage
+anywhere in a file and reports it (:mod:`hil.mcap_salvage`).
 """
 from __future__ import annotations
 
 import gc
 import io
 import json
+import mmap
 import os
 import platform
 import struct
 import time
-import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,16 +37,17 @@ from typing import Iterator
 from mcap.exceptions import EndOfFile, McapError, UnsupportedCompressionError
 from mcap.opcode import Opcode
 from mcap.data_stream import ReadDataStream
-from mcap.records import Attachment, Channel, Chunk, Footer, Message, Metadata, Schema
+from mcap.records import Attachment, Channel, Footer, Message, Metadata, Schema
 from mcap.stream_reader import CRCValidationError, StreamReader
 from mcap.writer import CompressionType, Writer
 
+from hil import mcap_salvage as salvage
 from sim.messages import SCHEMAS
 
 MESSAGE_ENCODING = "msgpack"
 SCHEMA_ENCODING = "jsonschema"
 PROFILE = ""  # no ROS profile: msgpack payloads with JSON schemas
-MAGIC = b"\x89MCAP0\r\n"
+MAGIC = salvage.MAGIC
 #: longest time between two chunk closes + fsync, s (the crash-loss bound is this plus one loop turn)
 DEFAULT_FLUSH_INTERVAL_S = 0.5
 #: chunks are also closed when they reach this many uncompressed bytes
@@ -238,37 +240,33 @@ def iter_complete_records(path: str | Path, layout: FileLayout | None = None,
 @dataclass
 class RawRecording:
     """Everything in a recording, payloads still encoded. Message tuples: (log_time_ns, publish_time_ns,
-    payload), the payload a bytes-like object (a memoryview into its decompressed chunk)."""
+    payload), the payload a bytes-like object (a memoryview into its decompressed chunk).
+
+    ``damage``: every damaged part of the file, in file order, as dicts ``{"offset": int (bytes), "kind": str
+    (``hil.mcap_salvage.KINDS``), "messages_lost": int or None (unknown), "detail": one-line str}``; empty for an
+    intact file. ``expected_messages``: per topic read, the messages the file held before the damage (the
+    summary's statistics, else those read plus the losses the damage entries count; None when a loss is unknown).
+    """
     path: Path
     layout: FileLayout
     messages: dict[str, list[tuple[int, int, bytes]]] = field(default_factory=dict)
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
     encodings: dict[str, str] = field(default_factory=dict)
+    damage: list[dict] = field(default_factory=list)
+    expected_messages: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def truncated(self) -> bool:
         return self.layout.truncated
 
+    @property
+    def messages_lost(self) -> bool:
+        """True when any damage lost messages (or may have: a loss the file cannot count)."""
+        return any(entry["messages_lost"] != 0 for entry in self.damage)
+
 
 _MESSAGE_HEAD = struct.Struct("<HIQQ")   # channel id, sequence, log_time, publish_time (MCAP Message record)
 _LENGTH = struct.Struct("<Q")
-
-
-def _chunk_data(chunk: Chunk) -> bytes | None:
-    """The decompressed records of a chunk, or None if its CRC does not match (a torn write)."""
-    if chunk.compression == "zstd":
-        import zstandard
-        data = zstandard.ZstdDecompressor().decompress(chunk.data, max_output_size=chunk.uncompressed_size)
-    elif chunk.compression == "lz4":
-        import lz4.frame
-        data = lz4.frame.decompress(chunk.data)
-    elif chunk.compression == "":
-        data = chunk.data
-    else:
-        raise RecordingError(f"unsupported chunk compression {chunk.compression!r}")
-    if chunk.uncompressed_crc and zlib.crc32(data) != chunk.uncompressed_crc:
-        return None
-    return data
 
 
 @contextmanager
@@ -285,8 +283,9 @@ def gc_paused():
 
 
 def read_recording(path: str | Path, topics: set[str] | None = None, progress: bool = False) -> RawRecording:
-    """Read a recording (complete or truncated by a crash) into memory, grouped by topic, in file order.
+    """Read a recording (complete, truncated by a crash, or damaged) into memory, grouped by topic, in file order.
 
+    Damaged parts are reported in ``damage`` and read past (:mod:`hil.mcap_salvage`); damaged data never raises.
     Chunks are parsed here rather than through the mcap package's record objects (about ten times faster on
     large files); the record layout is the MCAP specification's (opcode u8, length u64, then for a Message:
     channel id u16, sequence u32, log_time u64, publish_time u64, data). Payloads are memoryviews into the
@@ -297,66 +296,139 @@ def read_recording(path: str | Path, topics: set[str] | None = None, progress: b
         raise RecordingError(f"{path}: no such file")
     layout = scan_layout(path)
     recording = RawRecording(path=path, layout=layout)
-    channels: dict[int, list] = {}
+    channels: dict[int, list] = {}       # wanted channel id -> its topic's message list
+    topic_of: dict[int, str] = {}        # every channel id seen -> topic
+    orphans: dict[int, list] = {}        # channel id without a Channel record -> [messages, offset of the first]
 
     def add_channel(channel: Channel) -> None:
+        topic_of.setdefault(channel.id, channel.topic)
         if (topics is None or channel.topic in topics) and channel.id not in channels:
             channels[channel.id] = recording.messages.setdefault(channel.topic, [])
             recording.encodings[channel.topic] = channel.message_encoding
 
+    read = [0]                           # messages read on every channel, wanted or not
+
+    def on_chunk(offset: int, data: bytes) -> None:
+        before = {id(messages): len(messages) for messages in channels.values()}
+        try:
+            read[0] += _parse_chunk(data, channels, topic_of, orphans, offset, add_channel)
+        except (salvage.Malformed, struct.error, McapError, ValueError) as exc:
+            for messages in channels.values():   # a chunk is kept whole or not at all
+                del messages[before.get(id(messages), 0):]
+            raise salvage.Damaged(salvage.BAD_RECORD, f"records inside do not parse ({exc})") from None
+
+    def on_record(opcode: int, start: int, end: int) -> None:
+        if opcode == Opcode.CHANNEL:
+            add_channel(salvage.read_record_body(Channel, buf, start, end))
+        elif opcode == Opcode.METADATA:
+            record = salvage.read_record_body(Metadata, buf, start, end)
+            recording.metadata[record.name] = dict(record.metadata)
+        elif opcode == Opcode.MESSAGE:
+            record = salvage.read_record_body(Message, buf, start, end)
+            read[0] += 1
+            if record.channel_id in channels:
+                channels[record.channel_id].append((record.log_time, record.publish_time, record.data))
+            elif record.channel_id not in topic_of:
+                orphans.setdefault(record.channel_id, [0, start])[0] += 1
+
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=layout.complete_bytes, unit="B", unit_scale=True, desc=f"read {path.name}", leave=False)
-    with gc_paused(), open(path, "rb") as handle:
-        reader = StreamReader(io.BufferedReader(_BoundedReader(handle, layout.complete_bytes)), emit_chunks=True)
-        records = reader.records
-        reported = 0
-        while True:
-            try:
-                record = next(records)
-            except (StopIteration, EndOfFile, McapError, struct.error, ValueError):
-                break
-            if isinstance(record, Chunk):
-                data = _chunk_data(record)
-                if data is None:
-                    break
-                _parse_chunk(data, channels, add_channel)
-            elif isinstance(record, Message):
-                messages = channels.get(record.channel_id)
-                if messages is not None:
-                    messages.append((record.log_time, record.publish_time, record.data))
-            elif isinstance(record, Channel):
-                add_channel(record)
-            elif isinstance(record, Metadata):
-                recording.metadata[record.name] = dict(record.metadata)
-            elif isinstance(record, Footer):
-                break
-            if bar is not None and handle.tell() - reported > _PROGRESS_STEP_BYTES:
-                bar.update(handle.tell() - reported)
-                reported = handle.tell()
+        bar = tqdm(total=layout.size, unit="B", unit_scale=True, desc=f"read {path.name}", leave=False)
+    reported = [0]
+
+    def show(position: int) -> None:
+        if position - reported[0] > _PROGRESS_STEP_BYTES:
+            bar.update(position - reported[0])
+            reported[0] = position
+
+    with gc_paused(), open(path, "rb") as handle, _mapped(handle, layout.size) as buf:
+        summary, summary_damage = salvage.read_summary(buf, layout.size)
+        for channel in summary.channels if summary else ():
+            add_channel(channel)
+        result = salvage.walk(buf, layout.size, summary, on_chunk, on_record, show if bar is not None else None,
+                              stop_at_data_end=summary is not None or summary_damage is not None)
     if bar is not None:
         bar.close()
+    recording.damage = sorted(([summary_damage] if summary_damage else []) + result.damage,
+                              key=lambda entry: entry["offset"])
+    for channel_id, (count, offset) in orphans.items():
+        recording.damage.append(salvage.damage(
+            offset, salvage.BAD_RECORD, count, f"{count} messages on channel {channel_id}, whose Channel record "
+                                               "was in a damaged part: their topic is unknown"))
+    _count_the_one_unknown_loss(recording.damage, summary, read[0])
+    recording.expected_messages = _expected_messages(recording, summary, result.lost_per_channel, channels,
+                                                     topic_of)
     return recording
 
 
-def _parse_chunk(data: bytes, channels: dict[int, list], add_channel) -> None:
+@contextmanager
+def _mapped(handle, size: int):
+    """The file as a read-only buffer (a memory map; the caller has checked the magic, so it is not empty)."""
+    mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield mapped
+    finally:
+        mapped.close()
+
+
+def _count_the_one_unknown_loss(damage: list[dict], summary, read: int) -> None:
+    """When one damage entry's loss is unknown and the summary's statistics count the file's messages, that loss is
+    what the statistics count beyond the messages read and the other, known, losses."""
+    unknown = [entry for entry in damage if entry["messages_lost"] is None]
+    if len(unknown) != 1 or summary is None or summary.channel_counts is None:
+        return
+    known = sum(entry["messages_lost"] for entry in damage if entry["messages_lost"] is not None)
+    lost = sum(summary.channel_counts.values()) - read - known
+    if lost >= 0:
+        unknown[0]["messages_lost"] = lost
+        unknown[0]["detail"] += f" ({lost} messages: the summary's statistics less those read and other losses)"
+
+
+def _expected_messages(recording: RawRecording, summary, lost_per_channel: dict[int, int],
+                       channels: dict[int, list], topic_of: dict[int, str]) -> dict[str, int | None]:
+    if summary is not None and summary.channel_counts is not None:
+        expected = {topic: 0 for topic in recording.messages}
+        for channel_id, count in summary.channel_counts.items():
+            topic = topic_of.get(channel_id)
+            if topic in expected:
+                expected[topic] += count
+        return expected
+    if any(entry["messages_lost"] is None for entry in recording.damage):
+        return {topic: None for topic in recording.messages}
+    expected = {topic: len(messages) for topic, messages in recording.messages.items()}
+    for channel_id, count in lost_per_channel.items():
+        if channel_id in channels:
+            expected[topic_of[channel_id]] += count
+    return expected
+
+
+def _parse_chunk(data: bytes, channels: dict[int, list], topic_of: dict[int, str], orphans: dict[int, list],
+                 chunk_offset: int, add_channel) -> int:
+    """Append the chunk's messages on wanted channels to their lists; returns the number of Message records."""
     view = memoryview(data)
+    found = 0
     position, end_of_data = 0, len(data)
     message_opcode, channel_opcode = int(Opcode.MESSAGE), int(Opcode.CHANNEL)
     unpack_head, unpack_length = _MESSAGE_HEAD.unpack_from, _LENGTH.unpack_from
-    while position + 9 <= end_of_data:
+    while position < end_of_data:
         opcode = data[position]
         (length,) = unpack_length(data, position + 1)
         body = position + 9
         position = body + length
+        if position > end_of_data:
+            raise salvage.Malformed(f"a record at {body - 9} runs past the chunk's end")
         if opcode == message_opcode:
+            found += 1
             channel_id, _sequence, log_time, publish_time = unpack_head(data, body)
             messages = channels.get(channel_id)
             if messages is not None:
                 messages.append((log_time, publish_time, view[body + _MESSAGE_HEAD.size:position]))
+            elif channel_id not in topic_of:
+                orphans.setdefault(channel_id, [0, chunk_offset])[0] += 1
         elif opcode == channel_opcode:
             add_channel(Channel.read(ReadDataStream(io.BytesIO(data[body:position]))))
+    return found
 
 
 @dataclass

@@ -55,7 +55,32 @@ static uint32_t get_u32(const uint8_t *b) {
 static void put_f32(uint8_t *b, float f) { uint32_t v; memcpy(&v, &f, 4); put_u32(b, v); }
 static float get_f32(const uint8_t *b) { uint32_t v = get_u32(b); float f; memcpy(&f, &v, 4); return f; }
 
-/* Payload of p into b (room for MMS_MAX_FRAME_BYTES); returns its length or a negative error. */
+int mms_utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        const uint8_t c = s[i];
+        size_t follow;
+        uint8_t lo = 0x80, hi = 0xBF;           /* range of the first continuation byte (Unicode Table 3-7) */
+        if (c < 0x80) { i++; continue; }
+        else if (c >= 0xC2 && c <= 0xDF) follow = 1;
+        else if (c == 0xE0) { follow = 2; lo = 0xA0; }
+        else if (c == 0xED) { follow = 2; hi = 0x9F; }   /* no surrogates */
+        else if (c >= 0xE1 && c <= 0xEF) follow = 2;
+        else if (c == 0xF0) { follow = 3; lo = 0x90; }
+        else if (c == 0xF4) { follow = 3; hi = 0x8F; }   /* nothing above U+10FFFF */
+        else if (c >= 0xF1 && c <= 0xF3) follow = 3;
+        else return 0;
+        if (n - i - 1 < follow) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t k = 2; k <= follow; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
+        i += 1 + follow;
+    }
+    return 1;
+}
+
+/* Payload of p into b, which has room for MMS_MAX_PAYLOAD_BYTES; every size is checked before a byte is
+ * written. Returns the payload length or a negative error. */
 static int pack_payload(const mms_packet *p, uint8_t *b) {
     size_t o = 0;
     switch (p->type) {
@@ -64,6 +89,7 @@ static int pack_payload(const mms_packet *p, uint8_t *b) {
     case MMS_DEVICE_INFO: {
         const uint8_t len = p->m.device_info.name_len;
         if (len > MMS_MAX_NAME_BYTES) return MMS_ERR_LENGTH;
+        if (!mms_utf8_valid((const uint8_t *)p->m.device_info.name, len)) return MMS_ERR_VALUE;
         b[0] = p->m.device_info.protocol_version;
         memcpy(b + 1, p->m.device_info.fw, 3);
         b[4] = p->m.device_info.n_servo; b[5] = p->m.device_info.n_strain; b[6] = p->m.device_info.n_load;
@@ -71,23 +97,20 @@ static int pack_payload(const mms_packet *p, uint8_t *b) {
         memcpy(b + 8, p->m.device_info.name, len);
         return 8 + len;
     }
-    case MMS_SETPOINTS:
-        b[o++] = p->m.setpoints.n;
-        for (int k = 0; k < p->m.setpoints.n; k++, o += 4) put_f32(b + o, p->m.setpoints.raw[k]);
+    case MMS_SETPOINTS: {
+        const size_t n = p->m.setpoints.n;
+        if (n == 0) return MMS_ERR_LENGTH;
+        if (1 + 4 * n > MMS_MAX_PAYLOAD_BYTES) return MMS_ERR_OVERSIZE;
+        b[o++] = (uint8_t)n;
+        for (size_t k = 0; k < n; k++, o += 4) put_f32(b + o, p->m.setpoints.raw[k]);
         return (int)o;
+    }
     case MMS_TELEMETRY: {
-        const uint8_t ns = p->m.telemetry.n_servo, ng = p->m.telemetry.n_strain, nl = p->m.telemetry.n_load;
-        const size_t sample_bytes = 4u + 4u * (ns + ng + nl);
-        if (5 + p->m.telemetry.n_samples * sample_bytes + MMS_HEADER_BYTES + MMS_CRC_BYTES > MMS_MAX_FRAME_BYTES)
-            return MMS_ERR_CAPACITY;
-        b[o++] = p->m.telemetry.flags; b[o++] = ns; b[o++] = ng; b[o++] = nl; b[o++] = p->m.telemetry.n_samples;
-        for (int s = 0; s < p->m.telemetry.n_samples; s++) {
-            const mms_sample *x = &p->m.telemetry.samples[s];
-            put_u32(b + o, x->t_us); o += 4;
-            for (int k = 0; k < ns; k++, o += 4) put_f32(b + o, x->servo[k]);
-            for (int k = 0; k < ng; k++, o += 4) put_u32(b + o, (uint32_t)x->strain[k]);
-            for (int k = 0; k < nl; k++, o += 4) put_u32(b + o, (uint32_t)x->load[k]);
-        }
+        const size_t words = p->m.telemetry.n_samples * mms_telemetry_sample_words(p);
+        if (words > MMS_MAX_TELEMETRY_WORDS) return MMS_ERR_OVERSIZE;
+        b[o++] = p->m.telemetry.flags; b[o++] = p->m.telemetry.n_servo; b[o++] = p->m.telemetry.n_strain;
+        b[o++] = p->m.telemetry.n_load; b[o++] = p->m.telemetry.n_samples;
+        for (size_t k = 0; k < words; k++, o += 4) put_u32(b + o, p->m.telemetry.words[k].u);
         return (int)o;
     }
     case MMS_HEARTBEAT:
@@ -113,12 +136,11 @@ static int pack_payload(const mms_packet *p, uint8_t *b) {
 }
 
 int mms_pack_frame(const mms_packet *p, uint8_t *frame, size_t capacity) {
-    uint8_t buffer[MMS_MAX_FRAME_BYTES + 64];
+    uint8_t buffer[MMS_MAX_FRAME_BYTES];
     buffer[0] = p->version; buffer[1] = p->type; put_u16(buffer + 2, p->seq); put_u32(buffer + 4, p->t_us);
     const int n = pack_payload(p, buffer + MMS_HEADER_BYTES);
     if (n < 0) return n;
     const size_t body = MMS_HEADER_BYTES + (size_t)n;
-    if (body + MMS_CRC_BYTES > MMS_MAX_FRAME_BYTES) return MMS_ERR_OVERSIZE;
     if (body + MMS_CRC_BYTES > capacity) return MMS_ERR_CAPACITY;
     const uint16_t crc = mms_crc16_ccitt_false(buffer, body);
     buffer[body] = (uint8_t)(crc >> 8); buffer[body + 1] = (uint8_t)crc;
@@ -140,7 +162,8 @@ int mms_unpack_frame(const uint8_t *f, size_t n, mms_packet *p) {
     case MMS_HELLO: case MMS_ESTOP_RESET: case MMS_GET_LINK_STATS:
         return expect(len, 0);
     case MMS_DEVICE_INFO:
-        if (len < 8 || b[7] > MMS_MAX_NAME_BYTES || len != 8u + b[7]) return MMS_ERR_LENGTH;
+        if (len < 8 || len != 8u + b[7] || b[7] > MMS_MAX_NAME_BYTES) return MMS_ERR_LENGTH;
+        if (!mms_utf8_valid(b + 8, b[7])) return MMS_ERR_VALUE;
         p->m.device_info.protocol_version = b[0];
         memcpy(p->m.device_info.fw, b + 1, 3);
         p->m.device_info.n_servo = b[4]; p->m.device_info.n_strain = b[5]; p->m.device_info.n_load = b[6];
@@ -149,27 +172,19 @@ int mms_unpack_frame(const uint8_t *f, size_t n, mms_packet *p) {
         p->m.device_info.name[b[7]] = 0;
         return MMS_OK;
     case MMS_SETPOINTS:
+        /* len <= MMS_MAX_PAYLOAD_BYTES, so a matching count is at most MMS_MAX_SETPOINTS */
         if (len < 1 || b[0] == 0 || len != 1u + 4u * b[0]) return MMS_ERR_LENGTH;
         p->m.setpoints.n = b[0];
         for (int k = 0; k < b[0]; k++) p->m.setpoints.raw[k] = get_f32(b + 1 + 4 * k);
         return MMS_OK;
     case MMS_TELEMETRY: {
-        if (len < 5) return MMS_ERR_LENGTH;
-        const uint8_t ns = b[1], ng = b[2], nl = b[3], count = b[4];
-        if (ns > MMS_MAX_CHANNELS || ng > MMS_MAX_CHANNELS || nl > MMS_MAX_CHANNELS || count > MMS_MAX_SAMPLES)
-            return MMS_ERR_CAPACITY;
-        const size_t sample_bytes = 4u + 4u * (ns + ng + nl);
-        if (len != 5 + count * sample_bytes) return MMS_ERR_LENGTH;
-        p->m.telemetry.flags = b[0]; p->m.telemetry.n_servo = ns; p->m.telemetry.n_strain = ng;
-        p->m.telemetry.n_load = nl; p->m.telemetry.n_samples = count;
-        const uint8_t *x = b + 5;
-        for (int s = 0; s < count; s++) {
-            mms_sample *out = &p->m.telemetry.samples[s];
-            out->t_us = get_u32(x); x += 4;
-            for (int k = 0; k < ns; k++, x += 4) out->servo[k] = get_f32(x);
-            for (int k = 0; k < ng; k++, x += 4) out->strain[k] = (int32_t)get_u32(x);
-            for (int k = 0; k < nl; k++, x += 4) out->load[k] = (int32_t)get_u32(x);
-        }
+        if (len < MMS_TELEMETRY_HEAD_BYTES) return MMS_ERR_LENGTH;
+        p->m.telemetry.flags = b[0]; p->m.telemetry.n_servo = b[1]; p->m.telemetry.n_strain = b[2];
+        p->m.telemetry.n_load = b[3]; p->m.telemetry.n_samples = b[4];
+        /* len <= MMS_MAX_PAYLOAD_BYTES, so a matching word count is at most MMS_MAX_TELEMETRY_WORDS */
+        const size_t words = b[4] * mms_telemetry_sample_words(p);
+        if (len != MMS_TELEMETRY_HEAD_BYTES + 4 * words) return MMS_ERR_LENGTH;
+        for (size_t k = 0; k < words; k++) p->m.telemetry.words[k].u = get_u32(b + MMS_TELEMETRY_HEAD_BYTES + 4 * k);
         return MMS_OK;
     }
     case MMS_HEARTBEAT:
@@ -197,6 +212,16 @@ int mms_unpack_frame(const uint8_t *f, size_t n, mms_packet *p) {
     default:
         return MMS_ERR_TYPE;
     }
+}
+
+int mms_decode(const uint8_t *encoded, size_t n, mms_packet *p) {
+    /* room for one byte more than a frame may have, so that an oversize frame is told from a framing error
+     * exactly as the Python decoder tells them */
+    uint8_t frame[MMS_MAX_ENCODED_BYTES];
+    if (n > MMS_MAX_ENCODED_BYTES) return MMS_ERR_OVERSIZE;
+    const int len = mms_cobs_decode(encoded, n, frame, sizeof frame);
+    if (len < 0) return len;
+    return mms_unpack_frame(frame, (size_t)len, p);
 }
 
 int mms_encode(const mms_packet *p, uint8_t *wire, size_t capacity) {

@@ -151,3 +151,30 @@ def test_a_last_line_cut_short_is_left_out_and_non_finite_values_are_null(tmp_pa
     with path.open("a") as handle:
         handle.write('{"seq": 3, "raw": [15')                 # what a kill in mid-write could leave
     assert [r["seq"] for r in read_applied_log(path)] == [1, 2]
+
+
+def test_a_restarted_emulator_appends_to_its_applied_log(tmp_path):
+    """Two runs of `mms emulate` on one log (the first killed with SIGKILL, its last line then cut short by hand as
+    a kill in mid-write would leave it): the log holds both runs' lines, whole, in order."""
+    rig = load_rig(RAYBOT)
+    raw = float(np.float32(rig.servos[0].to_raw(0.2)))
+    log = tmp_path / "applied.jsonl"
+    runs = []
+    for run in range(2):
+        with emulate(RAYBOT, log) as (proc, path):
+            link = DeviceLink(path, rig.baud)
+            assert link.request(p.Hello(), p.DeviceInfo, timeout_s=WAIT_S) is not None
+            sent = [link.send(p.Setpoints((raw,))) for _ in range(3)]
+            wait_records(log, lambda rs: len(rs) == 3 * (run + 1) and [r["seq"] for r in rs][-3:] == sent,
+                         f"run {run}'s frames")
+            link.close()
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(timeout=15) == -signal.SIGKILL
+        runs.append(sent)
+        if run == 0:
+            with log.open("a") as handle:
+                handle.write('{"seq": 9, "raw": [15')          # what a kill in mid-write could leave
+    records = read_applied_log(log)
+    assert [r["seq"] for r in records] == runs[0] + runs[1]
+    assert all(r["result"] == "applied" and r["raw"] == [raw] for r in records)
+    assert log.read_text().count("\n") == 6

@@ -2,11 +2,13 @@
 
 The test compiles it with gcc (-Wall -Wextra -Werror), feeds it wire frames in hex, and compares what it
 decodes (fields) and what it re-encodes (bytes) with firmware_interface/vectors.json, and with the Python codec
-on a few hundred random packets of every type.
+on a few hundred random packets of every type; then, differentially, on thousands of random and mutated frames:
+the same acceptance (and the same error kind), the same fields, the same bytes re-encoded.
 """
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import struct
@@ -22,6 +24,10 @@ from firmware_interface.vectors import VECTORS_PATH, to_json
 ROOT = Path(__file__).resolve().parents[2]
 FIRMWARE = ROOT / "firmware_interface" / "firmware"
 RANDOM_PACKETS = 400
+DIFFERENTIAL_FRAMES = 10_000
+#: the Python codec's ProtocolError kind of each C error code (mms_proto.h, enum mms_error)
+C_ERROR_KIND = {-1: "framing_errors", -2: "oversize", -3: "malformed", -4: "crc_errors", -5: "bad_version",
+                -6: "unknown_type", -7: "malformed", -9: "malformed"}
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +121,91 @@ def test_c_and_python_codecs_agree_on_random_packets(harness):
         assert out["wire_hex"] == wire
         assert (out["type_id"], out["seq"], out["t_us"]) == (p.TYPE_OF[type(packet.message)], packet.seq, packet.t_us)
         assert out["fields"] == to_json(packet.message)
+
+
+def _with_crc(body: bytes) -> bytes:
+    return body + p.crc16_ccitt_false(body).to_bytes(2, "big")
+
+
+def _mutated_frame(rng: random.Random) -> bytes:
+    """A frame (before COBS) made to reach the payload checks: a valid frame, or a header with a payload of
+    random bytes whose first bytes are plausible counts (a claimed channel count, name length, sample count), with
+    bits flipped, bytes inserted, dropped or cut; its CRC made right again but one time in eight."""
+    if rng.random() < 0.5:
+        body = bytearray(p.pack_frame(_random_packet(rng))[:-p.CRC_BYTES])
+    else:
+        type_id = rng.choice(sorted(p.MESSAGE_TYPES) + [0x00, 0x12, 0xFF])
+        payload = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 520)))
+        if type_id == p.T_DEVICE_INFO and len(payload) > 8:   # a name of random (often non-UTF-8) bytes
+            payload = payload[:7] + bytes([min(len(payload) - 8, rng.randrange(0, 40))]) + payload[8:]
+        body = bytearray(struct.pack("<BBHI", 1 if rng.random() < 0.9 else rng.randrange(256), type_id,
+                                     rng.randrange(1 << 16), rng.randrange(1 << 32)) + payload)
+    for _ in range(rng.randrange(0, 3)):
+        at = rng.randrange(len(body)) if body else 0
+        op = rng.randrange(4)
+        if op == 0 and body:
+            body[at] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            body.insert(at, rng.randrange(256))
+        elif op == 2 and body:
+            del body[at]
+        elif op == 3:
+            del body[at:]
+    frame = bytearray(_with_crc(bytes(body)))
+    if rng.random() < 1 / 8:
+        frame[-1] ^= 1 << rng.randrange(8)
+    return bytes(frame)
+
+
+def _same(c_value, py_value) -> bool:
+    """Equal as decoded values: NaN equals NaN (the bits are compared through the re-encoded bytes)."""
+    if isinstance(c_value, list) and isinstance(py_value, list):
+        return len(c_value) == len(py_value) and all(_same(a, b) for a, b in zip(c_value, py_value))
+    if isinstance(c_value, dict) and isinstance(py_value, dict):
+        return c_value.keys() == py_value.keys() and all(_same(c_value[k], py_value[k]) for k in c_value)
+    if isinstance(py_value, float) and math.isnan(py_value):
+        return isinstance(c_value, float) and math.isnan(c_value)
+    return c_value == py_value
+
+
+def test_c_and_python_decoders_agree_on_random_and_mutated_frames(harness):
+    """The same frames (COBS-encoded, without the delimiter byte 0x00 that a stream splits on) through
+    ``protocol.decode_frame`` and the C ``mms_decode``: the same accept/reject, the same error kind, the same
+    fields, the same bytes re-encoded."""
+    rng = random.Random(20261123)
+    encoded = []
+    for _ in range(DIFFERENTIAL_FRAMES):
+        if rng.random() < 0.1:    # random bytes, no zero (a zero ends a frame on the stream)
+            encoded.append(bytes(rng.randrange(1, 256) for _ in range(rng.randrange(1, 600))))
+        else:
+            encoded.append(cobs.encode(_mutated_frame(rng)))
+    outputs = run_harness(harness, [(p.DELIMITER + e + p.DELIMITER).hex() for e in encoded])
+    kinds: dict[str, int] = {}
+    for frame, out in zip(encoded, outputs):
+        try:
+            packet = p.decode_frame(frame)
+        except p.ProtocolError as exc:
+            assert C_ERROR_KIND.get(out.get("error")) == exc.kind, (frame.hex(), out, str(exc))
+            kinds[exc.kind] = kinds.get(exc.kind, 0) + 1
+            continue
+        kinds["accepted"] = kinds.get("accepted", 0) + 1
+        assert out.get("error") is None, (frame.hex(), out)
+        assert (out["type_id"], out["seq"], out["t_us"]) == (p.TYPE_OF[type(packet.message)], packet.seq,
+                                                             packet.t_us)
+        assert _same(out["fields"], to_json(packet.message)), (frame.hex(), out["fields"])
+        assert out["wire_hex"] == p.encode_packet(packet).hex()
+    # the frames reached every check: acceptance, and each kind of refusal
+    assert kinds.get("accepted", 0) > 1000, kinds
+    assert all(kinds.get(kind, 0) > 0 for kind in set(C_ERROR_KIND.values())), kinds
+
+
+def test_c_decoder_refuses_a_rig_name_that_is_not_utf8(harness):
+    """DEVICE_INFO names: the Python decoder refuses these byte strings (invalid UTF-8: a lone continuation
+    byte, an overlong '/', a surrogate, a code point above U+10FFFF, a cut sequence), and so does the C one."""
+    for name in (b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"rig\xe2\x82"):
+        frame = _with_crc(struct.pack("<BBHI", 1, p.T_DEVICE_INFO, 1, 0)
+                          + struct.pack("<8B", 1, 0, 1, 0, 1, 1, 1, len(name)) + name)
+        with pytest.raises(p.ProtocolError, match="not UTF-8"):
+            p.unpack_frame(frame)
+        (out,) = run_harness(harness, [(p.DELIMITER + cobs.encode(frame) + p.DELIMITER).hex()])
+        assert out == {"error": -9}, name
