@@ -151,6 +151,15 @@ class Watcher:
         state = self.latest.get(messages.TOPIC_SIM_STATE)
         return None if state is None else float(state["t"])
 
+    def sim_health(self) -> str:
+        """The simulator's health as its last sim/status says: real-time factor, deadline misses, stalls."""
+        status = self.latest.get(messages.TOPIC_SIM_STATUS)
+        if status is None:
+            return "no sim/status yet"
+        states = max(int(status.get("states", 0)), 1)
+        return (f"real-time factor {status.get('rtf', 0.0):.2f}, deadline misses "
+                f"{status.get('deadline_misses', 0) / states:.1%}, stalls {status.get('stalls', 0)}")
+
     def close(self) -> None:
         self.socket.close()
 
@@ -208,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
             watcher.poll()
             sim_t = watcher.sim_time()
             print(f"\r[demo] wall {time.monotonic() - started:5.1f} s / {args.duration:g} s, "
-                  f"sim t = {sim_t if sim_t is not None else float('nan'):7.3f} s", end="", flush=True)
+                  f"sim t = {sim_t if sim_t is not None else float('nan'):7.3f} s; {watcher.sim_health()}   ",
+                  end="", flush=True)
         print(flush=True)
         say("stopping: driver to neutral first, then the simulator, then the recorder")
         request(context, endpoints["driver_control"], {"cmd": "deactivate"})
@@ -229,18 +239,9 @@ def run(args: argparse.Namespace) -> int:
         context.term()
 
     say(f"recording: {recording}")
-    from hil import validate
-
-    code = validate.main_for_demo(recording, robot, rig.rig, report_dir)
-    metrics_path = report_dir / "metrics.json"
-    if not metrics_path.exists():
-        print(f"[demo] ERROR: validation wrote no metrics (exit code {code})", file=sys.stderr)
+    metrics = _validate(recording, robot, rig.rig, report_dir, say)
+    if metrics is None:
         return 1
-    metrics = json.loads(metrics_path.read_text())
-    say(f"report: {report_dir / 'report.md'}")
-    say(f"metrics: {metrics_path}")
-    for line in validate.summary_lines(metrics):
-        say(f"  {line}")
     # failing channels are the experiment's result (the rig's truth differs from the model on purpose), not an
     # error of the demo: it succeeded when it ran, recorded, validated and its run was healthy
     say(f"the setting: {rig.mismatch}")
@@ -249,30 +250,32 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_replay:
         say("the same run against the model driven by the measured servo motion (mms validate --sim recorded): the "
             "servos' lag and undershoot taken out, what remains is the structure's and the fluid's mismatch")
-        replay_dir = report_dir / "replay"
-        code = validate.main_for_demo(recording, robot, rig.rig, replay_dir, resim=validate.Resim("recorded"))
-        if not (replay_dir / "metrics.json").exists():
-            print(f"[demo] ERROR: the replay validation wrote no metrics (exit code {code})", file=sys.stderr)
+        replay = _validate(recording, robot, rig.rig, report_dir / "replay", say, replay=True)
+        if replay is None:
             return 1
-        replay = json.loads((replay_dir / "metrics.json").read_text())
-        say(f"report: {replay_dir / 'report.md'}")
-        for line in validate.summary_lines(replay):
-            say(f"  {line}")
         story += narrate(replay, replay_claims, "replay")
     for line in story:
         say(line)
     (report_dir / "narrative.md").write_text("# What this run shows\n\n" + "".join(f"- {line}\n" for line in story))
-    return validate.EXIT_INVALID if metrics["health"]["valid"] is False else 0
-    say("the same run against the model driven by the measured servo motion (mms validate --sim recorded): the "
-        "servos' lag and undershoot taken out, what remains is the structure's and the fluid's mismatch")
-    replay_dir = report_dir / "replay"
-    code = validate.main_for_demo(recording, robot, rig.rig, replay_dir, resim=validate.Resim("recorded"))
-    if not (replay_dir / "metrics.json").exists():
-        print(f"[demo] ERROR: the replay validation wrote no metrics (exit code {code})", file=sys.stderr)
-        return 1
-    say(f"report: {replay_dir / 'report.md'}")
-    for line in validate.summary_lines(json.loads((replay_dir / "metrics.json").read_text())):
+    from hil.validate import EXIT_INVALID
+
+    return EXIT_INVALID if metrics["health"]["valid"] is False else 0
+
+
+def _validate(recording: Path, robot: Path, rig: Path, out: Path, say, replay: bool = False) -> dict | None:
+    """One validation of the demo's run (``replay``: against the model driven by the measured servo motion); its
+    metrics.json, its summary said; None (and an error printed) when it wrote none."""
+    from hil import validate
+
+    code = validate.main_for_demo(recording, robot, rig, out, resim=validate.Resim("recorded") if replay else None)
+    metrics_path = out / "metrics.json"
+    if not metrics_path.exists():
+        print(f"[demo] ERROR: the {'replay ' if replay else ''}validation wrote no metrics (exit code {code})",
+              file=sys.stderr)
+        return None
+    metrics = json.loads(metrics_path.read_text())
+    say(f"report: {out / 'report.md'}")
+    say(f"metrics: {metrics_path}")
+    for line in validate.summary_lines(metrics):
         say(f"  {line}")
-    if rig.replay_note:
-        say(rig.replay_note)
-    return 0
+    return metrics

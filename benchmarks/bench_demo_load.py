@@ -1,0 +1,103 @@
+"""The demo's figures and health on an idle machine and beside a CPU hog (issue 15, "Headroom in the loop").
+
+Runs `mms demo` (the whole live loop: simulator, driver, emulator with its physics plant, recorder, then the
+validation and the replay) ``--repeats`` times idle, then as many times with one extra process keeping one core
+busy, and prints the figures side by side with the run's health verdict. The bar: beside the hog the demo either
+keeps its numbers (root bending ratio and stroke lag within 10 % of the idle runs' mean) or reports INVALID with
+the reason. Not a test: it takes minutes and its figures depend on the machine.
+
+    python benchmarks/bench_demo_load.py [--repeats N] [--duration S]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+#: relative change of a figure beside the hog that still counts as "kept" (the issue's bar)
+KEPT_FRACTION = 0.10
+#: (label, report, measured channel, metric)
+FIGURES = (("stroke lag (deg)", "report", "stroke_right", "phase_lag_deg"),
+           ("stroke ratio", "report", "stroke_right", "amplitude_ratio"),
+           ("root bending ratio", "report", "root_bend_r", "amplitude_ratio"),
+           ("strain lag (deg)", "report", "root_bend_r", "phase_lag_deg"),
+           ("replay bending ratio", "report/replay", "root_bend_r", "amplitude_ratio"),
+           ("replay strain lag (deg)", "report/replay", "root_bend_r", "phase_lag_deg"))
+#: figures the bar applies to
+BAR = ("root bending ratio", "stroke lag (deg)")
+HOG = "while True: pass"
+
+
+def run_demo(out: Path, duration_s: float) -> dict:
+    """One `mms demo`; its figures, health and exit code."""
+    done = subprocess.run([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration_s), "--out", str(out)],
+                          capture_output=True, text=True)
+    row: dict = {"exit": done.returncode}
+    for label, report, channel, metric in FIGURES:
+        path = out / report / "metrics.json"
+        if not path.exists():
+            row[label] = None
+            continue
+        document = json.loads(path.read_text())
+        if report == "report":
+            row["health"] = document["health"]
+        channels = {c["measured"].split(":")[-1]: c["metrics"] for c in document["channels"]}
+        row[label] = channels.get(channel, {}).get(metric)
+    return row
+
+
+def verdict(row: dict) -> str:
+    health = row.get("health")
+    if health is None:
+        return f"no metrics (exit {row['exit']})"
+    if health["valid"] is False:
+        return "INVALID: " + "; ".join(health["reasons"][:2])
+    return (f"VALID ({health['analysed_s']:.1f} s analysed, deadline misses "
+            f"{(health['deadline_miss_fraction'] or 0):.1%})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="demo runs per condition (default 2)")
+    parser.add_argument("--duration", type=float, default=20.0, help="live run length, s (default 20)")
+    args = parser.parse_args()
+    rows: dict[str, list[dict]] = {"idle": [], "hog": []}
+    with tempfile.TemporaryDirectory() as folder:
+        for condition in ("idle", "hog"):
+            hog = subprocess.Popen([sys.executable, "-c", HOG]) if condition == "hog" else None
+            try:
+                for k in range(args.repeats):
+                    row = run_demo(Path(folder) / f"{condition}{k}", args.duration)
+                    rows[condition].append(row)
+                    print(f"{condition} run {k + 1}: {verdict(row)}", flush=True)
+            finally:
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
+    print(f"\n{'figure':26s}" + "".join(f"{c} {k + 1:<9d}" for c in rows for k in range(len(rows[c]))))
+    for label, *_ in FIGURES:
+        cells = [row.get(label) for c in rows for row in rows[c]]
+        print(f"{label:26s}" + "".join(f"{v:<14.4g}" if v is not None else f"{'-':14s}" for v in cells))
+    print()
+    idle_valid = [r for r in rows["idle"] if r.get("health", {}).get("valid")]
+    for row in rows["hog"]:
+        if not row.get("health", {}).get("valid"):
+            print(f"hog: {verdict(row)} -> reported INVALID with the reason (meets the bar)")
+            continue
+        if not idle_valid:
+            print("hog: valid, but no idle run was valid to compare with")
+            continue
+        changes = {label: abs(row[label] / np.mean([r[label] for r in idle_valid]) - 1) for label in BAR}
+        kept = all(change <= KEPT_FRACTION for change in changes.values())
+        print("hog: valid; change against idle: " + ", ".join(f"{k} {v:.1%}" for k, v in changes.items())
+              + (" -> kept (meets the bar)" if kept else " -> NOT kept while VALID (misses the bar)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
