@@ -14,6 +14,7 @@ from typing import Any
 from sim.config import ConfigError, load_toml, require
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
+from firmware_interface.rig_schema import check_mcu_rig
 
 _positive = (lambda v: v > 0, "a positive number")
 _non_negative = (lambda v: v >= 0, "a number >= 0")
@@ -256,6 +257,7 @@ def load_rig(path: str | Path) -> Rig:
     """Read and check a rig file; raise a one-line :class:`ConfigError` on any problem."""
     path = Path(path)
     doc = load_toml(path)
+    check_mcu_rig(doc, path)
     rig_t = require(doc, "rig", dict, path=path)
     require(rig_t, "kind", str, path=path, prefix="rig", default=RIG_KIND, check=lambda v: v == RIG_KIND,
             expected=f'"{RIG_KIND}" (a microcontroller rig; other kinds, e.g. "dynamixel", have their own loaders)')
@@ -270,8 +272,7 @@ def load_rig(path: str | Path) -> Rig:
                    expected="a baud rate from 300 to 20000000")
     rates = require(doc, "rates", dict, path=path)
     command_hz = _num(rates, "command_hz", path, "rates", _positive)
-    telemetry_hz = require(rates, "telemetry_hz", int, path=path, prefix="rates", check=lambda v: 1 <= v <= 65535,
-                           expected="an integer from 1 to 65535 (Hz)")
+    telemetry_hz = require(rates, "telemetry_hz", int, path=path, prefix="rates")
     heartbeat_hz = _num(rates, "heartbeat_hz", path, "rates", _positive, default=10.0)
     watchdog_t = require(doc, "watchdog", dict, path=path)
     watchdog_s = _num(watchdog_t, "timeout_s", path, "watchdog",
