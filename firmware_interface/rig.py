@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import ConfigError, load_toml, require
+from sim.robots import check_robot
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
 from firmware_interface.rig_schema import check_mcu_rig
@@ -392,15 +393,29 @@ def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[S
                 index = require(t, "index", int, path=path, prefix=prefix, check=lambda v: 0 <= v <= 5,
                                 expected="a wrench component 0..5 (fx, fy, fz, mx, my, mz)")
             sources[key] = PhysicsSource(signal, joint, index, _num(t, "scale", path, prefix, default=1.0))
+        overrides = require(phys_t, "overrides", dict, path=path, prefix="emulator.physics", default={})
+        if robot.is_file():  # a rig stored in a recording has no robot file beside it: checked when the plant runs
+            _check_overrides(robot, overrides, path)
         physics = PhysicsPlant(
             robot=robot,
-            overrides=require(phys_t, "overrides", dict, path=path, prefix="emulator.physics", default={}),
+            overrides=overrides,
             dt=_num(phys_t, "dt", path, "emulator.physics", _positive, default=1e-4),
             integrator=require(phys_t, "integrator", str, path=path, prefix="emulator.physics", default="rk4",
                                check=lambda v: v in ("rk4", "rk45"), expected='"rk4" or "rk45"'),
             sensors=sources)
     return EmulatorConfig(plant=plant, seed=seed, firmware_version=tuple(fw), servo=truths, sensors=sensor_truths,
                           kinematic=kinematic, physics=physics)
+
+
+def _check_overrides(robot: Path, overrides: dict, path: Path) -> None:
+    """The physics plant's robot file with ``overrides`` merged in must pass the robot schema (a misspelt override
+    would otherwise be ignored and the "truth" model would not be the one the rig file describes)."""
+    try:
+        check_robot(deep_merge(load_toml(robot), overrides), robot)
+    except ConfigError as exc:
+        if exc.path != str(robot) or exc.key is None:
+            raise
+        raise ConfigError(path, f"emulator.physics.overrides.{exc.key}", f"{exc.message} (robot {robot.name})") from None
 
 
 def deep_merge(base: dict, overrides: dict) -> dict:

@@ -27,10 +27,8 @@ SHIPPED = {
     "rigs/flapper_dynamixel_rig.toml": load_dxl_rig,
 }
 #: Files a shipped config names relative to itself (copied next to the mutated copy).
-COMPANIONS = ("robots/pendulum.urdf", "rigs/flapper_rig.toml")
-#: Free-form tables whose content another loader checks when it is used (the physics plant's robot overrides,
-#: checked against the robot file's schema when the plant is built: tests/configs/test_config_cases.py).
-FREE_FORM = ("emulator", "physics", "overrides")
+#: (The physics plants' robot files are there too: a rig's robot overrides are checked against their schema.)
+COMPANIONS = ("robots/pendulum.urdf", "rigs/flapper_rig.toml", "robots/flapper.toml", "robots/raybot.toml")
 EXAMPLES_PER_MUTATION = 60
 
 
@@ -39,8 +37,7 @@ def _leaves(node, path=()):
     if isinstance(node, dict):
         for key, value in node.items():
             yield (*path, key), value
-            if path + (key,) != FREE_FORM:
-                yield from _leaves(value, (*path, key))
+            yield from _leaves(value, (*path, key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
             if isinstance(value, (dict, list)):
