@@ -32,7 +32,7 @@ from ..forces import Gravity, force_model_from_config
 from ..laws import joint_law_from_config, motion_law_from_config
 from ..model import Model, StaticBase
 from ..spatial import pose, rpy_to_matrix
-from ..urdf import load_urdf
+from ..urdf import check_solvable, load_urdf
 from .schema import (JOINT_LAWS, MOTION_LAWS, SIMULATION, angle, by_type, forces_schema, gravity_vector, position,
                      robot_table)
 
@@ -78,7 +78,7 @@ def build(config: dict, path) -> Model:
                      _vector(robot, "base_position", path, "robot", (0.0, 0.0, 0.0)))
 
     joints = require(config, "joints", dict, path=path, default={})
-    model = load_urdf(urdf_path, base_mode=base, gravity=gravity)
+    model = load_urdf(urdf_path, base_mode=base, gravity=gravity, check=False)  # checked below, with the modes
     actuated = model.actuated.copy()
     q_rest = model.q_rest.copy()
     motion_laws, joint_laws = {}, {}
@@ -112,6 +112,8 @@ def build(config: dict, path) -> Model:
         else:
             force_models.append(force)
     metadata = dict(model.metadata, kind="urdf", config=str(path), name=robot.get("name", model.metadata["name"]))
-    return model.replace(actuated=actuated, q_rest=q_rest, motion_laws=motion_laws, joint_laws=joint_laws,
-                         force_models=force_models, gravity=gravity, base_pose=base_pose,
-                         base_motion=StaticBase(base_pose) if base == "imposed" else None, metadata=metadata)
+    model = model.replace(actuated=actuated, q_rest=q_rest, motion_laws=motion_laws, joint_laws=joint_laws,
+                          force_models=force_models, gravity=gravity, base_pose=base_pose,
+                          base_motion=StaticBase(base_pose) if base == "imposed" else None, metadata=metadata)
+    check_solvable(model, urdf_path)
+    return model
