@@ -15,7 +15,7 @@ from sim.config import ConfigError, load_toml, require
 from sim.robots import check_robot
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
-from firmware_interface.rig_schema import check_mcu_rig
+from firmware_interface.rig_schema import DEFAULT_HEARTBEAT_HZ, check_mcu_rig
 
 _positive = (lambda v: v > 0, "a positive number")
 _non_negative = (lambda v: v >= 0, "a number >= 0")
@@ -274,7 +274,7 @@ def load_rig(path: str | Path) -> Rig:
     rates = require(doc, "rates", dict, path=path)
     command_hz = _num(rates, "command_hz", path, "rates", _positive)
     telemetry_hz = require(rates, "telemetry_hz", int, path=path, prefix="rates")
-    heartbeat_hz = _num(rates, "heartbeat_hz", path, "rates", _positive, default=10.0)
+    heartbeat_hz = _num(rates, "heartbeat_hz", path, "rates", default=DEFAULT_HEARTBEAT_HZ)
     watchdog_t = require(doc, "watchdog", dict, path=path)
     watchdog_s = _num(watchdog_t, "timeout_s", path, "watchdog",
                       (lambda v: 0.001 <= v <= 65.535, "a timeout from 0.001 to 65.535 s"))

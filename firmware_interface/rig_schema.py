@@ -35,6 +35,8 @@ HEARTBEATS_TO_LINK_LOSS = 3
 #: Longest a lost link may go unnoticed, s: the driver's default --link-timeout.
 MAX_LINK_LOSS_S = 0.5
 MIN_HEARTBEAT_HZ = HEARTBEATS_TO_LINK_LOSS / MAX_LINK_LOSS_S
+#: Heartbeat rate of a rig file that names none, Hz.
+DEFAULT_HEARTBEAT_HZ = 10.0
 #: Setpoint frames per watchdog timeout, at least: one lost frame must not trip the device's watchdog.
 SETPOINTS_PER_WATCHDOG = 2
 #: Fastest servo rate limit, rad/s: twice the no-load speed of the fastest hobby and smart servos (~50 rad/s);
@@ -217,7 +219,7 @@ def check_mcu_rig(doc: dict[str, Any], path: str | Path | None) -> None:
         raise ConfigError(path, "rates.samples_per_frame", f"got {samples}, expected an integer from 1 to "
                           f"{p.max_samples_per_frame(n_servo, n_strain, n_load)} (what fits in one frame)")
     to_device, to_host = link_load(rates["command_hz"], rates["telemetry_hz"], samples,
-                                   rates.get("heartbeat_hz", 10.0), n_servo, n_strain, n_load)
+                                   rates.get("heartbeat_hz", DEFAULT_HEARTBEAT_HZ), n_servo, n_strain, n_load)
     capacity = doc["serial"]["baud"] / BITS_PER_BYTE
     for key, load in (("rates.command_hz", to_device), ("rates.telemetry_hz", to_host)):
         if load > MAX_LINK_LOAD * capacity:

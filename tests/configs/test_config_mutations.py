@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from firmware_interface.dynamixel_emulator import load_dxl_rig
@@ -101,20 +101,28 @@ def _misspell(key: str, how: int) -> str:
     return key.upper()                                        # wrong case
 
 
+FUZZ = settings(max_examples=EXAMPLES_PER_MUTATION, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _copy_of(key):
+    """(file name, key path, a fresh copy of the shipped document, the table holding the key)."""
+    name, path = key
+    doc = load_toml(CONFIGS / name)
+    return name, path, doc, _parent(doc, path)
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_configs_load(name):
     SHIPPED[name](CONFIGS / name)
 
 
-@settings(max_examples=EXAMPLES_PER_MUTATION, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(key=st.sampled_from(ALL_KEYS), how=st.integers(0, 3))
 def test_misspelt_key_is_refused_by_name(folder, key, how):
-    name, path = key
-    doc = load_toml(CONFIGS / name)
-    parent = _parent(doc, path)
+    name, path, doc, parent = _copy_of(key)
     wrong = _misspell(path[-1], how)
-    if wrong in parent:
-        return
+    assume(wrong not in parent)
     parent[wrong] = parent.pop(path[-1])
     message = _refused(folder, name, doc, _key_text((*path[:-1], wrong)), _key_text(path))
     if _key_text((*path[:-1], wrong)) in message:
@@ -126,22 +134,18 @@ WRONG_TYPE = {str: [12345, True], bool: ["yes", 1], int: ["many", [1]], float: [
               list: ["list", 3.0], dict: [7, "table"]}
 
 
-@settings(max_examples=EXAMPLES_PER_MUTATION, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(key=st.sampled_from(ALL_KEYS), pick=st.integers(0, 1))
 def test_wrong_type_is_refused_by_name(folder, key, pick):
-    name, path = key
-    doc = load_toml(CONFIGS / name)
-    parent = _parent(doc, path)
+    name, path, doc, parent = _copy_of(key)
     parent[path[-1]] = WRONG_TYPE[type(parent[path[-1]])][pick]
     _refused(folder, name, doc, _key_text(path))
 
 
-@settings(max_examples=EXAMPLES_PER_MUTATION, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(key=st.sampled_from(NUMERIC_KEYS), high=st.booleans())
 def test_out_of_range_is_refused_by_name(folder, key, high):
-    name, path = key
-    doc = load_toml(CONFIGS / name)
-    parent = _parent(doc, path)
+    name, path, doc, parent = _copy_of(key)
     if isinstance(parent[path[-1]], int):
         parent[path[-1]] = 2**63 - 1 if high else -2**63
     else:
@@ -149,12 +153,11 @@ def test_out_of_range_is_refused_by_name(folder, key, high):
     _refused(folder, name, doc, _key_text(path))
 
 
-@settings(max_examples=EXAMPLES_PER_MUTATION, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(key=st.sampled_from(ALL_KEYS))
 def test_deleted_key_is_refused_by_name_or_defaulted(folder, key):
-    name, path = key
-    doc = load_toml(CONFIGS / name)
-    del _parent(doc, path)[path[-1]]
+    name, path, doc, parent = _copy_of(key)
+    del parent[path[-1]]
     try:
         _load_mutated(folder, name, doc)
     except ConfigError as exc:
