@@ -33,6 +33,7 @@ from firmware_interface import dynamixel as dxl
 from firmware_interface.command import module_main
 from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_log_argument, line_fault,
                                            open_applied_log, serve)
+from firmware_interface.rig_schema import check_dxl_rig
 
 TICKS_PER_RAD = dxl.POSITION_TICKS_PER_REV / (2 * math.pi)
 RAD_S_PER_VELOCITY_UNIT = dxl.VELOCITY_UNIT_RPM * 2 * math.pi / 60.0
@@ -131,6 +132,7 @@ def load_dxl_rig(path: str | Path) -> DxlRig:
 
     path = Path(path)
     doc = load_toml(path)
+    check_dxl_rig(doc, path)
     rig_t = require(doc, "rig", dict, path=path)
     name = require(rig_t, "name", str, path=path, prefix="rig")
     require(rig_t, "kind", str, path=path, prefix="rig", check=lambda v: v == "dynamixel",

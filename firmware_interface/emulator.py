@@ -39,6 +39,7 @@ from firmware_interface.plant import make_plant
 from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_log_argument, line_fault,
                                            open_applied_log, serve)
 from firmware_interface.rig import Rig, load_rig
+from firmware_interface.rig_schema import MAX_SAMPLE_RATE_HZ
 
 #: Most the loop sleeps without checking the port, s.
 MAX_IDLE_S = 2e-3
@@ -46,7 +47,6 @@ MAX_IDLE_S = 2e-3
 MAX_CATCH_UP_S = 0.5
 #: While the e-stop is latched, setpoints are NACKed at most this often, s (a 500 Hz host would flood the link).
 ESTOP_NACK_INTERVAL_S = 0.1
-MAX_SAMPLE_RATE_HZ = 20_000
 #: NACK reasons a SETPOINTS frame can be refused with, as named in the applied log.
 SETPOINT_REFUSALS = {p.NACK_ESTOP_LATCHED: "estop_latched", p.NACK_CHANNEL_COUNT: "channel_count",
                      p.NACK_OUT_OF_RANGE: "out_of_range"}

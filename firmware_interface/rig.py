@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import ConfigError, load_toml, require
+from sim.robots import check_robot
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
+from firmware_interface.rig_schema import DEFAULT_HEARTBEAT_HZ, check_mcu_rig
 
 _positive = (lambda v: v > 0, "a positive number")
 _non_negative = (lambda v: v >= 0, "a number >= 0")
@@ -256,6 +258,7 @@ def load_rig(path: str | Path) -> Rig:
     """Read and check a rig file; raise a one-line :class:`ConfigError` on any problem."""
     path = Path(path)
     doc = load_toml(path)
+    check_mcu_rig(doc, path)
     rig_t = require(doc, "rig", dict, path=path)
     require(rig_t, "kind", str, path=path, prefix="rig", default=RIG_KIND, check=lambda v: v == RIG_KIND,
             expected=f'"{RIG_KIND}" (a microcontroller rig; other kinds, e.g. "dynamixel", have their own loaders)')
@@ -270,9 +273,8 @@ def load_rig(path: str | Path) -> Rig:
                    expected="a baud rate from 300 to 20000000")
     rates = require(doc, "rates", dict, path=path)
     command_hz = _num(rates, "command_hz", path, "rates", _positive)
-    telemetry_hz = require(rates, "telemetry_hz", int, path=path, prefix="rates", check=lambda v: 1 <= v <= 65535,
-                           expected="an integer from 1 to 65535 (Hz)")
-    heartbeat_hz = _num(rates, "heartbeat_hz", path, "rates", _positive, default=10.0)
+    telemetry_hz = require(rates, "telemetry_hz", int, path=path, prefix="rates")
+    heartbeat_hz = _num(rates, "heartbeat_hz", path, "rates", default=DEFAULT_HEARTBEAT_HZ)
     watchdog_t = require(doc, "watchdog", dict, path=path)
     watchdog_s = _num(watchdog_t, "timeout_s", path, "watchdog",
                       (lambda v: 0.001 <= v <= 65.535, "a timeout from 0.001 to 65.535 s"))
@@ -391,15 +393,29 @@ def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[S
                 index = require(t, "index", int, path=path, prefix=prefix, check=lambda v: 0 <= v <= 5,
                                 expected="a wrench component 0..5 (fx, fy, fz, mx, my, mz)")
             sources[key] = PhysicsSource(signal, joint, index, _num(t, "scale", path, prefix, default=1.0))
+        overrides = require(phys_t, "overrides", dict, path=path, prefix="emulator.physics", default={})
+        if robot.is_file():  # a rig stored in a recording has no robot file beside it: checked when the plant runs
+            _check_overrides(robot, overrides, path)
         physics = PhysicsPlant(
             robot=robot,
-            overrides=require(phys_t, "overrides", dict, path=path, prefix="emulator.physics", default={}),
+            overrides=overrides,
             dt=_num(phys_t, "dt", path, "emulator.physics", _positive, default=1e-4),
             integrator=require(phys_t, "integrator", str, path=path, prefix="emulator.physics", default="rk4",
                                check=lambda v: v in ("rk4", "rk45"), expected='"rk4" or "rk45"'),
             sensors=sources)
     return EmulatorConfig(plant=plant, seed=seed, firmware_version=tuple(fw), servo=truths, sensors=sensor_truths,
                           kinematic=kinematic, physics=physics)
+
+
+def _check_overrides(robot: Path, overrides: dict, path: Path) -> None:
+    """The physics plant's robot file with ``overrides`` merged in must pass the robot schema (a misspelt override
+    would otherwise be ignored and the "truth" model would not be the one the rig file describes)."""
+    try:
+        check_robot(deep_merge(load_toml(robot), overrides), robot)
+    except ConfigError as exc:
+        if exc.path != str(robot) or exc.key is None:
+            raise
+        raise ConfigError(path, f"emulator.physics.overrides.{exc.key}", f"{exc.message} (robot {robot.name})") from None
 
 
 def deep_merge(base: dict, overrides: dict) -> dict:

@@ -131,10 +131,11 @@ def robot_module(kind: str):
 
 def prepare(args: argparse.Namespace):
     """Config -> (model, config actually built, robot module, options dict, integrator, dt, duration)."""
-    from sim.robots import build_robot
+    from sim.robots import build_robot, check_robot
 
     path = Path(args.config)
     config = load_toml(path)
+    check_robot(config, path)
     robot = require(config, "robot", dict, path=path)
     kind = require(robot, "kind", str, path=path, prefix="robot")
     module = robot_module(kind)

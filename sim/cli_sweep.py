@@ -39,9 +39,10 @@ def sweep(config: dict, path, frequencies, amplitudes, duration: float, dt: floa
     (keys :data:`CSV_COLUMNS`)."""
     from tqdm import tqdm
 
-    from sim.robots import build_robot
+    from sim.robots import build_robot, check_robot
     from sim.robots import raybot
 
+    check_robot(config, path)
     kind = require(require(config, "robot", dict, path=path), "kind", str, path=path, prefix="robot")
     if kind != "raybot":
         raise ConfigError(path, "robot.kind", f"got {kind!r}, mms sweep supports \"raybot\"")

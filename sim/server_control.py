@@ -15,6 +15,9 @@ from typing import Any
 
 import msgpack
 
+from sim.config import ConfigError, short_repr
+from sim.robots import check_robot
+
 #: command -> (its arguments, what it does); the reply of ``help`` and the table of docs/messages.md.
 COMMANDS: dict[str, tuple[str, str]] = {
     "start": ("", "start the simulation (from idle, or from paused like resume)"),
@@ -115,7 +118,8 @@ def with_value(config: dict[str, Any], key: str, value: Any) -> tuple[dict[str, 
     """A deep copy of ``config`` with the dotted ``key`` set to ``value``, and the value it replaces.
 
     The key must exist already: a misspelt key would otherwise be added, ignored by the builder, and the user
-    would believe a parameter changed that did not.
+    would believe a parameter changed that did not. The changed config must pass the robot file's schema
+    (:func:`sim.robots.check_robot`, the check every robot file passes before it is built).
     """
     parts = key.split(".")
     changed = copy.deepcopy(config)
@@ -131,6 +135,10 @@ def with_value(config: dict[str, Any], key: str, value: Any) -> tuple[dict[str, 
         raise ControlError(f"{key}: no such key in the robot config (keys here: {known})")
     previous = table[parts[-1]]
     table[parts[-1]] = value
+    try:
+        check_robot(changed)
+    except ConfigError as exc:
+        raise ControlError(f"{key} = {short_repr(value)} refused, model unchanged: {exc}") from None
     return changed, previous
 
 

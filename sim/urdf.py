@@ -1,10 +1,14 @@
 """URDF reader: ``load_urdf(path, floating_base=True) -> Model`` (xml.etree, no other dependency).
 
-Supported: links with ``<inertial>`` (origin xyz/rpy, mass, inertia), joints of type revolute, continuous,
-prismatic (one DoF, any axis, origin xyz/rpy) and fixed (merged into the parent body, inertia transformed).
-Bodies are numbered depth-first from the root in document order, so ``parent[j] < j``; ``model.joint_names``
-follows that order. Every problem is a one-line :class:`sim.config.ConfigError` naming the file and the
-element: cycles, several roots, unknown joint types, missing or negative masses, unknown links.
+Supported: links with or without ``<inertial>`` (origin xyz/rpy, mass, inertia; a link without one is massless,
+as the URDF specification allows, e.g. the two links between the three revolute joints of a spherical joint),
+joints of type revolute, continuous, prismatic (one DoF, any axis, origin xyz/rpy) and fixed (merged into the
+parent body, inertia transformed). Bodies are numbered depth-first from the root in document order, so
+``parent[j] < j``; ``model.joint_names`` follows that order. Every problem is a one-line
+:class:`sim.config.ConfigError` naming the file and the element: cycles, several roots, unknown joint types,
+negative masses, unknown links; ``planar`` and ``floating`` joints and ``<mimic>`` (not supported: the line says
+what to write instead); and a tree the hybrid algorithm cannot solve (:func:`check_solvable`): a passive joint
+whose links have no inertia about its axis (a massless chain), or a floating base with no inertia at all.
 """
 from __future__ import annotations
 
@@ -15,9 +19,23 @@ import numpy as np
 
 from .config import ConfigError
 from .model import Model, ModelBuilder
-from .spatial import pose, rpy_to_matrix, spatial_inertia
+from .spatial import exp_se3, pose, rpy_to_matrix, spatial_inertia, transform_inertia
 
 _MOVING = {"revolute": "revolute", "continuous": "revolute", "prismatic": "prismatic"}
+#: URDF joint types this reader refuses, with what to write instead.
+_UNSUPPORTED = {
+    "planar": "type 'planar' (2 translations + 1 rotation) is not supported: write it as two prismatic joints and "
+              "a revolute joint about the plane's normal, through two links without <inertial>",
+    "floating": "type 'floating' (6 DoF) is not supported between links: make the child the root link of its own "
+                "file with a floating base, or chain prismatic and revolute joints through links without <inertial>",
+}
+#: A passive joint's articulated inertia about its axis (or a floating base's smallest eigenvalue) at or below
+#: this fraction of the largest entry of the articulated inertia is singular: it is exactly zero for a massless
+#: chain, and round-off of the recursion is ~1e-16 of that scale.
+SINGULAR_INERTIA_RTOL = 1e-12
+#: Seed of the generic configuration at which solvability is checked (a singularity found there holds at almost
+#: every configuration: it comes from the tree's structure, not from a particular pose).
+SOLVABILITY_SEED = 20140519
 
 
 def _floats(element, attribute: str, count: int, default, path, where: str) -> np.ndarray:
@@ -40,13 +58,12 @@ def _origin(element, path, where: str) -> np.ndarray:
     return pose(rpy_to_matrix(rpy), xyz)
 
 
-def _link_inertia(link, path, required: bool) -> np.ndarray:
+def _link_inertia(link, path) -> np.ndarray:
+    """Spatial inertia (6, 6) of a link about its origin, in its frame; zero without ``<inertial>``."""
     name = link.get("name")
     where = f"link {name!r}"
     inertial = link.find("inertial")
     if inertial is None:
-        if required:
-            raise ConfigError(path, where, "missing <inertial> (a moving body needs a mass and an inertia)")
         return np.zeros((6, 6))
     mass_el = inertial.find("mass")
     if mass_el is None or mass_el.get("value") is None:
@@ -79,12 +96,14 @@ def _link_inertia(link, path, required: bool) -> np.ndarray:
 
 def load_urdf(path: str | Path, floating_base: bool = True, *, base_mode: str | None = None,
               gravity=(0.0, 0.0, -9.81), actuated: dict[str, bool] | None = None,
-              q_rest: dict[str, float] | None = None) -> Model:
+              q_rest: dict[str, float] | None = None, check: bool = True) -> Model:
     """Read a URDF file into a :class:`Model`.
 
     floating_base: base mode "floating" (True) or "fixed" (False); ``base_mode`` overrides it (also
     "imposed"). gravity (3,) m/s^2 world frame. ``actuated`` / ``q_rest`` map joint names to the joint mode
-    (default passive, free) and rest position (rad or m). Model metadata records the file.
+    (default passive, free) and rest position (rad or m). Model metadata records the file. ``check``: refuse a
+    tree that is not solvable with these modes (:func:`check_solvable`); a caller that sets the modes afterwards
+    checks the final model itself.
     """
     path = Path(path)
     try:
@@ -117,9 +136,15 @@ def load_urdf(path: str | Path, floating_base: bool = True, *, base_mode: str | 
             raise ConfigError(path, where, "defined twice")
         joint_names.add(name)
         jtype = joint.get("type")
+        if jtype in _UNSUPPORTED:
+            raise ConfigError(path, where, _UNSUPPORTED[jtype])
         if jtype not in _MOVING and jtype != "fixed":
             raise ConfigError(path, where, f"unknown or unsupported type {jtype!r}, expected revolute, "
                                            "continuous, prismatic or fixed")
+        if joint.find("mimic") is not None:
+            raise ConfigError(path, f"{where} <mimic>", "coupled joints are not supported (each joint moves on its "
+                                                        "own): make the joint actuated with a motion law that "
+                                                        "follows the joint it mimics, or remove <mimic>")
         parent_el, child_el = joint.find("parent"), joint.find("child")
         if parent_el is None or child_el is None:
             raise ConfigError(path, where, "needs <parent link=...> and <child link=...>")
@@ -155,14 +180,14 @@ def load_urdf(path: str | Path, floating_base: bool = True, *, base_mode: str | 
     mode = base_mode or ("floating" if floating_base else "fixed")
     actuated = dict(actuated or {})
     q_rest = dict(q_rest or {})
-    builder = ModelBuilder(root, _link_inertia(links[root], path, required=False), base_mode=mode,
+    builder = ModelBuilder(root, _link_inertia(links[root], path), base_mode=mode,
                            gravity=gravity)
     stack = list(reversed(children.get(root, [])))
     while stack:
         name, jtype, parent, child, joint = stack.pop()
         where = f"joint {name!r}"
         placement = _origin(joint, path, where)
-        inertia = _link_inertia(links[child], path, required=jtype != "fixed")
+        inertia = _link_inertia(links[child], path)
         if jtype == "fixed":
             builder.add_body(child, parent, joint_name=name, joint_type="fixed", placement=placement,
                              inertia=inertia)
@@ -175,9 +200,42 @@ def load_urdf(path: str | Path, floating_base: bool = True, *, base_mode: str | 
                              q_rest=float(q_rest.get(name, 0.0)))
         stack.extend(reversed(children.get(child, [])))
     model = builder.build(metadata={"kind": "urdf", "urdf": str(path), "name": root_el.get("name", path.stem)})
-    if model.inertia[0, 0, 0] <= 0.0 and mode == "floating":
-        raise ConfigError(path, f"link {root!r}", "a floating base needs a mass (missing <inertial>)")
+    if check:
+        check_solvable(model, path)
     return model
+
+
+def check_solvable(model: Model, path=None) -> None:
+    """Refuse (one-line ConfigError naming the joint) a model whose hybrid dynamics are singular.
+
+    The backward recursion divides by each passive joint's articulated inertia about its axis,
+    ``D_j = A_j^T M*_j A_j``, and a floating base solves with the base's articulated inertia ``M*_0``. Links
+    without ``<inertial>`` are fine as long as something with inertia lies beyond them; a passive joint that
+    moves only massless links (or a point mass on its axis), or a floating base with nothing to accelerate, is
+    not. Checked at a generic configuration (seeded, :data:`SOLVABILITY_SEED`), with the model's modes.
+    """
+    q = np.random.default_rng(SOLVABILITY_SEED).uniform(-np.pi, np.pi, model.n)
+    articulated = model.inertia.copy()
+    for j in range(model.parent.shape[0] - 1, 0, -1):
+        k = j - 1
+        M, A = articulated[j], model.joint_axis[j]
+        if not model.actuated[k]:
+            MA = M @ A
+            D = float(A @ MA)
+            if D <= SINGULAR_INERTIA_RTOL * np.abs(M).max():
+                unit = "kg m^2" if np.any(A[3:]) else "kg"
+                raise ConfigError(path, f"joint {model.joint_names[k]!r}", (
+                    f"passive, but what it moves has no inertia about its axis ({D:.3g} {unit}): the links beyond "
+                    "it are massless (no <inertial>) or a point mass on the axis; give one an <inertial>, or make "
+                    "the joint actuated or fixed"))
+            M = M - np.outer(MA, MA) / D
+        articulated[model.parent[j]] += transform_inertia(model.joint_placement[j] @ exp_se3(A * q[k]), M)
+    if model.base_mode == "floating":
+        M0 = articulated[0]
+        if np.linalg.eigvalsh(M0).min() <= SINGULAR_INERTIA_RTOL * max(np.abs(M0).max(), np.finfo(float).tiny):
+            raise ConfigError(path, f"link {model.body_names[0]!r}", (
+                "a floating base, but the tree has no inertia in some direction (massless links without "
+                "<inertial>): give the links an <inertial>, or fix the base"))
 
 
 def random_tree_urdf(rng: np.random.Generator, n_joints: int, *, fixed_fraction: float = 0.15,

@@ -1,17 +1,18 @@
 """Robot registry: TOML robot configs -> :class:`sim.model.Model`.
 
 A robot config has a ``[robot]`` table whose ``kind`` selects a builder module, imported lazily;
-each builder module exposes ``build(config: dict, path) -> Model`` (path: the config file, for relative
-file names and error messages). Kinds: see :data:`KINDS`.
+each builder module exposes ``config_schema(config, path) -> dict`` (the JSON Schema of the whole file for its
+kind, checked before anything is built: sim/robots/schema.py) and ``build(config: dict, path) -> Model`` (path:
+the config file, for relative file names and error messages). Kinds: see :data:`KINDS`.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, load_toml, require
+from ..config import ConfigError, load_toml
 from ..model import Model
+from .schema import check_robot_config
 
 #: kind -> module implementing ``build(config, path) -> Model``.
 KINDS: dict[str, str] = {
@@ -21,22 +22,24 @@ KINDS: dict[str, str] = {
 }
 
 
+def check_robot(config: dict[str, Any], path: str | Path | None = None) -> None:
+    """Check a parsed robot file against its kind's schema (one-line ConfigError), without building it."""
+    check_robot_config(config, path, KINDS)
+
+
 def load_robot(path: str | Path) -> Model:
     """Read a robot TOML file and build its Model (one-line ConfigError on any problem)."""
     return build_robot(load_toml(path), path)
 
 
 def build_robot(config: dict[str, Any], path: str | Path | None = None) -> Model:
-    """Build a Model from an already-parsed robot table (e.g. modified by the server's ``set``)."""
-    robot = require(config, "robot", dict, path=path)
-    kind = require(robot, "kind", str, path=path, prefix="robot", expected=f"one of {sorted(KINDS)}")
-    if kind not in KINDS:
-        raise ConfigError(path, "robot.kind", f"unknown kind {kind!r}, expected one of {sorted(KINDS)}")
-    module = importlib.import_module(KINDS[kind])
+    """Build a Model from an already-parsed robot table (e.g. modified by the server's ``set``), checked first
+    against its kind's schema."""
+    module = check_robot_config(config, path, KINDS)
     model = module.build(config, path)
     if not isinstance(model, Model):
-        raise ConfigError(path, "robot.kind", f"builder {KINDS[kind]} returned {type(model).__name__}, not Model")
+        raise ConfigError(path, "robot.kind", f"builder {module.__name__} returned {type(model).__name__}, not Model")
     return model
 
 
-__all__ = ["KINDS", "load_robot", "build_robot"]
+__all__ = ["KINDS", "check_robot", "load_robot", "build_robot"]

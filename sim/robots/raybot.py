@@ -26,11 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config import ConfigError, require
+from sim.config import ConfigError, array, number, one_of, require, string, table
 from sim.fused import TrackingSpring
 from sim.hydro import HydroBody, build_hydro_models, plate_added_inertia_diagonal
 from sim.laws import Constant, ExternalMotion, JointLaw, MotionLaw, RampedSinusoid, ScaledMotion, ViscoElastic
 from sim.model import Model, ModelBuilder
+from sim.robots.schema import (MAX_GRAVITY_M_S2, SIMULATION, damping, degrees, density, frequency_hz, length, mass,
+                               position, robot_table, stiffness)
 from sim.spatial import spatial_inertia
 
 BASE_MODES = {"floating": "floating", "free": "floating", "fixed": "fixed", "tethered": "fixed"}
@@ -61,10 +63,73 @@ def _non_negative(v) -> bool:
     return v >= 0.0
 
 
+#: Largest hydrodynamic force coefficient (drag, normal, chordwise): bluff bodies stay near 2; 10 is a slip.
+MAX_FORCE_COEFFICIENT = 10.0
+#: Fastest servo, deg/s: ten times the fastest hobby servos (~700 deg/s).
+MAX_SERVO_SPEED_DEG_S = 7200.0
+#: Longest soft start, tail beats.
+MAX_RAMP_CYCLES = 1000.0
+#: Largest net buoyancy, as a fraction of the weight (a body ten times lighter than water).
+MAX_NET_BUOYANCY_FRACTION = 10.0
+
+
+# ----------------------------------------------------------------------------------------- schema
+def config_schema(config: dict, path) -> dict:
+    """The JSON Schema of a RayBot robot file (configs/robots/raybot.toml; sim/robots/schema.py)."""
+    coefficient = number(0.0, MAX_FORCE_COEFFICIENT, expected=f"a coefficient in [0, {MAX_FORCE_COEFFICIENT:g}]")
+    signed = number(-MAX_FORCE_COEFFICIENT, MAX_FORCE_COEFFICIENT,
+                    expected=f"a coefficient in [-{MAX_FORCE_COEFFICIENT:g}, {MAX_FORCE_COEFFICIENT:g}]")
+    stall = number(above=0.0, maximum=90.0, expected="a stall angle in (0, 90] deg")
+    lift = {"cn0": coefficient, "ct0": signed, "stall_deg": stall}
+    drive = {"drive": one_of(*DRIVES), "rest_deg": degrees(), "stiffness_N_m_rad": stiffness(),
+             "damping_N_m_s_rad": damping()}
+
+    def sized(keys, other, required_other=()):
+        props = {key: (mass() if key.endswith("mass_kg") else length()) for key in keys}
+        return table({**props, **other}, [*keys, *required_other])
+
+    return table({
+        "robot": robot_table("raybot", {"base": one_of(*BASE_MODES)}),
+        "water": table({"density_kg_m3": density(),
+                        "gravity_m_s2": number(0.0, MAX_GRAVITY_M_S2,
+                                               expected=f"a gravity in [0, {MAX_GRAVITY_M_S2:g}] m/s^2"),
+                        "surface_z_m": position(), "initial_depth_m": position()},
+                       ["density_kg_m3", "gravity_m_s2", "surface_z_m", "initial_depth_m"]),
+        "simulation": SIMULATION | {"required": ["dt"]},
+        "disc": sized(("length_m", "width_m", "height_m", "central_length_m", "central_width_m", "mass_kg"), {
+            "centre_of_mass_z_m": position(),
+            "net_buoyancy_fraction": number(above=-1.0, maximum=MAX_NET_BUOYANCY_FRACTION,
+                                            expected=f"a fraction in (-1, {MAX_NET_BUOYANCY_FRACTION:g}]"),
+            "drag_cd_forward": coefficient, "drag_cd_side": coefficient, "drag_cd_rotation": coefficient,
+            "drag_linear_N_s_m": damping(), "drag_linear_rot_N_m_s": damping(), **lift}, [
+            "centre_of_mass_z_m", "net_buoyancy_fraction", "drag_cd_forward", "drag_cd_side", "drag_cd_rotation",
+            "drag_linear_N_s_m", "drag_linear_rot_N_m_s", *lift]),
+        "segments": sized(("mass_kg",), {
+            "azimuths_deg": array(degrees(), 4, 4, expected="4 angles in [-360, 360] deg"),
+            "names": array(string(), 4, 4, expected="4 distinct names") | {"uniqueItems": True}, **lift, **drive},
+            ["azimuths_deg", "names", *lift]),
+        "pelvic_fins": sized(("span_m", "chord_m", "thickness_m", "mass_kg", "hinge_y_m"),
+                             {"hinge_x_m": position(), **lift, **drive}, ["hinge_x_m", *lift]),
+        "tail": sized(("peduncle_length_m", "peduncle_mass_kg", "front_length_m", "front_height_m",
+                       "front_thickness_m", "front_mass_kg", "caudal_length_m", "caudal_height_m",
+                       "caudal_thickness_m", "caudal_mass_kg"),
+                      {"root_x_m": position(), "pitch_deg": degrees(), **lift}, ["root_x_m", "pitch_deg", *lift]),
+        "tail_drive": sized(("pinion_radius_m", "plate_gap_m"), {
+            "servo_limit_deg": number(above=0.0, maximum=180.0, expected="a travel in (0, 180] deg"),
+            "servo_speed_deg_s": number(above=0.0, maximum=MAX_SERVO_SPEED_DEG_S,
+                                        expected=f"a speed in (0, {MAX_SERVO_SPEED_DEG_S:g}] deg/s"),
+            "caudal_stiffness_N_m_rad": stiffness(), "caudal_damping_N_m_s_rad": damping(),
+            "frequency_Hz": frequency_hz(0.0), "servo_amplitude_deg": degrees(0.0, 180.0),
+            "phase_deg": degrees(), "ramp_cycles": number(0.0, MAX_RAMP_CYCLES), "source": one_of(*SOURCES)}, [
+            "servo_limit_deg", "servo_speed_deg_s", "caudal_stiffness_N_m_rad", "caudal_damping_N_m_s_rad",
+            "frequency_Hz", "servo_amplitude_deg"]),
+    }, ["robot", "water", "simulation", "disc", "segments", "pelvic_fins", "tail", "tail_drive"])
+
+
 # ----------------------------------------------------------------------------------------- parameters
 def read_parameters(config: dict, path=None) -> dict:
     """Check the RayBot table and return a flat dict of SI parameters (angles in rad)."""
-    def table(name):
+    def section(name):
         value = require(config, name, dict, path=path)
         return value
 
@@ -75,24 +140,24 @@ def read_parameters(config: dict, path=None) -> dict:
     pos = dict(check=_positive, expected="a positive number")
     nonneg = dict(check=_non_negative, expected="a number >= 0")
     p: dict = {}
-    robot = table("robot")
+    robot = section("robot")
     base = require(robot, "base", str, path=path, prefix="robot", default="floating",
                    check=lambda v: v in BASE_MODES, expected=f"one of {sorted(BASE_MODES)}")
     p["base_mode"] = BASE_MODES[base]
     p["name"] = require(robot, "name", str, path=path, prefix="robot", default="RayBot")
 
-    w = table("water")
+    w = section("water")
     p["rho"] = num(w, "water", "density_kg_m3", **pos)
     p["g"] = num(w, "water", "gravity_m_s2", **nonneg)
     p["surface_z"] = num(w, "water", "surface_z_m")
     p["initial_depth"] = num(w, "water", "initial_depth_m")
 
-    s = table("simulation")
+    s = section("simulation")
     p["integrator"] = require(s, "integrator", str, path=path, prefix="simulation", default="rk4",
                               check=lambda v: v in ("rk4", "rk45"), expected='"rk4" or "rk45"')
     p["dt"] = num(s, "simulation", "dt", **pos)
 
-    d = table("disc")
+    d = section("disc")
     for key in ("length_m", "width_m", "height_m", "central_length_m", "central_width_m", "mass_kg"):
         p["disc_" + key] = num(d, "disc", key, **pos)
     p["disc_com_z"] = num(d, "disc", "centre_of_mass_z_m")
@@ -105,7 +170,7 @@ def read_parameters(config: dict, path=None) -> dict:
     if p["disc_central_length_m"] >= p["disc_length_m"] or p["disc_central_width_m"] >= p["disc_width_m"]:
         raise ConfigError(path, "disc.central_length_m", "the central part must be smaller than the disc")
 
-    seg = table("segments")
+    seg = section("segments")
     az = require(seg, "azimuths_deg", list, path=path, prefix="segments",
                  check=lambda v: len(v) == 4 and all(isinstance(a, (int, float)) for a in v),
                  expected="a list of 4 angles in deg")
@@ -120,7 +185,7 @@ def read_parameters(config: dict, path=None) -> dict:
     p["seg_ct0"] = num(seg, "segments", "ct0")
     p["seg_stall"] = math.radians(num(seg, "segments", "stall_deg", **pos))
 
-    pf = table("pelvic_fins")
+    pf = section("pelvic_fins")
     for key in ("span_m", "chord_m", "thickness_m", "mass_kg"):
         p["pelvic_" + key] = num(pf, "pelvic_fins", key, **pos)
     p["pelvic_hinge_x"] = num(pf, "pelvic_fins", "hinge_x_m")
@@ -130,7 +195,7 @@ def read_parameters(config: dict, path=None) -> dict:
     p["pelvic_stall"] = math.radians(num(pf, "pelvic_fins", "stall_deg", **pos))
     p.update(_appendage_drive(pf, "pelvic_fins", path, "pelvic_"))
 
-    t = table("tail")
+    t = section("tail")
     p["tail_root_x"] = num(t, "tail", "root_x_m")
     for key in ("peduncle_length_m", "peduncle_mass_kg", "front_length_m", "front_height_m",
                 "front_thickness_m", "front_mass_kg", "caudal_length_m", "caudal_height_m",
@@ -141,7 +206,7 @@ def read_parameters(config: dict, path=None) -> dict:
     p["tail_ct0"] = num(t, "tail", "ct0")
     p["tail_stall"] = math.radians(num(t, "tail", "stall_deg", **pos))
 
-    td = table("tail_drive")
+    td = section("tail_drive")
     for key in ("pinion_radius_m", "plate_gap_m", "servo_limit_deg", "servo_speed_deg_s"):
         p["drive_" + key] = num(td, "tail_drive", key, **pos)
     p["drive_caudal_k"] = num(td, "tail_drive", "caudal_stiffness_N_m_rad", **nonneg)

@@ -27,15 +27,33 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError, require
+from ..config import ConfigError, array, one_of, require, string, table, tables_by_name, unknown_key_message
 from ..forces import Gravity, force_model_from_config
 from ..laws import joint_law_from_config, motion_law_from_config
 from ..model import Model, StaticBase
 from ..spatial import pose, rpy_to_matrix
-from ..urdf import load_urdf
+from ..urdf import check_solvable, load_urdf
+from .schema import (JOINT_LAWS, MOTION_LAWS, SIMULATION, angle, by_type, forces_schema, gravity_vector, position,
+                     robot_table)
 
-_ROBOT_KEYS = {"kind", "urdf", "base", "gravity", "base_position", "base_rpy", "name"}
-_JOINT_KEYS = {"mode", "rest", "law"}
+
+def config_schema(config: dict, path) -> dict:
+    """The JSON Schema of a URDF robot file (sim/robots/schema.py); a joint's ``law`` follows the motion laws
+    when its mode is actuated, the joint laws otherwise."""
+    joint = {"type": "object", "additionalProperties": False,
+             "properties": {"mode": one_of("passive", "actuated"), "rest": angle(), "law": {"type": "object"}},
+             "if": {"properties": {"mode": {"const": "actuated"}}, "required": ["mode"]},
+             "then": {"properties": {"law": by_type(MOTION_LAWS)}},
+             "else": {"properties": {"law": by_type(JOINT_LAWS)}}}
+    return table({
+        "robot": robot_table("urdf", {
+            "urdf": string("a URDF file name"), "base": one_of("floating", "fixed", "imposed"),
+            "gravity": gravity_vector(), "base_position": array(position(), 3, 3, expected="3 numbers, m"),
+            "base_rpy": array(angle(), 3, 3, expected="3 angles, rad")}, ["urdf"]),
+        "joints": tables_by_name(joint),
+        "forces": forces_schema(config, path),
+        "simulation": SIMULATION,
+    }, ["robot"])
 
 
 def _vector(table, key, path, prefix, default):
@@ -48,9 +66,6 @@ def _vector(table, key, path, prefix, default):
 def build(config: dict, path) -> Model:
     """Build the Model of a URDF robot config (see the module docstring for the tables)."""
     robot = require(config, "robot", dict, path=path)
-    unknown = sorted(set(robot) - _ROBOT_KEYS)
-    if unknown:
-        raise ConfigError(path, f"robot.{unknown[0]}", f"unknown key, expected one of {sorted(_ROBOT_KEYS)}")
     urdf_name = require(robot, "urdf", str, path=path, prefix="robot", expected="a URDF file name")
     base_dir = Path(path).parent if path is not None else Path.cwd()
     urdf_path = Path(urdf_name) if Path(urdf_name).is_absolute() else base_dir / urdf_name
@@ -63,27 +78,24 @@ def build(config: dict, path) -> Model:
                      _vector(robot, "base_position", path, "robot", (0.0, 0.0, 0.0)))
 
     joints = require(config, "joints", dict, path=path, default={})
-    model = load_urdf(urdf_path, base_mode=base, gravity=gravity)
+    model = load_urdf(urdf_path, base_mode=base, gravity=gravity, check=False)  # checked below, with the modes
     actuated = model.actuated.copy()
     q_rest = model.q_rest.copy()
     motion_laws, joint_laws = {}, {}
-    for name, table in joints.items():
+    for name, joint_table in joints.items():
         prefix = f"joints.{name}"
         if name not in model.joint_names:
-            raise ConfigError(path, prefix, f"no moving joint {name!r} in {urdf_path.name}; joints are "
-                                            f"{model.joint_names}")
-        if not isinstance(table, dict):
+            raise ConfigError(path, prefix, f"no moving joint {name!r} in {urdf_path.name}: "
+                                            + unknown_key_message(name, model.joint_names))
+        if not isinstance(joint_table, dict):
             raise ConfigError(path, prefix, "expected a table")
-        unknown = sorted(set(table) - _JOINT_KEYS)
-        if unknown:
-            raise ConfigError(path, f"{prefix}.{unknown[0]}", f"unknown key, expected one of {sorted(_JOINT_KEYS)}")
         k = model.joint_index(name)
-        mode = require(table, "mode", str, path=path, prefix=prefix, default="passive",
+        mode = require(joint_table, "mode", str, path=path, prefix=prefix, default="passive",
                        check=lambda v: v in ("passive", "actuated"), expected="passive or actuated")
         actuated[k] = mode == "actuated"
-        q_rest[k] = require(table, "rest", float, path=path, prefix=prefix, default=0.0)
-        if "law" in table:
-            law_table = require(table, "law", dict, path=path, prefix=prefix)
+        q_rest[k] = require(joint_table, "rest", float, path=path, prefix=prefix, default=0.0)
+        if "law" in joint_table:
+            law_table = require(joint_table, "law", dict, path=path, prefix=prefix)
             if actuated[k]:
                 motion_laws[k] = motion_law_from_config(law_table, path, f"{prefix}.law")
             else:
@@ -100,6 +112,8 @@ def build(config: dict, path) -> Model:
         else:
             force_models.append(force)
     metadata = dict(model.metadata, kind="urdf", config=str(path), name=robot.get("name", model.metadata["name"]))
-    return model.replace(actuated=actuated, q_rest=q_rest, motion_laws=motion_laws, joint_laws=joint_laws,
-                         force_models=force_models, gravity=gravity, base_pose=base_pose,
-                         base_motion=StaticBase(base_pose) if base == "imposed" else None, metadata=metadata)
+    model = model.replace(actuated=actuated, q_rest=q_rest, motion_laws=motion_laws, joint_laws=joint_laws,
+                          force_models=force_models, gravity=gravity, base_pose=base_pose,
+                          base_motion=StaticBase(base_pose) if base == "imposed" else None, metadata=metadata)
+    check_solvable(model, urdf_path)
+    return model

@@ -186,11 +186,12 @@ def test_set_rebuilds_the_model_and_a_bad_value_keeps_the_old_one(serve, pendulu
 
 
 def test_a_diverging_simulation_is_paused_with_its_reason_not_published(serve, pendulum):
-    # k = 1e12 N m/rad on I = 0.25 kg m^2: omega dt = 2000 at dt = 1 ms, far outside RK4's stability region
+    # mu = 1e4 N m s/rad (the schema's largest damping) on I = 0.25 kg m^2: the mode -mu/I = -4e4 1/s gives
+    # lambda dt = -40 at dt = 1 ms, far outside RK4's stability region (-2.78)
     server = serve(pendulum.config, "--mode", "lockstep", "--stall-timeout", "600")
     sub = server.subscriber()
     _live(server, sub, lockstep=True)
-    server.ok("set", key="joints.hinge.law.k", value=1e12)
+    server.ok("set", key="joints.hinge.law.mu", value=1e4)
     server.ok("set", key="joints.hinge.rest", value=0.3)
     failed = server.request("step", n=1000)
     assert failed["ok"] is False and failed["error"].startswith("stopped after"), failed

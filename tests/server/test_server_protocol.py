@@ -54,7 +54,8 @@ def test_step_count_bounds():
 
 
 def test_with_value_changes_a_copy_and_refuses_unknown_keys():
-    config = {"robot": {"kind": "urdf", "gravity": [0.0, 0.0, -9.81]}, "joints": {"hinge": {"rest": 0.0}}}
+    config = {"robot": {"kind": "urdf", "urdf": "pendulum.urdf", "gravity": [0.0, 0.0, -9.81]},
+              "joints": {"hinge": {"rest": 0.0}}}
     changed, previous = with_value(config, "joints.hinge.rest", 0.5)
     assert previous == 0.0 and changed["joints"]["hinge"]["rest"] == 0.5
     assert config["joints"]["hinge"]["rest"] == 0.0                    # the original is untouched

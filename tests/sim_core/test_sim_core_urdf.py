@@ -37,8 +37,13 @@ def assert_one_line_error(exc_info, path, element):
 @pytest.mark.parametrize("case, element, words", [
     ("cycle", "link 'b'", "cycle"),
     ("loop", "robot", "cycle"),
-    ("unknown_type", "joint 'j1'", "planar"),
-    ("missing_inertial", "link 'b'", "inertial"),
+    ("unknown_type", "joint 'j1'", "type 'planar' (2 translations + 1 rotation) is not supported: write it as two "
+                                   "prismatic joints and a revolute joint"),
+    ("floating_type", "joint 'j1'", "type 'floating' (6 DoF) is not supported between links"),
+    ("made_up_type", "joint 'j1'", "unknown or unsupported type 'ball'"),
+    ("mimic", "joint 'j2' <mimic>", "coupled joints are not supported"),
+    ("massless_leaf", "joint 'j1'", "passive, but what it moves has no inertia about its axis (0 kg m^2)"),
+    ("point_mass_on_axis", "joint 'j1'", "passive, but what it moves has no inertia about its axis"),
     ("negative_mass", "link 'b' mass", "mass"),
     ("unknown_link", "joint 'j1'", "ghost"),
     ("two_parents", "joint 'j2'", "two parent"),
@@ -52,8 +57,17 @@ def test_bad_urdf_gives_one_line_error_naming_file_and_element(tmp_path, case, e
                   joint("j3", "revolute", "c", "a")]
     elif case == "unknown_type":
         joints = [joint("j1", "planar", "a", "b"), joint("j2", "revolute", "a", "c")]
-    elif case == "missing_inertial":
+    elif case in ("floating_type", "made_up_type"):
+        joints = [joint("j1", "floating" if case == "floating_type" else "ball", "a", "b"),
+                  joint("j2", "revolute", "a", "c")]
+    elif case == "mimic":
+        joints = [joint("j1", "revolute", "a", "b"),
+                  joint("j2", "revolute", "a", "c", '<mimic joint="j1" multiplier="1" offset="0"/>')]
+    elif case == "massless_leaf":
         links["b"] = ""
+        joints = [joint("j1", "revolute", "a", "b"), joint("j2", "revolute", "a", "c")]
+    elif case == "point_mass_on_axis":  # 1 kg at the origin of b, on j1's axis (x), no rotational inertia
+        links["b"] = '<inertial><mass value="1"/></inertial>'
         joints = [joint("j1", "revolute", "a", "b"), joint("j2", "revolute", "a", "c")]
     elif case == "negative_mass":
         links["b"] = INERTIAL.replace('value="1"', 'value="-2"')
