@@ -94,10 +94,12 @@ class DashboardWindow(QMainWindow):
 
         self._build_widgets()
         self._start_source()
-        self.driver = ControlChannel(options.endpoints.driver_control, options.control_timeout_s, self)
+        self.driver = ControlChannel(options.endpoints.driver_control, options.control_timeout_s, self,
+                                     options.endpoints.curve)
         self.driver.replied.connect(self._on_driver_reply)
         self.driver.failed.connect(self._on_driver_failure)
-        self.recorder = ControlChannel(options.endpoints.recorder_control, options.control_timeout_s, self)
+        self.recorder = ControlChannel(options.endpoints.recorder_control, options.control_timeout_s, self,
+                                       options.endpoints.curve)
         self.recorder.replied.connect(self._on_recorder_reply)
         self.recorder.failed.connect(self._on_recorder_failure)
 
@@ -240,7 +242,7 @@ class DashboardWindow(QMainWindow):
             self.source.progress.connect(self._on_replay_progress)
         else:
             self.source = SubscriberWorker([self.options.endpoints.sim_pub, self.options.endpoints.driver_pub],
-                                           origin_ns=time.time_ns())
+                                           origin_ns=time.time_ns(), curve=self.options.endpoints.curve)
         self.source.moveToThread(self.source_thread)
         self.source_thread.started.connect(self.source.run)
         self.source.batch_ready.connect(self.on_batch)

@@ -9,6 +9,8 @@ the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mc
 
 A REQ/REP control socket (``Endpoints.recorder_control``) takes msgpack maps ``{"cmd": "start", "path": ...}``,
 ``{"cmd": "stop"}`` and ``{"cmd": "status"}`` and replies ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
+A requested path is taken inside the run directory given on the command line (``--run-dir``) and must stay there
+(:func:`path_in_run_dir`); an existing file is never replaced on request.
 SIGINT and SIGTERM finish the open file cleanly.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from hil.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWrite
 from hil.rigs import sensor_rig_path
 from sim.config import ConfigError
 from sim.messages import SeqTracker
-from sim.network import Endpoints, load_endpoints, warn_if_not_loopback
+from sim.network import Endpoints, load_endpoints, open_socket
 
 #: receive queue length (messages) before ZeroMQ drops: at 10 kmsg/s this is 100 s of backlog
 DEFAULT_HWM = 1_000_000
@@ -39,10 +41,36 @@ LOOP_TIMEOUT_S = 0.05
 #: messages taken from the SUB queue per loop turn before the control socket and the flush get a look
 BATCH_MESSAGES = 2000
 REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RUN_DIR = Path("runs")
+RECORDING_SUFFIX = ".mcap"
 
 
-def default_run_path() -> Path:
-    return Path("runs") / time.strftime("%Y%m%d-%H%M%S.mcap")
+def default_run_path(run_dir: Path = DEFAULT_RUN_DIR) -> Path:
+    return run_dir / time.strftime("%Y%m%d-%H%M%S.mcap")
+
+
+def path_in_run_dir(requested: str, run_dir: Path) -> Path:
+    """The file a control request names, checked to lie inside ``run_dir`` (resolved, symlinks followed).
+
+    A relative path is taken from ``run_dir``; no ``..`` component, no absolute path outside it, no symlink (of a
+    folder or of the file itself) that leads out of it, a ``.mcap`` name, no existing file: each is a
+    RecordingError naming the reason. Missing folders inside ``run_dir`` are created by the writer.
+    """
+    if not requested or "\0" in requested:
+        raise RecordingError('"path" must be a non-empty file name')
+    path = Path(requested)
+    if ".." in path.parts:
+        raise RecordingError(f"{requested}: '..' is not allowed in a recording path")
+    if path.suffix != RECORDING_SUFFIX:
+        raise RecordingError(f"{requested}: a recording is a {RECORDING_SUFFIX} file")
+    root = run_dir.resolve()
+    candidate = path if path.is_absolute() else root / path
+    resolved = candidate.resolve()
+    if not resolved.is_relative_to(root):
+        raise RecordingError(f"{requested}: outside the run directory {root}")
+    if candidate.is_symlink() or resolved.exists():
+        raise RecordingError(f"{requested}: exists (the recorder never replaces a file on request)")
+    return resolved
 
 
 def resolve_config(value: str | None, kind: str) -> Path | None:
@@ -95,23 +123,23 @@ class Recorder:
 
     def __init__(self, endpoints: Endpoints, *, robot: Path | None = None, rig: Path | None = None,
                  hwm: int = DEFAULT_HWM, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
-                 progress: bool = True, context: zmq.Context | None = None):
+                 progress: bool = True, context: zmq.Context | None = None, run_dir: Path = DEFAULT_RUN_DIR):
         self.endpoints = endpoints
+        self.run_dir = run_dir
         self.robot, self.rig = robot, rig
         self.flush_interval_s = flush_interval_s
         self.progress = progress
         self.context = context or zmq.Context.instance()
-        self.sub = self.context.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.RCVHWM, hwm)
-        self.sub.setsockopt(zmq.SNDHWM, hwm)
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(endpoints.sim_pub)
+        self.sub = open_socket(self.context, zmq.SUB, endpoints.sim_pub, bind=False, curve=endpoints.curve,
+                               what="sim.pub", options={zmq.RCVHWM: hwm, zmq.SNDHWM: hwm, zmq.LINGER: 0,
+                                                        zmq.SUBSCRIBE: b""})
         self.sub.connect(endpoints.driver_pub)
-        warn_if_not_loopback(endpoints.recorder_control, "the recorder's control socket")
-        self.control = self.context.socket(zmq.REP)
-        self.control.setsockopt(zmq.LINGER, 0)
-        self.control.bind(endpoints.recorder_control)
+        try:
+            self.control = open_socket(self.context, zmq.REP, endpoints.recorder_control, bind=True,
+                                       curve=endpoints.curve, what="recorder.control", options={zmq.LINGER: 0})
+        except ConfigError:
+            self.sub.close()
+            raise
         self.session: Session | None = None
         self.stop_requested = False
         self.dropped_while_idle = 0
@@ -122,7 +150,7 @@ class Recorder:
               rig: Path | None = None) -> Session:
         if self.session is not None:
             raise RecordingError(f"already recording to {self.session.writer.path}")
-        path = Path(path) if path else default_run_path()
+        path = Path(path) if path else default_run_path(self.run_dir)
         robot = robot or self.robot
         rig = rig or self.rig
         # a two-device rig (a Dynamixel bus and its sensor microcontroller) is two files: both are kept
@@ -220,9 +248,12 @@ class Recorder:
             path = request.get("path")
             if path is not None and not isinstance(path, str):
                 raise RecordingError('"path" must be a string')
+            if request.get("overwrite"):
+                raise RecordingError("overwriting is refused on request (only `mms record --overwrite --out` may)")
+            path = path_in_run_dir(path, self.run_dir) if path is not None else None
             robot = resolve_config(request["robot"], "robots") if request.get("robot") else None
             rig = resolve_config(request["rig"], "rigs") if request.get("rig") else None
-            session = self.start(path, overwrite=bool(request.get("overwrite", False)), robot=robot, rig=rig)
+            session = self.start(path, robot=robot, rig=rig)
             return {"ok": True, "recording": True, "path": str(session.writer.path)}
         if cmd == "stop":
             return {"ok": True, "recording": False, **self.stop()}
@@ -280,7 +311,10 @@ def add_arguments(parser) -> None:
                         help="start idle and record only when told over the control socket")
     parser.add_argument("--duration", type=float, metavar="S",
                         help="stop and exit S seconds after the recording started (default: until Ctrl-C)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--run-dir", type=Path, metavar="DIR",
+                        help="the folder the control socket's start requests write into (their paths are taken "
+                             "inside it and may not leave it); default: the folder of --out, else runs/")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--hwm", type=int, default=DEFAULT_HWM,
                         help=f"receive high-water mark, messages (default {DEFAULT_HWM})")
     parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
@@ -313,13 +347,14 @@ def run(args) -> int:
         print("mms record: error: --flush-interval and --hwm must be positive", file=sys.stderr)
         return 2
     endpoints = load_endpoints(args.config)
+    run_dir = args.run_dir or (Path(args.out).parent if args.out else DEFAULT_RUN_DIR)
     robot = resolve_config(args.robot, "robots")
     rig = resolve_config(args.rig, "rigs")
     if rig is not None:
         sensor_rig_path(rig)        # a bad rig file: one line now, not when the recording starts
     try:
         recorder = Recorder(endpoints, robot=robot, rig=rig, hwm=args.hwm, flush_interval_s=args.flush_interval,
-                            progress=not args.quiet)
+                            progress=not args.quiet, run_dir=run_dir)
     except zmq.ZMQError as exc:
         print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)
         return 2
