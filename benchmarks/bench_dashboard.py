@@ -23,6 +23,9 @@ from PyQt5.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from PyQt5.QtGui import QOpenGLContext  # noqa: E402
 from PyQt5.QtWidgets import QApplication  # noqa: E402
 
+from gui.decimate import WindowDecimator  # noqa: E402
+from gui.plots import stream_windows  # noqa: E402
+from gui.ringbuffer import StreamStore  # noqa: E402
 from gui.signals import Batch, Chunk  # noqa: E402
 from gui.window import DashboardOptions, DashboardWindow  # noqa: E402
 from sim.network import Endpoints  # noqa: E402
@@ -154,6 +157,25 @@ def frame_cost(app: QApplication, n_channels: int, frames: int = 40, opengl: boo
     return {"ms": 1e3 * median, "fps_one_core": 1.0 / median}
 
 
+def decimation_cost(n_channels: int = 32, frames: int = 200, bins: int = 1289) -> dict[str, float]:
+    """CPU per frame of cutting and peak-decimating every stream's window: from scratch (a new decimator each
+    frame, as before) and incrementally (one decimator kept across frames), on the same data, ms (median)."""
+    store = StreamStore(int(2 * WINDOW_S * SAMPLE_RATE_HZ))
+    for chunk in make_batch(n_channels, 0.0, int(WINDOW_S * SAMPLE_RATE_HZ)).chunks:
+        store.append(chunk.key, chunk.names, chunk.times, chunk.values)
+    kept, t, block = WindowDecimator(), WINDOW_S, int(SAMPLE_RATE_HZ / TARGET_FPS)
+    costs = {"scratch": [], "incremental": []}
+    for _ in range(frames):
+        for chunk in make_batch(n_channels, t, block).chunks:
+            store.append(chunk.key, chunk.names, chunk.times, chunk.values)
+        t += block / SAMPLE_RATE_HZ
+        for name, decimator in (("scratch", WindowDecimator()), ("incremental", kept)):
+            start = time.thread_time()
+            stream_windows(store, set(store.buffers), t - WINDOW_S, t, bins, decimator)
+            costs[name].append(time.thread_time() - start)
+    return {name: 1e3 * float(np.median(values)) for name, values in costs.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="measured duration per run, s")
@@ -181,6 +203,10 @@ def main() -> int:
         print(f"{name:>16}: {cost['ms']:.1f} ms/frame -> {cost['fps_one_core']:.0f} frames/s on one free core")
     print(f"32 ch / baseline: {cost_loaded['ms'] / cost_baseline['ms']:.2f}x CPU per frame; "
           f"one-core frame rate / {TARGET_FPS:.0f} fps target: {cost_loaded['fps_one_core'] / TARGET_FPS:.2f}x")
+    decimation = decimation_cost()
+    print(f"window cut + peak decimation of 32 channels per frame: from scratch {decimation['scratch']:.2f} ms, "
+          f"incremental {decimation['incremental']:.2f} ms "
+          f"({decimation['scratch'] / decimation['incremental']:.1f}x less)")
     if opengl_available():
         cost_gl = frame_cost(app, 32, opengl=True)
         print(f"     32 ch OpenGL: {cost_gl['ms']:.1f} ms/frame -> {cost_gl['fps_one_core']:.0f} frames/s on one "

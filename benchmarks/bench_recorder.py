@@ -152,12 +152,17 @@ def run_recorder(network: Path, control: str, pub, topic: str, make, total: int,
     proc = subprocess.Popen([str(MMS), "record", "--config", str(network), "--out", str(out), "--quiet"],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
 
+    cpu_at_ready = []
+
     def ready():
         reply = request(control, {"cmd": "status"})
-        return bool(reply and WARMUP_TOPIC in reply.get("topics", {}))
+        if reply and WARMUP_TOPIC in reply.get("topics", {}):
+            cpu_at_ready.append(process_cpu_s(proc.pid))      # the publisher's burst starts now
+            return True
+        return False
 
     publish_rate = publish(pub, topic, make, total, ready)
-    cpu0 = process_cpu_s(proc.pid)      # the warm-up's ready: the publisher's burst starts now
+    cpu0 = cpu_at_ready[0]
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         reply = request(control, {"cmd": "status"}) or {}

@@ -39,9 +39,11 @@ PROGRESS_INTERVAL_S = 0.5
 #: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
 LOOP_TIMEOUT_S = 0.05
 #: the receive path only takes messages off the SUB socket and stamps them (``log_time``); decoding, gap counting
-#: and MCAP writing (about 3x the CPU of receiving) happen once the socket is drained, so that a burst is taken
-#: at the socket's rate with exact receipt times. The queue is written anyway when it holds this many messages
-#: (memory bound: 200 MB of 2 kB states) ...
+#: and MCAP writing (about 3x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
+#: over), so that a burst is taken at the socket's rate with exact receipt times ...
+QUIET_MS = 2
+#: ... or until the file's flush is due (every message received before a flush is in it: the crash-loss bound
+#: is unchanged), or until the queue holds this many messages (memory bound: 200 MB of 2 kB states)
 PENDING_MAX_MESSAGES = 100_000
 #: ... or when a receive turn has lasted this long, s (the control socket and the flush get a look)
 RECEIVE_TURN_S = LOOP_TIMEOUT_S
@@ -294,9 +296,11 @@ class Recorder:
         timeout_ms = int(LOOP_TIMEOUT_S * 1000)
         try:
             while not self.stop_requested:
-                events = dict(poller.poll(0 if self.pending else timeout_ms))
-                drained = self.receive_batch() if self.sub in events else True
-                if self.pending and (drained or len(self.pending) >= PENDING_MAX_MESSAGES or self._sync_due()):
+                events = dict(poller.poll(QUIET_MS if self.pending else timeout_ms))
+                quiet = self.sub not in events
+                if not quiet:
+                    self.receive_batch()
+                if self.pending and (quiet or len(self.pending) >= PENDING_MAX_MESSAGES or self._sync_due()):
                     self.write_pending()
                 if self.control in events:
                     self.handle_control()
