@@ -211,19 +211,28 @@ class _NetworkSocket(zmq.Socket):
 
 class _RoleCheckedSocket(_NetworkSocket):
     """A bound REP socket that answers an observer's non-read-only request itself (an error reply) and hides it
-    from the caller (``recv`` raises ``zmq.Again``, as if nothing had come)."""
+    from the caller (``recv`` raises ``zmq.Again``, as if nothing had come). The check is made on a message's
+    first frame, before the caller sees any of it; an observer's request must be one frame."""
 
     _clients: dict = {}
+    _in_message: bool = False       # True between the first and the last frame of an admitted message
 
     def recv(self, flags: int = 0, copy: bool = True, track: bool = False):
         frame = super().recv(flags, copy=False, track=track)
-        if not self.get(zmq.RCVMORE) and not self._allowed(frame):
+        more = bool(self.get(zmq.RCVMORE))
+        if not self._in_message and not self._allowed(frame, more):
+            while more:             # the rest of the refused message: parts of a message arrive together
+                super().recv(copy=False)
+                more = bool(self.get(zmq.RCVMORE))
             super().send(msgpack.packb({"ok": False, "error": self._refusal(frame)}, use_bin_type=True))
             raise zmq.Again("request refused to an observer")
+        self._in_message = more
         return frame.bytes if copy else frame
 
-    def _allowed(self, frame: zmq.Frame) -> bool:
-        return self._client(frame)[1] != "observer" or _command(frame.bytes) in OBSERVER_COMMANDS
+    def _allowed(self, frame: zmq.Frame, more: bool) -> bool:
+        if self._client(frame)[1] != "observer":
+            return True
+        return not more and _command(frame.bytes) in OBSERVER_COMMANDS
 
     def _client(self, frame: zmq.Frame) -> tuple[str, str]:
         """(name, role) of the request's sender from its ZAP User-Id (its Z85 public key)."""

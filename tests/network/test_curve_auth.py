@@ -102,6 +102,11 @@ def test_curve_operator_controls_observer_reads_stranger_gets_nothing(tmp_path):
         for cmd in ("activate", "reset_estop", "estop", "shutdown"):
             refused = ask(obs_req, cmd)
             assert refused["ok"] is False and "observer" in refused["error"] and cmd in refused["error"]
+        obs_req.send_multipart([msgpack.packb({"cmd": "activate"}), msgpack.packb({"cmd": "status"})])
+        assert obs_req.poll(int(DEADLINE_S * 1000))
+        refused = msgpack.unpackb(obs_req.recv(), raw=False)
+        assert refused["ok"] is False and "observer" in refused["error"]
+        assert ask(obs_req, "status")["ok"] is True
         assert ask(op_req, "status")["lifecycle"] == "inactive"
         activated = ask(op_req, "activate")
         assert activated["ok"] is True and activated["lifecycle"] == "active"
