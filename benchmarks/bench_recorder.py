@@ -8,13 +8,17 @@ mcap reader), drops are ``seq`` gaps plus missing messages. Two payloads: hw/sta
 sim/state of a 32-joint robot (~1.9 kB).
 
 The publisher is a Python loop, so when the baseline's rate equals the publisher's, the figure is a lower bound
-of what the receivers can take; the ratio recorder/baseline is the figure of merit.
+of what the receivers can take; the ratio recorder/baseline is the figure of merit. Each receiver's CPU time
+per message (its process's user + system time from ready to done, from /proc) is printed too: it does not
+depend on the other load of the machine, and it counts the recorder's decoding and writing, which it does
+once a burst is drained (so they do not show in the receive rate).
 
 Usage: python benchmarks/bench_recorder.py [--messages 100000]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import select
 import signal
 import socket
@@ -44,6 +48,7 @@ sub.setsockopt(zmq.SUBSCRIBE, b"")
 sub.connect(endpoint)
 count = nbytes = 0
 first = last = None
+cpu0 = None
 announced = False
 deadline = time.monotonic() + 120
 while count < total and time.monotonic() < deadline:
@@ -56,12 +61,21 @@ while count < total and time.monotonic() < deadline:
             announced = True
         continue
     now = time.time_ns()
+    cpu0 = cpu0 if cpu0 is not None else time.process_time()
     first = first or now
     last = now
     count += 1
     nbytes += len(frames[1])
-print(count, nbytes, first, last, flush=True)
+print(count, nbytes, first, last, time.process_time() - cpu0, flush=True)
 """
+#: clock ticks per second of /proc/PID/stat's utime and stime
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far, s (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def free_port() -> int:
@@ -113,10 +127,11 @@ def run_raw(endpoint: str, pub, topic: str, make, total: int) -> dict:
 
     publish_rate = publish(pub, topic, make, total, ready)
     out, _ = proc.communicate(timeout=DEADLINE_S)
-    count, nbytes, first, last = (int(x) for x in out.split())
+    fields = out.split()
+    count, nbytes, first, last = (int(x) for x in fields[:4])
     seconds = (last - first) / 1e9
     return {"received": count, "drops": total - count, "msg_s": count / seconds, "mb_s": nbytes / seconds / 1e6,
-            "publish_msg_s": publish_rate}
+            "publish_msg_s": publish_rate, "cpu_us": float(fields[4]) / count * 1e6}
 
 
 def request(endpoint: str, message: dict) -> dict | None:
@@ -137,17 +152,24 @@ def run_recorder(network: Path, control: str, pub, topic: str, make, total: int,
     proc = subprocess.Popen([str(MMS), "record", "--config", str(network), "--out", str(out), "--quiet"],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
 
+    cpu_at_ready = []
+
     def ready():
         reply = request(control, {"cmd": "status"})
-        return bool(reply and WARMUP_TOPIC in reply.get("topics", {}))
+        if reply and WARMUP_TOPIC in reply.get("topics", {}):
+            cpu_at_ready.append(process_cpu_s(proc.pid))      # the publisher's burst starts now
+            return True
+        return False
 
     publish_rate = publish(pub, topic, make, total, ready)
+    cpu0 = cpu_at_ready[0]
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         reply = request(control, {"cmd": "status"}) or {}
         if reply.get("topics", {}).get(topic, {}).get("messages", 0) >= total:
             break
         time.sleep(0.1)
+    cpu = process_cpu_s(proc.pid) - cpu0
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=DEADLINE_S)
     log_times, seqs, nbytes = [], [], 0
@@ -159,7 +181,8 @@ def run_recorder(network: Path, control: str, pub, topic: str, make, total: int,
     gaps = sum(b - a - 1 for a, b in zip(seqs, seqs[1:]))
     seconds = (log_times[-1] - log_times[0]) / 1e9
     return {"received": len(seqs), "drops": total - len(seqs) + gaps, "msg_s": len(seqs) / seconds,
-            "mb_s": nbytes / seconds / 1e6, "publish_msg_s": publish_rate, "file_mb": out.stat().st_size / 1e6}
+            "mb_s": nbytes / seconds / 1e6, "publish_msg_s": publish_rate, "file_mb": out.stat().st_size / 1e6,
+            "cpu_us": cpu / len(seqs) * 1e6}
 
 
 def main() -> int:
@@ -179,7 +202,7 @@ def main() -> int:
                            f'[recorder]\ncontrol = "{control}"\n')
         print(f"{args.messages} messages per case, sent as fast as a Python PUB loop can")
         print(f"{'payload':<10} {'bytes':>6} {'receiver':<10} {'msg/s':>9} {'MB/s':>7} {'drops':>6} {'pub msg/s':>10}"
-              f" {'ratio':>6}")
+              f" {'ratio':>6} {'CPU us/msg':>10}")
         for topic, make in cases:
             size = len(msgpack.packb(make(0)))
             raw = run_raw(sim_pub, pub, topic, make, args.messages)
@@ -188,7 +211,7 @@ def main() -> int:
             for name, result in (("raw pyzmq", raw), ("mms record", rec)):
                 ratio = result["msg_s"] / raw["msg_s"]
                 print(f"{topic:<10} {size:>6} {name:<10} {result['msg_s']:>9.0f} {result['mb_s']:>7.1f} "
-                      f"{result['drops']:>6} {result['publish_msg_s']:>10.0f} {ratio:>6.2f}")
+                      f"{result['drops']:>6} {result['publish_msg_s']:>10.0f} {ratio:>6.2f} {result['cpu_us']:>10.1f}")
             print(f"{'':<10} {'':>6} file {rec['file_mb']:.1f} MB (zstd chunks) for "
                   f"{rec['received'] * size / 1e6:.1f} MB of payloads")
     pub.close(0)

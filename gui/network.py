@@ -15,6 +15,8 @@ import zmq
 from PyQt5.QtCore import QObject, QThread, pyqtSignal, pyqtSlot
 
 from gui.signals import MessageProcessor
+from sim.config import ConfigError
+from sim.network import Curve, open_socket
 
 #: how long the SUB worker waits in one poll, ms: bounds its reaction to stop()
 SUBSCRIBER_POLL_MS = 10
@@ -32,9 +34,11 @@ class SubscriberWorker(QObject):
     failed = pyqtSignal(str)
     finished = pyqtSignal()
 
-    def __init__(self, endpoints: list[str], origin_ns: int, batch_period_s: float = 0.02):
+    def __init__(self, endpoints: list[str], origin_ns: int, batch_period_s: float = 0.02,
+                 curve: Curve | None = None):
         super().__init__()
         self.endpoints = list(endpoints)
+        self.curve = curve
         self.origin_ns = origin_ns
         self.batch_period_s = batch_period_s
         self._stop = threading.Event()
@@ -46,12 +50,11 @@ class SubscriberWorker(QObject):
     @pyqtSlot()
     def run(self) -> None:
         processor = MessageProcessor(self.origin_ns)
-        context = zmq.Context.instance()
-        socket = context.socket(zmq.SUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.RCVHWM, SUBSCRIBER_RCVHWM)
+        socket = None
         try:
-            for endpoint in self.endpoints:
+            socket = open_socket(zmq.Context.instance(), zmq.SUB, self.endpoints[0], bind=False, curve=self.curve,
+                                 what="dashboard SUB", options={zmq.LINGER: 0, zmq.RCVHWM: SUBSCRIBER_RCVHWM})
+            for endpoint in self.endpoints[1:]:
                 socket.connect(endpoint)
             for prefix in (b"sim/", b"hw/"):
                 socket.setsockopt(zmq.SUBSCRIBE, prefix)
@@ -71,10 +74,11 @@ class SubscriberWorker(QObject):
                     next_batch = now + self.batch_period_s
                     if processor.has_news():
                         self.batch_ready.emit(processor.take_batch())
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, ConfigError) as exc:
             self.failed.emit(f"subscriber: {exc}")
         finally:
-            socket.close(linger=0)
+            if socket is not None:
+                socket.close(linger=0)
             self.finished.emit()
 
 
@@ -88,26 +92,26 @@ class ControlClient(QObject):
     replied = pyqtSignal(dict, dict)   # request, reply map
     failed = pyqtSignal(dict, str)     # request, one-line reason
 
-    def __init__(self, endpoint: str, timeout_s: float = 1.0):
+    def __init__(self, endpoint: str, timeout_s: float = 1.0, curve: Curve | None = None):
         super().__init__()
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.curve = curve
         self._socket = None
 
     @pyqtSlot(dict)
     def send(self, request: dict) -> None:
         try:
             if self._socket is None:
-                self._socket = zmq.Context.instance().socket(zmq.REQ)
-                self._socket.setsockopt(zmq.LINGER, 0)
-                self._socket.connect(self.endpoint)
+                self._socket = open_socket(zmq.Context.instance(), zmq.REQ, self.endpoint, bind=False,
+                                           curve=self.curve, what="dashboard control", options={zmq.LINGER: 0})
             self._socket.send(msgpack.packb(request, use_bin_type=True))
             if not self._socket.poll(int(self.timeout_s * 1000), zmq.POLLIN):
                 self.close()
                 self.failed.emit(request, f"no reply from {self.endpoint} within {self.timeout_s:g} s")
                 return
             raw = self._socket.recv()
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, ConfigError) as exc:
             self.close()
             self.failed.emit(request, f"{self.endpoint}: {exc}")
             return
@@ -132,10 +136,10 @@ class ControlChannel(QObject):
 
     _send = pyqtSignal(dict)
 
-    def __init__(self, endpoint: str, timeout_s: float, parent: QObject | None = None):
+    def __init__(self, endpoint: str, timeout_s: float, parent: QObject | None = None, curve: Curve | None = None):
         super().__init__(parent)
         self.thread = QThread()
-        self.client = ControlClient(endpoint, timeout_s)
+        self.client = ControlClient(endpoint, timeout_s, curve)
         self.client.moveToThread(self.thread)
         self._send.connect(self.client.send)
         self.replied = self.client.replied

@@ -2,7 +2,8 @@
 
 :func:`assign_curves` is pure: from the streams present and the actuated joints it decides the curves of
 each panel. :class:`PlotPanel` wraps one pyqtgraph ``PlotItem`` and redraws its curves (bare ``PlotCurveItem``s)
-at each frame from the ring buffers, cut to the window and peak-decimated once per stream (:func:`stream_windows`).
+at each frame from the ring buffers, cut to the window and peak-decimated once per stream, incrementally (:func:`stream_windows`,
+:mod:`gui.decimate`).
 
 Line styles: simulated = solid, measured = dashed, commanded = dotted; a simulated channel and its
 measured counterpart share one colour (keyed by :func:`gui.signals.base_name`).
@@ -16,6 +17,7 @@ import pyqtgraph as pg
 from PyQt5.QtCore import Qt
 from PyQt5.QtWidgets import QGraphicsItem
 
+from gui.decimate import WindowDecimator
 from gui.ringbuffer import StreamStore
 from gui.signals import WRENCH_NAMES, base_name
 
@@ -177,6 +179,10 @@ class PlotPanel:
             # no x axis at all: a scrolling axis regenerates its ticks and grid at every frame, the costliest
             # part of a redraw (benchmarks/bench_dashboard.py); the bottom row's axis and grid serve all
             plot.hideAxis("bottom")
+        # a hidden axis still follows its view: at every frame's x change it re-ranged, re-rendered its label
+        # (setHtml) and resized; unlinked, it costs nothing (the bottom row's axis shows the time for all)
+        for side in ("top",) if time_values else ("top", "bottom"):
+            plot.getAxis(side).unlinkFromView()
         plot.showGrid(x=True, y=True, alpha=0.25)
         # the value axes (and their grid lines) change only when the y range does: keep them as pixmaps instead
         # of replaying their tick labels and lines at every frame; the scrolling time axis changes every frame
@@ -293,37 +299,6 @@ def _follow_y(view: pg.ViewBox, low: float, high: float) -> None:
         view.setYRange(target_low, target_high, padding=0)
 
 
-def peak_decimate(times: np.ndarray, values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Min/max envelope of every channel at once: ``times (k,)``, ``values (k, n)`` -> ``(2 m,)``, ``(2 m, n)``.
-
-    The samples are cut into ``m <= bins`` consecutive bins of equal count; each bin becomes two points at its
-    first time, its minimum then its maximum (per channel), so every peak stays visible. Fewer than
-    ``2 * bins`` samples are returned unchanged. The same idea as pyqtgraph's ``mode='peak'``, done once per
-    stream for all its channels instead of once per curve.
-    """
-    count = len(times)
-    if bins < 1 or count <= 2 * bins:
-        return times, values
-    per_bin = -(-count // bins)               # ceil: at most `bins` bins
-    used = (count // per_bin) * per_bin
-    start = count - used                      # keep the newest samples whole: drop the oldest remainder
-    shaped = values[start:].reshape(used // per_bin, per_bin, values.shape[1])
-    # column-major: each channel's envelope is one contiguous array for its curve
-    envelope = np.empty((2 * shaped.shape[0], values.shape[1]), order="F")
-    # a few elementwise passes over whole bins rather than min/max along a short bin axis (4x faster in numpy)
-    # (for short bins, the usual case: a window of up to ~30 samples per pixel column)
-    if per_bin <= 32:
-        low, high = shaped[:, 0, :].copy(), shaped[:, 0, :].copy()
-        for offset in range(1, per_bin):
-            np.minimum(low, shaped[:, offset, :], out=low)
-            np.maximum(high, shaped[:, offset, :], out=high)
-    else:
-        low, high = shaped.min(axis=1), shaped.max(axis=1)
-    envelope[0::2] = low
-    envelope[1::2] = high
-    return np.repeat(times[start::per_bin], 2), envelope
-
-
 def column_extremes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Finite minimum and maximum of every column of ``values (k, n)``: ``(n,)``, ``(n,)``; a column without a
     finite value gets ``(inf, -inf)``."""
@@ -335,22 +310,22 @@ def column_extremes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(finite, values, np.inf).min(axis=0), np.where(finite, values, -np.inf).max(axis=0)
 
 
-def stream_windows(store: StreamStore, streams: set[str], t_start: float, t_end: float, bins: int = 0
+def stream_windows(store: StreamStore, streams: set[str], t_start: float, t_end: float, bins: int = 0,
+                   decimator: WindowDecimator | None = None
                    ) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[np.ndarray, np.ndarray]]]:
-    """The samples of ``streams`` within ``[t_start, t_end]``, peak-decimated to ``bins`` bins when ``bins > 0``,
-    with the channel names and the finite extremes of every channel (:func:`column_extremes`, for autoscale).
+    """The samples of ``streams`` within ``[t_start, t_end]``, peak-decimated to about ``bins`` bins when
+    ``bins > 0`` (:mod:`gui.decimate`; pass the same ``decimator`` every frame so that only the new samples are
+    reduced), with the channel names and the finite extremes of every channel (:func:`column_extremes`, for
+    autoscale).
 
-    Always copies (the rings keep being written while pyqtgraph holds the arrays).
+    Always fresh arrays (the rings keep being written while pyqtgraph holds them).
     """
+    decimator = decimator or WindowDecimator()
     windows = {}
     for key in streams:
         buffer = store.buffers.get(key)
         if buffer is None or len(buffer) == 0:
             continue
-        times, values = buffer.window(t_start, t_end)
-        decimated_times, decimated_values = peak_decimate(times, values, bins)
-        if decimated_times is times:
-            decimated_times, decimated_values = times.copy(), values.copy()
-        windows[key] = (decimated_times, decimated_values, store.names[key],
-                        column_extremes(decimated_values))
+        times, values = decimator.window(key, buffer, t_start, t_end, bins)
+        windows[key] = (times, values, store.names[key], column_extremes(values))
     return windows

@@ -20,6 +20,7 @@ from PyQt5.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView
                              QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from gui.network import ControlChannel, SubscriberWorker
+from gui.decimate import WindowDecimator
 from gui.plots import PANELS, PlotPanel, assign_curves, stream_windows
 from gui.replay import ReplayWorker
 from gui.ringbuffer import StreamStore
@@ -82,6 +83,7 @@ class DashboardWindow(QMainWindow):
         self.options = options
         self.setWindowTitle("mms dash — " + (f"replay {options.replay}" if options.replay else "live"))
         self.store = StreamStore(options.buffer_samples)
+        self.decimator = WindowDecimator()      # the complete bins of every stream, kept from frame to frame
         self.paused = False
         self.frames_drawn = 0
         self._layout_seen = (-1, None)
@@ -94,10 +96,12 @@ class DashboardWindow(QMainWindow):
 
         self._build_widgets()
         self._start_source()
-        self.driver = ControlChannel(options.endpoints.driver_control, options.control_timeout_s, self)
+        self.driver = ControlChannel(options.endpoints.driver_control, options.control_timeout_s, self,
+                                     options.endpoints.curve)
         self.driver.replied.connect(self._on_driver_reply)
         self.driver.failed.connect(self._on_driver_failure)
-        self.recorder = ControlChannel(options.endpoints.recorder_control, options.control_timeout_s, self)
+        self.recorder = ControlChannel(options.endpoints.recorder_control, options.control_timeout_s, self,
+                                       options.endpoints.curve)
         self.recorder.replied.connect(self._on_recorder_reply)
         self.recorder.failed.connect(self._on_recorder_failure)
 
@@ -240,7 +244,7 @@ class DashboardWindow(QMainWindow):
             self.source.progress.connect(self._on_replay_progress)
         else:
             self.source = SubscriberWorker([self.options.endpoints.sim_pub, self.options.endpoints.driver_pub],
-                                           origin_ns=time.time_ns())
+                                           origin_ns=time.time_ns(), curve=self.options.endpoints.curve)
         self.source.moveToThread(self.source_thread)
         self.source_thread.started.connect(self.source.run)
         self.source.batch_ready.connect(self.on_batch)
@@ -317,7 +321,7 @@ class DashboardWindow(QMainWindow):
                   if curve.isVisible()}
         # one min/max pair per pixel column of the widest plot: the envelope is exact, the work is per stream
         bins = int(max(panel.plot.vb.width() for panel in self.panels.values()))
-        windows = stream_windows(self.store, needed, t_start, t_end, bins)
+        windows = stream_windows(self.store, needed, t_start, t_end, bins, self.decimator)
         # the range first: a range change makes every curve re-clip its data, so do it before, not after, setData
         self._x_plot.setXRange(t_start, t_end, padding=0)
         for panel in self.panels.values():

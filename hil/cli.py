@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record": ("hil.recorder", "record every topic to an MCAP file"),
     "export": ("hil.export", "export a recording to .mat, HDF5 or CSV"),
     "validate": ("hil.validate", "compare measured against simulated signals and write a report"),
+    "keys": ("hil.keys", "create ZeroMQ CURVE keys: needed to bind beyond loopback (docs/security.md)"),
     "demo": ("hil.demo", "run a whole tethered HIL experiment on an emulated rig and validate it"),
 }
 

@@ -22,7 +22,7 @@ import zmq
 from hil.narrative import Claim, narrate
 from hil.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
-from sim.network import write_loopback_network
+from sim.network import open_socket, write_loopback_network
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: how long a process may take to come up (imports, numba compilation on a fresh machine), s
@@ -131,11 +131,10 @@ class Watcher:
     """Subscribes to sim/status and hw/status: the demo's own view of the experiment's health."""
 
     def __init__(self, context: zmq.Context, endpoints: dict[str, str]):
-        self.socket = context.socket(zmq.SUB)
-        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket = open_socket(context, zmq.SUB, endpoints["sim_pub"], bind=False, curve=None, what="sim.pub",
+                                  options={zmq.LINGER: 0})
         for topic in (messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_STATUS, messages.TOPIC_SIM_STATE):
             self.socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
-        self.socket.connect(endpoints["sim_pub"])
         self.socket.connect(endpoints["driver_pub"])
         self.latest: dict[str, dict] = {}
 
@@ -168,9 +167,7 @@ def request(context: zmq.Context, endpoint: str, payload: dict, timeout_ms: int 
     """One REQ/REP exchange with a bounded wait; None when nobody answered."""
     import msgpack
 
-    sock = context.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+    sock = open_socket(context, zmq.REQ, endpoint, bind=False, curve=None, what=endpoint, options={zmq.LINGER: 0})
     try:
         sock.send(msgpack.packb(payload))
         if sock.poll(timeout_ms):

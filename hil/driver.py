@@ -42,7 +42,7 @@ from hil.supervisor import die_with_parent, mms_argv
 from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
-from sim.network import load_endpoints, warn_if_not_loopback
+from sim.network import load_endpoints, open_socket
 from sim.server_control import encode_reply, error_reply, one_line
 
 #: control commands -> what they do (the reply of "help", and docs/driver.md)
@@ -240,25 +240,16 @@ class Driver:
     # ---- sockets ------------------------------------------------------------------------------------
     def open_sockets(self) -> None:
         self.ctx = zmq.Context()
-        self.sub = self.ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.RCVHWM, 1000)
+        curve = self.endpoints.curve
+        self.sub = open_socket(self.ctx, zmq.SUB, self.endpoints.sim_pub, bind=False, curve=curve, what="sim.pub",
+                               options={zmq.RCVHWM: 1000, zmq.LINGER: 0})
         self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC_SIM_STATE.encode())
         self.sub.setsockopt(zmq.SUBSCRIBE, TOPIC_SIM_STATUS.encode())
-        self.sub.connect(self.endpoints.sim_pub)
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.setsockopt(zmq.SNDHWM, 10000)
-        self.rep = self.ctx.socket(zmq.REP)
-        for sock, endpoint, what in ((self.pub, self.endpoints.driver_pub, "driver PUB"),
-                                     (self.rep, self.endpoints.driver_control, "driver control")):
-            warn_if_not_loopback(endpoint, what)
-            # the PUB lingers a little at exit so that the last hw/status (finalized) leaves
-            sock.setsockopt(zmq.LINGER, PUB_LINGER_MS if sock is self.pub else 0)
-            try:
-                sock.bind(endpoint)
-            except zmq.ZMQError as exc:
-                raise ConfigError(self.args.config or "configs/network.toml", what,
-                                  f"cannot bind {endpoint}: {exc}") from None
-        self.sub.setsockopt(zmq.LINGER, 0)
+        # the PUB lingers a little at exit so that the last hw/status (finalized) leaves
+        self.pub = open_socket(self.ctx, zmq.PUB, self.endpoints.driver_pub, bind=True, curve=curve,
+                               what="driver.pub", options={zmq.SNDHWM: 10000, zmq.LINGER: PUB_LINGER_MS})
+        self.rep = open_socket(self.ctx, zmq.REP, self.endpoints.driver_control, bind=True, curve=curve,
+                               what="driver.control", options={zmq.LINGER: 0})
 
     def close(self) -> None:
         self.link.close()

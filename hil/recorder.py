@@ -9,6 +9,8 @@ the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mc
 
 A REQ/REP control socket (``Endpoints.recorder_control``) takes msgpack maps ``{"cmd": "start", "path": ...}``,
 ``{"cmd": "stop"}`` and ``{"cmd": "status"}`` and replies ``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``.
+A requested path is taken inside the run directory given on the command line (``--run-dir``) and must stay there
+(:func:`path_in_run_dir`); an existing file is never replaced on request.
 SIGINT and SIGTERM finish the open file cleanly.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from hil.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWrite
 from hil.rigs import sensor_rig_path
 from sim.config import ConfigError
 from sim.messages import SeqTracker
-from sim.network import Endpoints, load_endpoints, warn_if_not_loopback
+from sim.network import Endpoints, load_endpoints, open_socket
 
 #: receive queue length (messages) before ZeroMQ drops: at 10 kmsg/s this is 100 s of backlog
 DEFAULT_HWM = 1_000_000
@@ -36,13 +38,48 @@ DEFAULT_HWM = 1_000_000
 PROGRESS_INTERVAL_S = 0.5
 #: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
 LOOP_TIMEOUT_S = 0.05
-#: messages taken from the SUB queue per loop turn before the control socket and the flush get a look
-BATCH_MESSAGES = 2000
+#: the receive path only takes messages off the SUB socket and stamps them (``log_time``); decoding, gap counting
+#: and MCAP writing (about 3x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
+#: over), so that a burst is taken at the socket's rate with exact receipt times ...
+QUIET_MS = 2
+#: ... or until the file's flush is due (every message received before a flush is in it: the crash-loss bound
+#: is unchanged), or until the queue holds this many messages (memory bound: 200 MB of 2 kB states)
+PENDING_MAX_MESSAGES = 100_000
+#: ... or when a receive turn has lasted this long, s (the control socket and the flush get a look)
+RECEIVE_TURN_S = LOOP_TIMEOUT_S
+#: messages received between two looks at the clock within a receive turn
+RECEIVE_CLOCK_EVERY = 512
 REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RUN_DIR = Path("runs")
+RECORDING_SUFFIX = ".mcap"
 
 
-def default_run_path() -> Path:
-    return Path("runs") / time.strftime("%Y%m%d-%H%M%S.mcap")
+def default_run_path(run_dir: Path = DEFAULT_RUN_DIR) -> Path:
+    return run_dir / time.strftime("%Y%m%d-%H%M%S.mcap")
+
+
+def path_in_run_dir(requested: str, run_dir: Path) -> Path:
+    """The file a control request names, checked to lie inside ``run_dir`` (resolved, symlinks followed).
+
+    A relative path is taken from ``run_dir``; no ``..`` component, no absolute path outside it, no symlink (of a
+    folder or of the file itself) that leads out of it, a ``.mcap`` name, no existing file: each is a
+    RecordingError naming the reason. Missing folders inside ``run_dir`` are created by the writer.
+    """
+    if not requested or "\0" in requested:
+        raise RecordingError('"path" must be a non-empty file name')
+    path = Path(requested)
+    if ".." in path.parts:
+        raise RecordingError(f"{requested}: '..' is not allowed in a recording path")
+    if path.suffix != RECORDING_SUFFIX:
+        raise RecordingError(f"{requested}: a recording is a {RECORDING_SUFFIX} file")
+    root = run_dir.resolve()
+    candidate = path if path.is_absolute() else root / path
+    resolved = candidate.resolve()
+    if not resolved.is_relative_to(root):
+        raise RecordingError(f"{requested}: outside the run directory {root}")
+    if candidate.is_symlink() or resolved.exists():
+        raise RecordingError(f"{requested}: exists (the recorder never replaces a file on request)")
+    return resolved
 
 
 def resolve_config(value: str | None, kind: str) -> Path | None:
@@ -95,34 +132,37 @@ class Recorder:
 
     def __init__(self, endpoints: Endpoints, *, robot: Path | None = None, rig: Path | None = None,
                  hwm: int = DEFAULT_HWM, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
-                 progress: bool = True, context: zmq.Context | None = None):
+                 progress: bool = True, context: zmq.Context | None = None, run_dir: Path = DEFAULT_RUN_DIR):
         self.endpoints = endpoints
+        self.run_dir = run_dir
         self.robot, self.rig = robot, rig
         self.flush_interval_s = flush_interval_s
         self.progress = progress
         self.context = context or zmq.Context.instance()
-        self.sub = self.context.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.RCVHWM, hwm)
-        self.sub.setsockopt(zmq.SNDHWM, hwm)
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(endpoints.sim_pub)
+        self.sub = open_socket(self.context, zmq.SUB, endpoints.sim_pub, bind=False, curve=endpoints.curve,
+                               what="sim.pub", options={zmq.RCVHWM: hwm, zmq.SNDHWM: hwm, zmq.LINGER: 0,
+                                                        zmq.SUBSCRIBE: b""})
         self.sub.connect(endpoints.driver_pub)
-        warn_if_not_loopback(endpoints.recorder_control, "the recorder's control socket")
-        self.control = self.context.socket(zmq.REP)
-        self.control.setsockopt(zmq.LINGER, 0)
-        self.control.bind(endpoints.recorder_control)
+        try:
+            self.control = open_socket(self.context, zmq.REP, endpoints.recorder_control, bind=True,
+                                       curve=endpoints.curve, what="recorder.control", options={zmq.LINGER: 0})
+        except ConfigError:
+            self.sub.close()
+            raise
         self.session: Session | None = None
+        self.pending: list[tuple[list[bytes], int]] = []     # (frames, log_time ns) received, not yet written
         self.stop_requested = False
         self.dropped_while_idle = 0
         self._last_progress = 0.0
+        self._last_sync = 0.0           # monotonic s of the open file's last flush
 
     # --- recording sessions -------------------------------------------------------------------------------
     def start(self, path: str | Path | None = None, overwrite: bool = False, robot: Path | None = None,
               rig: Path | None = None) -> Session:
         if self.session is not None:
             raise RecordingError(f"already recording to {self.session.writer.path}")
-        path = Path(path) if path else default_run_path()
+        self.write_pending()        # what came while idle is not part of this recording
+        path = Path(path) if path else default_run_path(self.run_dir)
         robot = robot or self.robot
         rig = rig or self.rig
         # a two-device rig (a Dynamixel bus and its sensor microcontroller) is two files: both are kept
@@ -143,12 +183,14 @@ class Recorder:
         for name, (config_path, text) in configs.items():
             writer.add_metadata(name, {"path": str(config_path), "text": text})
         writer.sync()
+        self._last_sync = time.monotonic()
         self.session = Session(writer=writer, started_ns=started)
         return self.session
 
     def stop(self) -> dict[str, Any]:
         if self.session is None:
             raise RecordingError("not recording")
+        self.write_pending()
         session, self.session = self.session, None
         summary = session.summary()
         session.writer.add_metadata("recorder_stats", {
@@ -161,26 +203,37 @@ class Recorder:
         return summary
 
     # --- the loop -----------------------------------------------------------------------------------------
-    def receive_batch(self) -> int:
-        """Take up to BATCH_MESSAGES queued messages off the SUB socket; write them if recording."""
-        count = 0
+    def receive_batch(self) -> bool:
+        """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn;
+        True when the socket was drained. The messages are written by :meth:`write_pending`."""
+        recv, clock, pending = self.sub.recv_multipart, time.time_ns, self.pending
+        turn_end = time.monotonic() + RECEIVE_TURN_S
+        while True:
+            for _ in range(RECEIVE_CLOCK_EVERY):
+                try:
+                    frames = recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return True
+                pending.append((frames, clock()))
+            if len(pending) >= PENDING_MAX_MESSAGES or time.monotonic() > turn_end:
+                return False
+
+    def write_pending(self) -> int:
+        """Decode, count and write (if recording) the messages received so far; their number."""
+        pending, self.pending = self.pending, []
         session = self.session
-        for _ in range(BATCH_MESSAGES):
-            try:
-                frames = self.sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            log_time = time.time_ns()
-            count += 1
-            if session is None:
-                self.dropped_while_idle += 1
-                continue
+        if session is None:
+            self.dropped_while_idle += len(pending)
+            return len(pending)
+        writer, stats, seq_tracker = session.writer, session.stats, session.seq
+        unpack = msgpack.unpackb
+        for frames, log_time in pending:
             if len(frames) != 2:
                 session.malformed += 1
                 continue
             try:
                 topic = frames[0].decode("ascii")
-                payload = msgpack.unpackb(frames[1], raw=False, strict_map_key=False)
+                payload = unpack(frames[1], raw=False, strict_map_key=False)
                 seq = payload["seq"]
                 stamp = payload.get("stamp_ns", 0)
                 if not (isinstance(seq, int) and isinstance(stamp, int) and seq >= 0 and stamp >= 0):
@@ -188,14 +241,14 @@ class Recorder:
             except Exception:  # anything undecodable is one malformed message, never a crash
                 session.malformed += 1
                 continue
-            session.writer.add(topic, frames[1], log_time, stamp, seq)
-            stats = session.stats.get(topic)
-            if stats is None:
-                stats = session.stats[topic] = TopicStats()
-            stats.messages += 1
-            stats.bytes += len(frames[1])
-            session.seq.update(topic, seq)
-        return count
+            writer.add(topic, frames[1], log_time, stamp, seq)
+            topic_stats = stats.get(topic)
+            if topic_stats is None:
+                topic_stats = stats[topic] = TopicStats()
+            topic_stats.messages += 1
+            topic_stats.bytes += len(frames[1])
+            seq_tracker.update(topic, seq)
+        return len(pending)
 
     def handle_control(self) -> None:
         try:
@@ -220,9 +273,12 @@ class Recorder:
             path = request.get("path")
             if path is not None and not isinstance(path, str):
                 raise RecordingError('"path" must be a string')
+            if request.get("overwrite"):
+                raise RecordingError("overwriting is refused on request (only `mms record --overwrite --out` may)")
+            path = path_in_run_dir(path, self.run_dir) if path is not None else None
             robot = resolve_config(request["robot"], "robots") if request.get("robot") else None
             rig = resolve_config(request["rig"], "rigs") if request.get("rig") else None
-            session = self.start(path, overwrite=bool(request.get("overwrite", False)), robot=robot, rig=rig)
+            session = self.start(path, robot=robot, rig=rig)
             return {"ok": True, "recording": True, "path": str(session.writer.path)}
         if cmd == "stop":
             return {"ok": True, "recording": False, **self.stop()}
@@ -240,14 +296,17 @@ class Recorder:
         timeout_ms = int(LOOP_TIMEOUT_S * 1000)
         try:
             while not self.stop_requested:
-                events = dict(poller.poll(timeout_ms))
-                if self.sub in events:
+                events = dict(poller.poll(QUIET_MS if self.pending else timeout_ms))
+                quiet = self.sub not in events
+                if not quiet:
                     self.receive_batch()
+                if self.pending and (quiet or len(self.pending) >= PENDING_MAX_MESSAGES or self._sync_due()):
+                    self.write_pending()
                 if self.control in events:
                     self.handle_control()
                 session = self.session
-                if session is not None:
-                    session.writer.maybe_sync()
+                if session is not None and session.writer.maybe_sync():
+                    self._last_sync = time.monotonic()
                     if self.progress and time.monotonic() - self._last_progress > PROGRESS_INTERVAL_S:
                         self._draw_progress(session)
                     if duration_s is not None and time.time_ns() - session.started_ns >= duration_s * 1e9:
@@ -258,6 +317,10 @@ class Recorder:
                 self.stop()
             self.sub.close()
             self.control.close()
+
+    def _sync_due(self) -> bool:
+        """True when the open file's next flush is due: what was received must be in it (the crash-loss bound)."""
+        return self.session is not None and time.monotonic() - self._last_sync >= self.flush_interval_s
 
     def _draw_progress(self, session: Session, final: bool = False) -> None:
         self._last_progress = time.monotonic()
@@ -280,7 +343,10 @@ def add_arguments(parser) -> None:
                         help="start idle and record only when told over the control socket")
     parser.add_argument("--duration", type=float, metavar="S",
                         help="stop and exit S seconds after the recording started (default: until Ctrl-C)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--run-dir", type=Path, metavar="DIR",
+                        help="the folder the control socket's start requests write into (their paths are taken "
+                             "inside it and may not leave it); default: the folder of --out, else runs/")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument("--hwm", type=int, default=DEFAULT_HWM,
                         help=f"receive high-water mark, messages (default {DEFAULT_HWM})")
     parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
@@ -313,13 +379,14 @@ def run(args) -> int:
         print("mms record: error: --flush-interval and --hwm must be positive", file=sys.stderr)
         return 2
     endpoints = load_endpoints(args.config)
+    run_dir = args.run_dir or (Path(args.out).parent if args.out else DEFAULT_RUN_DIR)
     robot = resolve_config(args.robot, "robots")
     rig = resolve_config(args.rig, "rigs")
     if rig is not None:
         sensor_rig_path(rig)        # a bad rig file: one line now, not when the recording starts
     try:
         recorder = Recorder(endpoints, robot=robot, rig=rig, hwm=args.hwm, flush_interval_s=args.flush_interval,
-                            progress=not args.quiet)
+                            progress=not args.quiet, run_dir=run_dir)
     except zmq.ZMQError as exc:
         print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)
         return 2

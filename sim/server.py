@@ -35,8 +35,8 @@ import zmq
 
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
+from sim.network import DEFAULT_NETWORK_CONFIG, Curve, load_endpoints, open_socket
 from sim.realtime import warm_up
-from sim.network import DEFAULT_NETWORK_CONFIG, load_endpoints, warn_if_not_loopback
 from sim.server_control import (COMMANDS, ControlError, encode_reply, error_reply, get_what, one_line,
                                 parse_request, set_arguments, step_count, with_value)
 
@@ -248,21 +248,15 @@ class SimulationServer:
             raise
 
     # ---------------------------------------------------------------- sockets
-    def open(self, pub_endpoint: str, control_endpoint: str, context: zmq.Context) -> None:
-        warn_if_not_loopback(pub_endpoint, "mms serve sim PUB")
-        warn_if_not_loopback(control_endpoint, "mms serve control")
-        self.pub = context.socket(zmq.PUB)
-        self.pub.setsockopt(zmq.LINGER, PUB_LINGER_MS)
-        self.pub.setsockopt(zmq.SNDHWM, PUB_SNDHWM)
-        self.control = context.socket(zmq.REP)
-        self.control.setsockopt(zmq.LINGER, 0)
-        for socket, endpoint, key in ((self.pub, pub_endpoint, "sim.pub"),
-                                      (self.control, control_endpoint, "sim.control")):
-            try:
-                socket.bind(endpoint)
-            except zmq.ZMQError as exc:
-                self.close()
-                raise ConfigError(None, key, f"cannot bind {endpoint}: {exc}") from None
+    def open(self, pub_endpoint: str, control_endpoint: str, context: zmq.Context, curve: Curve | None = None) -> None:
+        try:
+            self.pub = open_socket(context, zmq.PUB, pub_endpoint, bind=True, curve=curve, what="sim.pub",
+                                   options={zmq.LINGER: PUB_LINGER_MS, zmq.SNDHWM: PUB_SNDHWM})
+            self.control = open_socket(context, zmq.REP, control_endpoint, bind=True, curve=curve,
+                                       what="sim.control", options={zmq.LINGER: 0})
+        except ConfigError:
+            self.close()
+            raise
         self.poller.register(self.control, zmq.POLLIN)
 
     def close(self) -> None:
@@ -691,7 +685,7 @@ def run(args: argparse.Namespace) -> int:
     context = zmq.Context()
     previous_handlers = {}
     try:
-        server.open(pub_endpoint, control_endpoint, context)
+        server.open(pub_endpoint, control_endpoint, context, endpoints.curve)
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous_handlers[signum] = signal.signal(
                 signum, lambda number, frame: server.request_stop(signal.Signals(number).name))

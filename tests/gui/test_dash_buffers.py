@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 from gui.ringbuffer import RingBuffer, StreamStore
@@ -107,26 +109,64 @@ def test_processor_counts_gaps_and_malformed_messages_and_keeps_values():
 
 
 def test_peak_decimation_keeps_every_bins_extremes_for_all_channels():
-    from gui.plots import peak_decimate
+    from gui.decimate import aligned_peak_decimate
 
     rng = np.random.default_rng(11)
     times = np.arange(10_003) * 1e-3
     values = rng.standard_normal((10_003, 3))
     values[5_000, 1] = 40.0                       # a one-sample spike must survive
-    out_t, out_v = peak_decimate(times, values, bins=700)
-    assert len(out_t) <= 2 * 700 and out_v.shape == (len(out_t), 3)
-    per_bin = -(-10_003 // 700)
-    start = 10_003 - (10_003 // per_bin) * per_bin
-    kept = values[start:]
-    np.testing.assert_array_equal(out_v.max(axis=0), kept.max(axis=0))
-    np.testing.assert_array_equal(out_v.min(axis=0), kept.min(axis=0))
+    per_bin, first_index = 15, 7                  # sample 0 is number 7: the first piece holds numbers 7..14
+    out_t, out_v = aligned_peak_decimate(times, values, first_index, per_bin)
+    assert len(out_t) == 2 * (1 + -(-(10_003 - 8) // per_bin)) and out_v.shape == (len(out_t), 3)
+    np.testing.assert_array_equal(out_v.max(axis=0), values.max(axis=0))
+    np.testing.assert_array_equal(out_v.min(axis=0), values.min(axis=0))
     assert out_v[:, 1].max() == 40.0
-    # bin j: (min, max) at the bin's first time
+    np.testing.assert_array_equal(out_v[0], values[:8].min(axis=0))
+    np.testing.assert_array_equal(out_v[1], values[:8].max(axis=0))
+    # piece j >= 1: samples 8 + (j - 1) * per_bin onwards, (min, max) at its first time
     j = 123
-    block = kept[j * per_bin:(j + 1) * per_bin]
+    block = values[8 + (j - 1) * per_bin:8 + j * per_bin]
     np.testing.assert_array_equal(out_v[2 * j], block.min(axis=0))
     np.testing.assert_array_equal(out_v[2 * j + 1], block.max(axis=0))
-    assert out_t[2 * j] == out_t[2 * j + 1] == times[start + j * per_bin]
-    assert out_t[-1] <= times[-1]
-    short = times[:1000]
-    assert peak_decimate(short, values[:1000], bins=700)[0] is short   # short windows pass through unchanged
+    assert out_t[2 * j] == out_t[2 * j + 1] == times[8 + (j - 1) * per_bin]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), capacity=st.sampled_from([3_000, 20_000]))
+def test_incremental_decimation_equals_the_reference_every_frame(seed, capacity):
+    """Frames of random sizes, window lengths and plot widths, a NaN, a ring that wraps and one cleared: the
+    incremental envelope equals the reference computed from scratch on the same window, exactly."""
+    from gui.decimate import StreamDecimator, aligned_peak_decimate
+    from gui.ringbuffer import RingBuffer
+
+    rng = np.random.default_rng(seed)
+    buffer, decimator, t = RingBuffer(capacity, 3), StreamDecimator(), 0.0
+    window_s, bins, compared = 10.0, 700, 0
+    for frame in range(120):
+        count = int(rng.integers(1, 300))
+        times = t + np.arange(count) * 1e-3
+        t = times[-1] + 1e-3
+        values = rng.standard_normal((count, 3))
+        if frame == 30:
+            values[0, 1] = np.nan
+        if frame == 80:
+            buffer.clear()
+        buffer.append(times, values)
+        if frame % 25 == 0:
+            window_s, bins = float(rng.choice([1.0, 2.5, 10.0])), int(rng.choice([150, 300, 700]))
+        t_end = times[-1] - float(rng.choice([0.0, 0.05]))
+        got_t, got_v = decimator.window(buffer, t_end - window_s, t_end, bins)
+        stored_t, stored_v = buffer.times(), buffer.values()
+        first = max(int(np.searchsorted(stored_t, t_end - window_s, side="left")) - 1, 0)
+        last = int(np.searchsorted(stored_t, t_end, side="right"))
+        if last - first <= 2 * bins:
+            want_t, want_v = stored_t[first:last], stored_v[first:last]
+        else:
+            assert -(-(last - first) // bins) <= decimator.per_bin
+            want_t, want_v = aligned_peak_decimate(stored_t[first:last], stored_v[first:last],
+                                                   buffer.total - len(stored_t) + first, decimator.per_bin)
+            compared += 1
+        np.testing.assert_array_equal(got_t, want_t)
+        np.testing.assert_array_equal(got_v, want_v)
+        assert got_v.shape[0] <= 2 * (bins + 2)
+    assert compared > 0

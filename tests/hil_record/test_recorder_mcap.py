@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import json
 import signal
+import time
+from pathlib import Path
 
 import jsonschema
 import msgpack
+import zmq
 from mcap.reader import make_reader
 
 from sim.messages import SCHEMAS
 
 ROBOT_TEXT = '# a robot config stored verbatim\n[robot]\nkind = "flapper"\nname = "test"\n'
+#: messages of the burst test: enough to queue in the recorder for several receive turns
+BURST_MESSAGES = 20_000
 RIG_TEXT = '# a rig config stored verbatim\n[rig]\nname = "test-rig"\n'
 
 
@@ -76,7 +81,7 @@ def test_record_every_topic_with_schemas_times_metadata_and_gap_counts(tmp_path,
 def test_control_socket_start_stop_status_and_bad_requests(tmp_path, network, kit):
     first, second = tmp_path / "a.mcap", tmp_path / "b.mcap"
     with kit.Publisher(network, rate_hz=200):
-        proc = kit.mms("record", "--config", network["path"], "--wait", "--quiet")
+        proc = kit.mms("record", "--config", network["path"], "--wait", "--quiet", "--run-dir", str(tmp_path))
         try:
             idle = kit.status_when(network["rec"], lambda r: r.get("ok"), "the control socket")
             assert idle == {"ok": True, "recording": False}
@@ -88,7 +93,7 @@ def test_control_socket_start_stop_status_and_bad_requests(tmp_path, network, ki
             assert unknown["ok"] is False and "dance" in unknown["error"]
 
             started = kit.request(network["rec"], {"cmd": "start", "path": str(first)})
-            assert started == {"ok": True, "recording": True, "path": str(first)}
+            assert started == {"ok": True, "recording": True, "path": str(first.resolve())}
             again = kit.request(network["rec"], {"cmd": "start", "path": str(second)})
             assert again["ok"] is False and "already recording" in again["error"]
             kit.status_when(network["rec"], lambda r: r.get("messages", 0) >= 200, "200 messages recorded")
@@ -123,3 +128,89 @@ def test_record_refuses_bad_arguments_with_one_line(tmp_path, network, kit):
                           timeout=60)
     assert refused.returncode == 2 and "exists" in refused.stderr
     assert existing.read_bytes() == b"keep me"
+
+
+def test_control_socket_writes_only_new_files_inside_the_run_directory(tmp_path, network, kit):
+    run_dir, outside = tmp_path / "runs", tmp_path / "outside"
+    run_dir.mkdir()
+    outside.mkdir()
+    victim = outside / "victim.mcap"
+    victim.write_bytes(b"precious")
+    kept = run_dir / "kept.mcap"
+    kept.write_bytes(b"earlier run")
+    (run_dir / "escape").symlink_to(outside, target_is_directory=True)
+    (run_dir / "link.mcap").symlink_to(victim)
+    (run_dir / "dangling.mcap").symlink_to(outside / "new.mcap")
+    refusals = {
+        str(victim): "outside the run directory", "../outside/victim.mcap": "'..'",
+        "sub/../../outside/x.mcap": "'..'", "escape/x.mcap": "outside the run directory",
+        "dangling.mcap": "outside the run directory", "link.mcap": "outside the run directory",
+        "kept.mcap": "exists", str(kept): "exists", "notes.txt": ".mcap", "": "non-empty",
+        "/etc/passwd.mcap": "outside the run directory"}
+    with kit.Publisher(network, rate_hz=200):
+        proc = kit.mms("record", "--config", network["path"], "--wait", "--quiet", "--run-dir", str(run_dir))
+        try:
+            kit.status_when(network["rec"], lambda r: r.get("ok"), "the control socket")
+            for path, reason in refusals.items():
+                reply = kit.request(network["rec"], {"cmd": "start", "path": path})
+                assert reply["ok"] is False and reason in reply["error"], (path, reply)
+            forced = kit.request(network["rec"], {"cmd": "start", "path": "kept.mcap", "overwrite": True})
+            assert forced["ok"] is False and "overwrit" in forced["error"]
+            forced = kit.request(network["rec"], {"cmd": "start", "path": "fresh.mcap", "overwrite": True})
+            assert forced["ok"] is False
+            assert kit.request(network["rec"], {"cmd": "status"}) == {"ok": True, "recording": False}
+            started = kit.request(network["rec"], {"cmd": "start", "path": "day1/fresh.mcap"})
+            assert started["ok"] is True and started["path"] == str((run_dir / "day1" / "fresh.mcap").resolve())
+            kit.status_when(network["rec"], lambda r: r.get("messages", 0) >= 20, "20 messages recorded")
+            assert kit.request(network["rec"], {"cmd": "stop"})["ok"] is True
+            default = kit.request(network["rec"], {"cmd": "start"})
+            assert default["ok"] is True and Path(default["path"]).parent == run_dir.resolve()
+        finally:
+            _, stderr = kit.stop_process(proc, signal.SIGTERM)
+    assert proc.returncode == 0, stderr
+    assert victim.read_bytes() == b"precious" and kept.read_bytes() == b"earlier run"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.mcap"]
+    with open(run_dir / "day1" / "fresh.mcap", "rb") as handle:
+        assert sum(1 for _ in make_reader(handle).iter_messages()) >= 20
+
+
+def test_a_burst_is_recorded_byte_for_byte_in_order_with_receipt_times(tmp_path, network, kit):
+    """The receive path queues a burst and writes it once the socket is drained: the file must hold exactly the
+    bytes sent, in order, with non-decreasing receipt times inside the burst's span and the gaps counted."""
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(network["sim_pub"])
+    out = tmp_path / "burst.mcap"
+    proc = kit.mms("record", "--config", network["path"], "--out", str(out), "--quiet")
+    sent: list[bytes] = []
+    try:
+        def warmed_up():
+            pub.send_multipart([b"bench/warmup", msgpack.packb({"v": 1, "seq": 0, "stamp_ns": 1})])
+            reply = kit.request(network["rec"], {"cmd": "status"}, timeout_s=2.0)
+            return "bench/warmup" in reply.get("topics", {})
+        kit.wait_for(warmed_up, "the recorder subscribed")
+        skipped = 0
+        first_ns = time.time_ns()
+        for k in range(BURST_MESSAGES):
+            seq = k + (1 if k >= BURST_MESSAGES // 2 else 0)        # one seq skipped half-way: one gap
+            skipped = seq - k
+            payload = msgpack.packb({"v": 1, "seq": seq, "stamp_ns": first_ns + k, "k": k, "pad": "x" * (k % 97)})
+            sent.append(payload)
+            pub.send_multipart([b"hw/status", payload])
+        status = kit.status_when(network["rec"],
+                                 lambda r: r.get("topics", {}).get("hw/status", {}).get("messages") == len(sent),
+                                 "the burst written")
+        assert status["topics"]["hw/status"]["gaps"] == skipped == 1
+        written_ns = time.time_ns()
+    finally:
+        _, stderr = kit.stop_process(proc, signal.SIGTERM)
+        context.destroy(0)
+    assert proc.returncode == 0, stderr
+    with open(out, "rb") as handle:
+        messages = [m for _, _, m in make_reader(handle).iter_messages(topics=["hw/status"], log_time_order=False)]
+    assert [m.data for m in messages] == sent
+    log_times = [m.log_time for m in messages]
+    assert log_times == sorted(log_times) and first_ns <= log_times[0] and log_times[-1] <= written_ns
+    assert [m.publish_time for m in messages] == [first_ns + k for k in range(len(sent))]

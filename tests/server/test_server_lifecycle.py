@@ -111,14 +111,14 @@ def test_paused_start_waits_for_start_and_then_publishes_state_0_with_names(serv
     assert state["seq"] == 0 and state["t"] == 0.0 and state["joint_names"] == ["hinge"]
 
 
-def test_binding_beyond_loopback_is_loud(serve, pendulum, harness):
+def test_binding_beyond_loopback_without_keys_is_refused(serve, pendulum, harness):
     port = harness.free_port()
-    server = serve(pendulum.config, "--pub", f"tcp://0.0.0.0:{port}")
-    err = server.wait_stderr("WARNING")
-    assert f"binds to tcp://0.0.0.0:{port}, beyond loopback, WITHOUT authentication" in err
-    assert "127.0.0.1" in server.control and "WARNING: mms serve control" not in err
-    server.pub = f"tcp://127.0.0.1:{port}"
-    _status(server, server.subscriber(), lambda p: True, "a status through the wildcard bind")
+    server = serve(pendulum.config, "--pub", f"tcp://0.0.0.0:{port}", check_ready=False)
+    assert server.wait_exit() == 2, server.stderr()
+    err = server.stderr().strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"sim.pub: refusing to bind tcp://0.0.0.0:{port} beyond loopback without authentication" in err
+    assert "mms keys" in err
 
 
 def test_bad_input_is_a_one_line_error_without_traceback(serve, pendulum, tmp_path):
