@@ -165,7 +165,7 @@ def healthy_windows(span: tuple[float, float], disturbances: list[Disturbance],
     grid = span[0] + MASK_STEP_S * np.arange(n)
     ok = grid >= span[0] + criteria.settle_s
     for d in disturbances:
-        ok[(grid >= d.start_s) & (grid <= d.end_s + criteria.settle_s)] = False
+        ok[np.searchsorted(grid, d.start_s):np.searchsorted(grid, d.end_s + criteria.settle_s, side="right")] = False
     windows = []
     for first, last in _runs(ok):
         start, end = grid[first], grid[last]
