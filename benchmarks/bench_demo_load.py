@@ -2,7 +2,8 @@
 
 Runs `mms demo` (the whole live loop: simulator, driver, emulator with its physics plant, recorder, then the
 validation and the replay) ``--repeats`` times idle, then as many times with one extra process keeping one core
-busy, and prints the figures side by side with the run's health verdict. The bar: beside the hog the demo either
+busy, and prints the figures side by side with the run's health verdict and each process's CPU share (CPU time
+over the demo's whole wall time, warm-up and validation included: 100 % is one core). The bar: beside the hog the demo either
 keeps its numbers (root bending ratio and stroke lag within 10 % of the idle runs' mean) or reports INVALID with
 the reason. Not a test: it takes minutes and its figures depend on the machine.
 
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +36,54 @@ BAR = ("root bending ratio", "stroke lag (deg)")
 HOG = "while True: pass"
 
 
+#: /proc sampling period of the CPU time of the demo's processes, s
+CPU_SAMPLE_S = 0.5
+#: (role, text in the command line) of the processes whose CPU time is reported; the emulator's physics plant is
+#: its forked child (same command line)
+ROLES = (("serve", " serve "), ("drive", " drive "), ("emulate", " emulate "), ("record", " record "))
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_by_role(root_pid: int) -> dict[int, tuple[str, float]]:
+    """CPU time (user + system, s) of every live descendant of ``root_pid`` with a role, by pid: (role, seconds)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(entry.name)] = (int(fields[1]), f" {cmdline} ", (int(fields[11]) + int(fields[12])) / TICKS_PER_S)
+    found = {}
+    for pid, (parent, cmdline, seconds) in table.items():
+        ancestor = parent
+        while ancestor in table and ancestor != root_pid:
+            ancestor = table[ancestor][0]
+        if ancestor != root_pid:
+            continue
+        role = next((name for name, text in ROLES if text in cmdline), None)
+        if role == "emulate" and parent in table and table[parent][1] == cmdline:
+            role = "plant"
+        if role is not None:
+            found[pid] = (role, seconds)
+    return found
+
+
 def run_demo(out: Path, duration_s: float) -> dict:
-    """One `mms demo`; its figures, health and exit code."""
-    done = subprocess.run([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration_s), "--out", str(out)],
-                          capture_output=True, text=True)
-    row: dict = {"exit": done.returncode}
+    """One `mms demo`; its figures, health, exit code and the CPU share of each of its processes during the run."""
+    demo = subprocess.Popen([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration_s), "--out",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    last: dict[int, tuple[str, float]] = {}
+    started = time.monotonic()
+    while demo.poll() is None:
+        last.update(_cpu_by_role(demo.pid))
+        time.sleep(CPU_SAMPLE_S)
+    wall = time.monotonic() - started
+    row: dict = {"exit": demo.returncode, "cpu": {}}
+    for role, seconds in last.values():
+        row["cpu"][role] = row["cpu"].get(role, 0.0) + seconds / wall
     for label, report, channel, metric in FIGURES:
         path = out / report / "metrics.json"
         if not path.exists():
@@ -83,6 +129,9 @@ def main() -> int:
     for label, *_ in FIGURES:
         cells = [row.get(label) for c in rows for row in rows[c]]
         print(f"{label:26s}" + "".join(f"{v:<14.4g}" if v is not None else f"{'-':14s}" for v in cells))
+    for role in [name for name, _ in ROLES] + ["plant"]:
+        cells = [row["cpu"].get(role) for c in rows for row in rows[c]]
+        print(f"{'CPU share: ' + role:26s}" + "".join(f"{v:<14.0%}" if v is not None else f"{'-':14s}" for v in cells))
     print()
     idle_valid = [r for r in rows["idle"] if r.get("health", {}).get("valid")]
     for row in rows["hog"]:
