@@ -237,27 +237,28 @@ def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
 
 
 @njit(cache=True)
-def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
-                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
-                forces):
-    """n_steps classical RK4 steps of dt (s) from (t, y), y updated in place (quaternion renormalised after
-    every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``); returns (t_end, number of
-    evaluations). work (5, ny) scratch; fsal (ny,): f(t, y) of the previous call's end, reused as the first
-    stage when cache_t[0] (s) == t, cache_t[1] == 1 (valid), y unchanged (fsal's state is work[4]),
-    tau_in == cache_tau and law_par == cache_par. On return ``buf`` holds the evaluation at (t_end, y_end)
-    and fsal its derivative."""
-    ny = y.shape[0]
-    law_par = laws[2]
-    k1, k2, k3, k4, y_cached = work[0], work[1], work[2], work[3], work[4]
-    tmp = np.empty(ny)
-    evaluations = 0
-    if inputs_match(cache_t, t, y_cached, y, cache_tau, tau_in, cache_par, law_par):
-        for i in range(ny):
+def _first_stage(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode,
+                 passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """k1 = f(t, y): the kept derivative when the inputs match (first-same-as-last), else a new evaluation;
+    returns the number of evaluations made (0 or 1)."""
+    if inputs_match(cache_t, t, work[4], y, cache_tau, tau_in, cache_par, laws[2]):
+        for i in range(y.shape[0]):
             k1[i] = fsal[i]
-    else:
-        _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        evaluations += 1
+        return 0
+    _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+              held_pose, held_twist, acc_in, has_forces, forces)
+    return 1
+
+
+@njit(cache=True)
+def _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+               scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """n_steps RK4 steps from (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion
+    renormalised after every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``). On return
+    ``buf`` holds the evaluation at the final state, fsal its derivative (= work[0] when n_steps == 0);
+    returns t_end (s)."""
+    ny = y.shape[0]
+    k1, k2, k3, k4 = work[0], work[1], work[2], work[3]
     half = 0.5 * dt
     sixth = dt / 6.0
     for step in range(n_steps):
@@ -285,11 +286,17 @@ def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, pa
         # The next step's first stage, and at the end the Data of the final state (for the outputs).
         _evaluate(t, y, fsal, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
                   held_pose, held_twist, acc_in, has_forces, forces)
-        evaluations += 4
     if n_steps == 0:
         for i in range(ny):
             fsal[i] = k1[i]
-    for i in range(ny):
+    return t
+
+
+@njit(cache=True)
+def _keep_inputs(t, y, work, tau_in, law_par, cache_t, cache_tau, cache_par):
+    """Remember the inputs of the kept derivative (see :func:`inputs_match`)."""
+    y_cached = work[4]
+    for i in range(y.shape[0]):
         y_cached[i] = y[i]
     for i in range(tau_in.shape[0]):
         cache_tau[i] = tau_in[i]
@@ -298,6 +305,49 @@ def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, pa
             cache_par[i, c] = law_par[i, c]
     cache_t[0] = t
     cache_t[1] = 1.0
+
+
+@njit(cache=True)
+def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
+                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
+                forces):
+    """n_steps classical RK4 steps of dt (s) from (t, y), y updated in place; returns (t_end, number of
+    evaluations). work (5, ny) scratch; fsal (ny,): f(t, y) of the previous call's end, reused as the first
+    stage when cache_t[0] (s) == t, cache_t[1] == 1 (valid), y unchanged (fsal's state is work[4]),
+    tau_in == cache_tau and law_par == cache_par. On return ``buf`` holds the evaluation at (t_end, y_end)
+    and fsal its derivative."""
+    tmp = np.empty(y.shape[0])
+    evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
+                               gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                               has_forces, forces)
+    t = _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
+                   laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+    _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
+    return t, evaluations + 4 * n_steps
+
+
+@njit(cache=True)
+def rk4_record(every, t, dt, y, times, out, q_rest, work, fsal, cache_t, cache_tau, cache_par, parent, mf, buf,
+               actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+               has_forces, forces):
+    """out.shape[0] records of ``every`` RK4 steps each (:func:`rk4_advance`'s steps), the outputs
+    (:func:`pack_outputs`) after each record's last step in out (records, output size) and its time (s) in
+    times (records,): what a Python loop of ``step()`` + ``outputs()`` gives, in one call. Returns (t_end,
+    evaluations)."""
+    tmp = np.empty(y.shape[0])
+    evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
+                               gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                               has_forces, forces)
+    for r in range(out.shape[0]):
+        if r > 0:
+            for i in range(y.shape[0]):
+                work[0, i] = fsal[i]
+        t = _rk4_steps(every, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
+                       laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+        times[r] = t
+        pack_outputs(parent, buf, q_rest, passive, out[r])
+        evaluations += 4 * every
+    _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
     return t, evaluations
 
 
@@ -565,8 +615,7 @@ class FusedStepper:
         for row, law in self._held:
             self.law_par[row, :3] = law.evaluate(0.0)
 
-    def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):
-        """n_steps RK4 steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
+    def _prepare(self, t: float, y: np.ndarray) -> None:
         if self.work is None or self.work.shape[1] != y.shape[0]:
             self.work = np.zeros((5, y.shape[0]))
             self.fsal = np.zeros(y.shape[0])
@@ -574,11 +623,29 @@ class FusedStepper:
         if self._held:
             self._read_held()
         self.data.t = t
+
+    def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):
+        """n_steps RK4 steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
+        self._prepare(t, y)
         model = self.model
         t_end, evaluations = rk4_advance(
             n_steps, t, dt, y, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
             model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive,
             self.laws, self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces,
             self.forces)
+        self.data.t = t_end
+        return t_end, evaluations
+
+    def record(self, t: float, y: np.ndarray, dt: float, every: int, tau_applied: np.ndarray, times: np.ndarray,
+               out: np.ndarray):
+        """out.shape[0] records of ``every`` steps from (t, y) (y updated in place), see :func:`rk4_record`;
+        returns (t_end s, evaluations)."""
+        self._prepare(t, y)
+        model = self.model
+        t_end, evaluations = rk4_record(
+            every, t, dt, y, times, out, model.q_rest, self.work, self.fsal, self.cache_t, self.cache_tau,
+            self.cache_par, model.parent, model.kernel_floats, self.data.buffer, model.actuated, model.gravity,
+            self.mode, self.passive, self.laws, self.scratch, tau_applied, self.held_pose, self.held_twist,
+            self.acc_in, self.has_forces, self.forces)
         self.data.t = t_end
         return t_end, evaluations

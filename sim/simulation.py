@@ -222,12 +222,43 @@ class Simulation:
         base frame, N and N m (zero when floating); ext_wrench (6,) total non-gravity external wrench of the
         force models, world frame, about O_0. After a fused step the evaluation the step left in Data (at the
         current time and state, same applied torques and law values) is used as is: no extra evaluation."""
+        packed = np.empty(self._output_size)
+        self._pack_outputs(packed)
+        return self._unpack(packed)
+
+    def _pack_outputs(self, out: np.ndarray) -> None:
+        """The outputs at the current time into out (output size,) (layout: sim.fused.output_layout)."""
         if not (self._data_from_fused and self._fused.valid_at(self.t, self.y, self._tau_array())):
             self._evaluate(self.t, self.y)
-        model = self.model
-        packed = np.empty(self._output_size)
-        pack_outputs(model.parent, self.data.buffer, model.q_rest, self.passive_index, packed)
-        return {name: packed[start:stop] for name, start, stop in self._output_slices}
+        pack_outputs(self.model.parent, self.data.buffer, self.model.q_rest, self.passive_index, out)
+
+    def _unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """{field: view} of packed outputs (..., output size) (last axis split by sim.fused.output_layout)."""
+        return {name: packed[..., start:stop] for name, start, stop in self._output_slices}
+
+    def record(self, n_records: int, every: int = 1) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Advance ``n_records * every`` steps of dt, recording the outputs after every ``every`` steps: returns
+        the record times (n_records,) s and {field: (n_records, ...)} with the fields of :meth:`outputs`. The same
+        numbers as a loop of ``step()`` and ``outputs()``; on the fused path the whole loop is one compiled call
+        (no Python per step or per record)."""
+        n_records, every = int(n_records), int(every)
+        if n_records < 0 or every < 1:
+            raise ValueError(f"record({n_records}, {every}): expected n_records >= 0 and every >= 1")
+        times = np.empty(n_records)
+        packed = np.empty((n_records, self._output_size))
+        if self._fused is not None and n_records > 0:
+            y = self.y.copy()
+            self.t, evaluations = self._fused.record(self.t, y, self.dt, every, self._tau_array(), times, packed)
+            self.y = y
+            self.evaluations += evaluations
+            self._data_from_fused = True
+        else:
+            for row in range(n_records):
+                for _ in range(every):
+                    self.step()
+                times[row] = self.t
+                self._pack_outputs(packed[row])
+        return times, self._unpack(packed)
 
 
 def external_wrench_world(data: Data) -> np.ndarray:
