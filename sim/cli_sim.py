@@ -1,6 +1,6 @@
 """``mms sim``: run a robot simulation offline; write its time series, plots and an optional summary.
 
-    mms sim CONFIG [--periods 6 | --duration T] [--base free|tethered] [--dt DT] [--integrator rk4|rk45]
+    mms sim CONFIG [--periods 6 | --duration T] [--base free|tethered] [--dt DT] [--integrator rk4|rk45|rosw]
                    [--out runs/<name>/] [--summary PATH] [--record-every N] [--no-plots] [--quiet]
                    [--tailbeat-frequency F] [--tailbeat-amplitude A]
 
@@ -72,7 +72,7 @@ OUTPUT_UNITS: dict[str, tuple[str, str]] = {
 
 ROBOT_OPTIONS = ("tailbeat_frequency", "tailbeat_amplitude")
 BASES = {"free": "floating", "tethered": "fixed"}
-INTEGRATORS = ("rk4", "rk45")
+INTEGRATORS = ("rk4", "rk45", "rosw")
 #: Relative tolerance when comparing the chosen dt with a robot's advised step.
 DT_SLACK = 1e-9
 #: Steps per compiled call of the stepping loop: long enough that the call's overhead vanishes (< 1 %), short
@@ -107,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dt", type=float, default=None,
                         help="time step in s (output interval for rk45; default: config, else 1e-4)")
     parser.add_argument("--integrator", choices=INTEGRATORS, default=None,
-                        help="rk4 (fixed step) or rk45 (adaptive Dormand-Prince); default: config, else rk4")
+                        help="rk4 (fixed step), rk45 (adaptive Dormand-Prince) or rosw (fixed step, linearly "
+                             "implicit Rosenbrock-W: stiff modes do not bound its step); default: config, else rk4")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder for the time series and plots (default runs/<robot name>/)")
     parser.add_argument("--summary", type=Path, default=None, help="write a JSON summary of the run here")
@@ -157,7 +158,7 @@ def prepare(args: argparse.Namespace):
         raise ConfigError(path, "simulation", "expected a table")
     integrator = args.integrator or require(table, "integrator", str, path=path, prefix="simulation",
                                             default="rk4", check=lambda v: v in INTEGRATORS,
-                                            expected="\"rk4\" or \"rk45\"")
+                                            expected=" or ".join(f'"{name}"' for name in INTEGRATORS))
     dt = args.dt if args.dt is not None else require(table, "dt", float, path=path, prefix="simulation",
                                                      default=1e-4, check=lambda v: v > 0.0,
                                                      expected="a time step > 0 (s)")

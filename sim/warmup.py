@@ -10,8 +10,8 @@ fraction of a second. Without a warm-up the first simulation of a fresh installa
 first states); the Makefile's install step runs this module instead, where the user expects to wait.
 
 :func:`warm_up` steps every shipped robot (:data:`CASES`) along every path a product process takes: the fused
-RK4 path (``step()``, ``advance()``, ``outputs()``, the recording loop of `mms sim`), the Python path (``fused=False``,
-RK4 and RK45) and the public :func:`sim.hybrid_dynamics`. :func:`kernels_compiled` says, from the cache index
+path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of `mms sim`),
+the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`. :func:`kernels_compiled` says, from the cache index
 files alone (nothing is loaded), whether the entry kernels have code for the current sources.
 
 ``--check`` (for tests and CI) warms up, then steps the same cases again in a new process and exits 1 when that
@@ -37,7 +37,7 @@ COMPILE_ESTIMATE_S = 40
 
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
-ENTRY_KERNELS = (("sim.fused", "rk4_advance"), ("sim.fused", "rk4_record"), ("sim.fused", "pack_outputs"),
+ENTRY_KERNELS = (("sim.fused", "fused_advance"), ("sim.fused", "fused_record"), ("sim.fused", "pack_outputs"),
                  ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"))
 
 
@@ -88,15 +88,17 @@ def build_case(case: Case, root: Path = ROOT):
 def exercise(model, dt: float) -> None:
     """Run ``model`` along every product path (each kernel meets the argument types it meets in use)."""
     from sim.dynamics import hybrid_dynamics
-    from sim.simulation import Simulation
+    from sim.fused import FUSED_METHODS
+    from sim.simulation import INTEGRATORS, Simulation
 
-    fused = Simulation(model, "rk4", dt)
-    fused.outputs()
-    fused.step()
-    fused.outputs()
-    fused.advance(2 * dt)
-    fused.record(2, 1)
-    for integrator in ("rk4", "rk45"):
+    for integrator in FUSED_METHODS:
+        fused = Simulation(model, integrator, dt)
+        fused.outputs()
+        fused.step()
+        fused.outputs()
+        fused.advance(2 * dt)
+        fused.record(2, 1)
+    for integrator in INTEGRATORS:
         python = Simulation(model, integrator, dt, fused=False)
         python.step()
         python.outputs()
