@@ -21,6 +21,9 @@ import numpy as np
 from numba import njit
 
 from .model import Data, Model
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Joint-axis components below this are treated as zero when classifying a unit twist (revolute/prismatic).
 AXIS_ZERO = 1e-12

@@ -45,6 +45,9 @@ from .integrators import JACOBIAN_FD_STEP, PASSIVE_OFFSET, ROSW_ALPHA, ROSW_B, R
 from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid
 from .model import Model, StaticBase
 from .spatial import quat_derivative, quat_to_matrix
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Force-model kernels a fused step can call (value of a plug-in's ``fused_kernel`` attribute), in the order
 #: the fused step applies them (f_ext sums in another order differ by rounding only).
@@ -261,39 +264,38 @@ def _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gr
     """n_steps RK4 steps from (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion
     renormalised after every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``). On return
     ``buf`` holds the evaluation at the final state, fsal its derivative (= work[0] when n_steps == 0);
-    returns t_end (s)."""
+    returns t_end (s). One evaluation call site (stages 2-4, then the next step's first stage at the new state):
+    numba inlines every site, and each costs compile time."""
     ny = y.shape[0]
-    k1, k2, k3, k4 = work[0], work[1], work[2], work[3]
     half = 0.5 * dt
     sixth = dt / 6.0
     for step in range(n_steps):
         if step > 0:
             for i in range(ny):
-                k1[i] = fsal[i]
-        for i in range(ny):
-            tmp[i] = y[i] + half * k1[i]
-        _evaluate(t + half, tmp, k2, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for i in range(ny):
-            tmp[i] = y[i] + half * k2[i]
-        _evaluate(t + half, tmp, k3, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for i in range(ny):
-            tmp[i] = y[i] + dt * k3[i]
-        _evaluate(t + dt, tmp, k4, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for i in range(ny):
-            y[i] = y[i] + sixth * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
-        norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
-        for i in range(3, 7):
-            y[i] /= norm
-        t = t + dt
-        # The next step's first stage, and at the end the Data of the final state (for the outputs).
-        _evaluate(t, y, fsal, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
+                work[0, i] = fsal[i]
+        for stage in range(1, 5):
+            if stage < 4:
+                coef = dt if stage == 3 else half
+                for i in range(ny):
+                    tmp[i] = y[i] + coef * work[stage - 1, i]
+                t_stage = t + coef
+                target = work[stage]
+            else:
+                for i in range(ny):
+                    y[i] = y[i] + sixth * (work[0, i] + 2.0 * work[1, i] + 2.0 * work[2, i] + work[3, i])
+                norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+                for i in range(3, 7):
+                    y[i] /= norm
+                t = t + dt
+                for i in range(ny):
+                    tmp[i] = y[i]
+                t_stage = t
+                target = fsal
+            _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
+                      tau_in, held_pose, held_twist, acc_in, has_forces, forces)
     if n_steps == 0:
         for i in range(ny):
-            fsal[i] = k1[i]
+            fsal[i] = work[0, i]
     return t
 
 
@@ -320,8 +322,40 @@ def _refresh_jacobian(t, y, f0, J, W_inv, dt, groups, branch, tmp, column, paren
             for r in range(n_p):
                 if branch[r] == branch[a % n_p]:
                     J[n_p + r, a] = (column[o + n_p + r] - f0[o + n_p + r]) / JACOBIAN_FD_STEP
-    W_inv[:, :] = np.linalg.inv(np.eye(2 * n_p) - (dt * ROSW_GAMMA_DIAG) * J)
+    _invert_w(J, dt * ROSW_GAMMA_DIAG, W_inv)
     return groups.shape[0]
+
+
+@njit(cache=True)
+def _invert_w(J, h_gamma, out):
+    """out = (I - h_gamma J)^-1 by Gauss-Jordan elimination with partial pivoting (J (m, m); W is close to the
+    identity for the small steps and diagonally dominant for the stiff ones, so pivoting on rows is enough).
+    numba's np.linalg.inv would do, at several times the compile time."""
+    m = J.shape[0]
+    W = np.empty((m, m))
+    for a in range(m):
+        for b in range(m):
+            W[a, b] = (1.0 if a == b else 0.0) - h_gamma * J[a, b]
+            out[a, b] = 1.0 if a == b else 0.0
+    for c in range(m):
+        pivot = c
+        for r in range(c + 1, m):
+            if abs(W[r, c]) > abs(W[pivot, c]):
+                pivot = r
+        if pivot != c:
+            for b in range(m):
+                W[c, b], W[pivot, b] = W[pivot, b], W[c, b]
+                out[c, b], out[pivot, b] = out[pivot, b], out[c, b]
+        scale = 1.0 / W[c, c]
+        for b in range(m):
+            W[c, b] *= scale
+            out[c, b] *= scale
+        for r in range(m):
+            if r != c and W[r, c] != 0.0:
+                factor = W[r, c]
+                for b in range(m):
+                    W[r, b] -= factor * W[c, b]
+                    out[r, b] -= factor * out[c, b]
 
 
 @njit(cache=True)
@@ -343,20 +377,40 @@ def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, b
             for a in range(ny):
                 k[0, a] = fsal[a]
         if refresh[1] > 0 and refresh[0] >= refresh[1]:
-            refresh[2] += _refresh_jacobian(t, y, k[0], J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf, actuated,
-                                            gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
+            refresh[2] += _refresh_jacobian(t, y, k[0], J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf,
+                                            actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
                                             held_twist, acc_in, has_forces, forces)
             refresh[0] = 0
         refresh[0] += 1
-        for i in range(4):
-            if i > 0:
+        for i in range(5):
+            # stage i (0: k[0] is f(t, y) already), then (i == 4) the update and the evaluation at the new state
+            if i == 4:
+                for a in range(ny):
+                    acc = 0.0
+                    for j in range(4):
+                        acc += ROSW_B[j] * k[j, a]
+                    y[a] = y[a] + dt * acc
+                norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+                for a in range(3, 7):
+                    y[a] /= norm
+                t = t + dt
+                for a in range(ny):
+                    tmp[a] = y[a]
+                t_stage = t
+                target = fsal
+            elif i > 0:
                 for a in range(ny):
                     acc = y[a]
                     for j in range(i):
                         acc += (dt * ROSW_ALPHA[i, j]) * k[j, a]
                     tmp[a] = acc
-                _evaluate(t + ROSW_C[i] * dt, tmp, k[i], parent, mf, buf, actuated, gravity, base_mode, passive,
-                          laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+                t_stage = t + ROSW_C[i] * dt
+                target = k[i]
+            if i > 0:       # one evaluation call site (each inlined copy costs compile time)
+                _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+                          scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+            if i == 4:
+                break
             for a in range(n2):
                 acc = 0.0
                 for j in range(i):
@@ -372,17 +426,6 @@ def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, b
                 for b in range(n2):
                     acc += W_inv[a, b] * rhs[b]
                 k[i, o + a] = acc
-        for a in range(ny):
-            acc = 0.0
-            for i in range(4):
-                acc += ROSW_B[i] * k[i, a]
-            y[a] = y[a] + dt * acc
-        norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
-        for a in range(3, 7):
-            y[a] /= norm
-        t = t + dt
-        _evaluate(t, y, fsal, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
     if n_steps == 0:
         for a in range(ny):
             fsal[a] = work[0, a]
@@ -417,45 +460,34 @@ def _keep_inputs(t, y, work, tau_in, law_par, cache_t, cache_tau, cache_par):
 
 
 @njit(cache=True)
-def fused_advance(method, n_steps, t, dt, y, J, W_inv, refresh, groups, branch, work, fsal, cache_t, cache_tau, cache_par, parent, mf, buf,
-                  actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
-                  has_forces, forces):
-    """n_steps steps of dt (s) of the method (METHOD_*) from (t, y), y updated in place; returns (t_end, number
-    of evaluations). J, W_inv: see :func:`_rosw_steps` (empty for RK4). work (5, ny) scratch; fsal (ny,):
-    f(t, y) of the previous call's end, reused as the first stage when cache_t[0] (s) == t, cache_t[1] == 1
-    (valid), y unchanged (fsal's state is work[4]), tau_in == cache_tau and law_par == cache_par. On return
+def fused_run(method, every, pack, t, dt, y, J, W_inv, refresh, groups, branch, times, out, q_rest, work, fsal,
+              cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
+              tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """times.shape[0] records of ``every`` steps of dt (s) of the method (METHOD_*) from (t, y), y updated in
+    place; after each record's last step its time (s) goes to times (records,) and, when ``pack``, the outputs
+    (:func:`pack_outputs`) to out (records, output size): what a Python loop of ``step()`` + ``outputs()``
+    gives, in one call (``advance`` is one record, unpacked). Returns (t_end, evaluations).
+
+    J, W_inv, refresh, groups, branch: see :func:`_rosw_steps` (empty for RK4). work (5, ny) scratch; fsal
+    (ny,): f(t, y) of the previous call's end, reused as the first stage when cache_t[0] (s) == t, cache_t[1]
+    == 1 (valid), y unchanged (fsal's state is work[4]), tau_in == cache_tau and law_par == cache_par. On return
     ``buf`` holds the evaluation at (t_end, y_end) and fsal its derivative. The evaluations of Jacobian
-    refreshes are counted in refresh[2], not in the returned number."""
+    refreshes are counted in refresh[2], not in the returned number. One entry kernel for both uses: each
+    entry compiles the whole step again."""
     tmp = np.empty(y.shape[0])
     evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
                                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
                                has_forces, forces)
-    t = _steps(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated, gravity, base_mode,
-               passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
-    _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
-    return t, evaluations + 4 * n_steps
-
-
-@njit(cache=True)
-def fused_record(method, every, t, dt, y, J, W_inv, refresh, groups, branch, times, out, q_rest, work, fsal, cache_t, cache_tau, cache_par,
-                 parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist,
-                 acc_in, has_forces, forces):
-    """out.shape[0] records of ``every`` steps each (:func:`fused_advance`'s steps), the outputs
-    (:func:`pack_outputs`) after each record's last step in out (records, output size) and its time (s) in
-    times (records,): what a Python loop of ``step()`` + ``outputs()`` gives, in one call. Returns (t_end,
-    evaluations)."""
-    tmp = np.empty(y.shape[0])
-    evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
-                               gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
-                               has_forces, forces)
-    for r in range(out.shape[0]):
+    for r in range(times.shape[0]):
         if r > 0:
             for i in range(y.shape[0]):
                 work[0, i] = fsal[i]
-        t = _steps(method, every, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated, gravity,
-                   base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+        t = _steps(method, every, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                   actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                   has_forces, forces)
         times[r] = t
-        pack_outputs(parent, buf, q_rest, passive, out[r])
+        if pack:
+            pack_outputs(parent, buf, q_rest, passive, out[r])
         evaluations += 4 * every
     _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
     return t, evaluations
@@ -633,7 +665,7 @@ def fused_unsupported(model: Model, integrator: str) -> str | None:
 
 
 class FusedStepper:
-    """The fused path for one Simulation (its Model, Data and state layout); see :func:`fused_advance`.
+    """The fused path for one Simulation (its Model, Data and state layout); see :func:`fused_run`.
 
     ``laws`` (the kernel's law table): act_index (n_a,) actuated joints; law_kind (n_a + n_s,) LAW_*;
     law_par (n_a + n_s, 4); poly (n_a + n_s, 3, P); poly_len (n_a + n_s, 3) -- rows 0..n_a-1 the actuated
@@ -711,6 +743,8 @@ class FusedStepper:
         self.cache_par = np.zeros_like(self.law_par)
         self.work = None
         self.fsal = None
+        self._one_time = np.zeros(1)           # advance(): one record, its time (s) ...
+        self._no_outputs = np.zeros((1, 0))    # ... and no outputs packed
 
     def set_fixed_pose(self, pose: np.ndarray) -> None:
         """New pose (4, 4) of a fixed base (after Simulation.set_state)."""
@@ -745,27 +779,19 @@ class FusedStepper:
         self.data.t = t
 
     def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):
-        """n_steps RK4 steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
-        self._prepare(t, y)
-        model = self.model
-        t_end, evaluations = fused_advance(
-            self.method, n_steps, t, dt, y, self.J, self.W_inv, self.refresh, self.groups, self.branch, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
-            model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive,
-            self.laws, self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces,
-            self.forces)
-        self.data.t = t_end
-        return t_end, evaluations
+        """n_steps steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
+        return self.record(t, y, dt, n_steps, tau_applied, self._one_time, self._no_outputs, pack=False)
 
     def record(self, t: float, y: np.ndarray, dt: float, every: int, tau_applied: np.ndarray, times: np.ndarray,
-               out: np.ndarray):
-        """out.shape[0] records of ``every`` steps from (t, y) (y updated in place), see :func:`fused_record`;
+               out: np.ndarray, pack: bool = True):
+        """times.shape[0] records of ``every`` steps from (t, y) (y updated in place), see :func:`fused_run`;
         returns (t_end s, evaluations)."""
         self._prepare(t, y)
         model = self.model
-        t_end, evaluations = fused_record(
-            self.method, every, t, dt, y, self.J, self.W_inv, self.refresh, self.groups, self.branch, times, out, model.q_rest, self.work, self.fsal, self.cache_t, self.cache_tau,
-            self.cache_par, model.parent, model.kernel_floats, self.data.buffer, model.actuated, model.gravity,
-            self.mode, self.passive, self.laws, self.scratch, tau_applied, self.held_pose, self.held_twist,
-            self.acc_in, self.has_forces, self.forces)
+        t_end, evaluations = fused_run(
+            self.method, every, pack, t, dt, y, self.J, self.W_inv, self.refresh, self.groups, self.branch, times,
+            out, model.q_rest, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
+            model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive, self.laws,
+            self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces, self.forces)
         self.data.t = t_end
         return t_end, evaluations

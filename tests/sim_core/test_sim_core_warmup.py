@@ -76,3 +76,17 @@ def test_warmup_then_a_new_process_compiles_nothing():
     assert result.returncode == 0, result.stderr
     assert "a new process loads every kernel from the cache" in result.stdout
     assert kernels_compiled()
+
+
+def test_stale_kernels_are_discarded_when_a_kernel_source_changes(tmp_path):
+    from sim.warmup import STAMP_NAME, discard_stale_kernels, kernel_sources_hash
+
+    for name in ("fused.rk4-1.py311.nbi", "fused.rk4-1.py311.1.nbc", "other.pyc"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / STAMP_NAME).write_text("the hash of older sources")
+    assert discard_stale_kernels(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernels.stamp", "other.pyc"]
+    assert (tmp_path / STAMP_NAME).read_text() == kernel_sources_hash()
+    (tmp_path / "fused.rk4-1.py311.nbi").write_bytes(b"compiled from the current sources")
+    assert not discard_stale_kernels(tmp_path)
+    assert (tmp_path / "fused.rk4-1.py311.nbi").exists()
