@@ -359,12 +359,13 @@ def _invert_w(J, h_gamma, out):
 
 
 @njit(cache=True)
-def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated, gravity,
-                base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated,
+                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
     """n_steps ROS34PW2 steps (:func:`sim.integrators.rosw_step`, same operation order) from (t, y), with
     work[0] already f(t, y); J, W_inv (2 n_p, 2 n_p) the passive block's Jacobian and (I - h gamma J)^-1;
-    refresh (3,) int64: (steps since J's velocity columns were refreshed, steps between refreshes (0: never),
-    evaluations spent refreshing, added to); groups, branch: see :func:`sim.integrators.column_groups`. Same contract as :func:`_rk4_steps` otherwise."""
+    refresh (3,) int64: (steps since J was refreshed, steps between refreshes (0: never), evaluations spent
+    refreshing, added to); groups, branch: see :func:`sim.integrators.column_groups`. Same contract as
+    :func:`_rk4_steps` otherwise."""
     ny = y.shape[0]
     o = PASSIVE_OFFSET
     n2 = ny - o
@@ -433,12 +434,12 @@ def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, b
 
 
 @njit(cache=True)
-def _steps(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated, gravity,
-           base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+def _steps(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated,
+           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
     """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
     if method == METHOD_ROSW:
-        return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated, gravity,
-                           base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
+        return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                           actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
                            forces)
     return _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
                       laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)

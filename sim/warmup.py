@@ -6,13 +6,14 @@ The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fus
 numba compiles each one for the argument types it meets, the first time it meets them, and writes the machine
 code next to the source (``__pycache__/*.nbi`` index, ``*.nbc`` code). A later process loads that code in a
 fraction of a second. Without a warm-up the first simulation of a fresh installation pays the compile (about
-40 s on a 2-core laptop) in the middle of what the user measures (`mms sim`'s real-time factor, `mms serve`'s
+a minute on a 2-core laptop) in the middle of what the user measures (`mms sim`'s real-time factor, `mms serve`'s
 first states); the Makefile's install step runs this module instead, where the user expects to wait.
 
 :func:`warm_up` steps every shipped robot (:data:`CASES`) along every path a product process takes: the fused
-path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of `mms sim`),
-the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`. :func:`kernels_compiled` says, from the cache index
-files alone (nothing is loaded), whether the entry kernels have code for the current sources.
+path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of
+`mms sim`), the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`.
+:func:`kernels_compiled` says, from the cache index files alone (nothing is loaded), whether the entry kernels
+have code for the current sources.
 
 ``--check`` (for tests and CI) warms up, then steps the same cases again in a new process and exits 1 when that
 process compiled anything (a kernel that numba cannot cache, e.g. one closing over a dynamic global).
