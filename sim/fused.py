@@ -259,6 +259,17 @@ def _first_stage(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf
 
 
 @njit(cache=True)
+def _end_of_step(y, tmp):
+    """Renormalise the quaternion of the new state y (as ``Simulation._normalize``) and copy y into tmp (the
+    state of the evaluation that ends the step)."""
+    norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+    for i in range(3, 7):
+        y[i] /= norm
+    for i in range(y.shape[0]):
+        tmp[i] = y[i]
+
+
+@njit(cache=True)
 def _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
                scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
     """n_steps RK4 steps from (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion
@@ -283,12 +294,8 @@ def _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gr
             else:
                 for i in range(ny):
                     y[i] = y[i] + sixth * (work[0, i] + 2.0 * work[1, i] + 2.0 * work[2, i] + work[3, i])
-                norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
-                for i in range(3, 7):
-                    y[i] /= norm
+                _end_of_step(y, tmp)
                 t = t + dt
-                for i in range(ny):
-                    tmp[i] = y[i]
                 t_stage = t
                 target = fsal
             _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
@@ -391,12 +398,8 @@ def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, b
                     for j in range(4):
                         acc += ROSW_B[j] * k[j, a]
                     y[a] = y[a] + dt * acc
-                norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
-                for a in range(3, 7):
-                    y[a] /= norm
+                _end_of_step(y, tmp)
                 t = t + dt
-                for a in range(ny):
-                    tmp[a] = y[a]
                 t_stage = t
                 target = fsal
             elif i > 0:
@@ -439,8 +442,8 @@ def _steps(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups
     """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
     if method == METHOD_ROSW:
         return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
-                           actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
-                           forces)
+                           actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist,
+                           acc_in, has_forces, forces)
     return _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
                       laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
 
