@@ -35,8 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Wall time of the whole warm-up with a cold cache on the reference machine (2 cores shared with other
-#: programs; measured 2026-11: see docs/sim-core.md, "Warm start"), printed as the user's expectation.
-COMPILE_ESTIMATE_S = 60
+#: programs: 55 s and 75 s measured, docs/sim-core.md "Warm start"), printed as the user's expectation.
+COMPILE_ESTIMATE_S = 70
 
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
