@@ -1,4 +1,5 @@
-# Two commands: `make demo` and `make test`. Both create .venv and install the project when it is missing.
+# Two commands: `make demo` and `make test`. Both create .venv and install the project when it is missing
+# (and then compile the simulation kernels once: python -m sim.warmup).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,10 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench clean
 
+# After the install, the simulation kernels are compiled (once, into numba's on-disk cache next to the sources)
+# so that no first run pays the compile inside what it measures.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m sim.warmup
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -9,8 +9,10 @@ Prints, all measured in this run on one core, for free flight (floating base) an
    - the Python-orchestrated path (``Simulation(..., fused=False)``: one hybrid_step per RK stage, force
      models as Python calls) -- the baseline;
    - the fused path (the default whenever the model qualifies, sim/fused.py: whole RK4 steps in one numba
-     call), driven step by step (``step()`` + ``outputs()``, as the server and the rig's plant do) and in one
-     ``advance(duration)`` call;
+     call), driven step by step (``step()`` + ``outputs()``), in one ``advance(duration)`` call (as the server
+     and the rig's plant step, one call per period or slice) and in one ``record()`` call (`mms sim`'s loop);
+   - the same for the linearly implicit Rosenbrock-W integrator "rosw" at 0.4 ms (its step set by accuracy:
+     the stiff eigenvalue that bounds RK4 does not bound it);
 3. the hybrid evaluation time (per call) next to Pinocchio's ABA on the same tree (a pin.Model built from our
    Model's arrays, free-flyer root), as ratios;
 4. a cProfile of the fused step() loop: what is left in Python.
@@ -45,23 +47,34 @@ from sim.spatial import inertia_parameters  # noqa: E402
 #: A candidate is accepted when every strain and stroke torque stays within this fraction of its peak.
 ACCURACY = 0.005
 REFERENCE_DT = 1e-4
+#: Step of the Rosenbrock-W candidate: 1/100 of the stroke period (its accuracy, not its stability, sets it).
+ROSW_DT = 4e-4
 #: Timed runs per candidate; the best (least disturbed by other processes) is reported.
 REPEATS = 3
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def simulation_run(model, integrator, dt, duration, record=True, fused=True, one_call=False, **kw):
+def simulation_run(model, integrator, dt, duration, record=True, fused=True, one_call=False, recorded=False, **kw):
     """Simulation run: (times (T,), q (T, n), tau (T, n), wall s, evaluations, CPU s of the stepping).
 
-    ``record``: outputs() read before every step (as the server / plant / CLI do); ``one_call``: the whole
-    duration in one ``advance`` call (nothing recorded); otherwise one ``step()`` call per step."""
+    ``record``: outputs() read before every step; ``one_call``: the whole duration in one ``advance`` call
+    (nothing recorded, as the server and the rig's plant step: one call per publish period / slice);
+    ``recorded``: one ``record(n, 1)`` call, the outputs of every step (what `mms sim` does); otherwise one
+    ``step()`` call per step."""
     sim = Simulation(model, integrator=integrator, dt=dt, fused=fused, **kw)
     sim.reset()
-    sim.step()                                   # compile / load the kernels outside the timing
+    sim.record(1, 1)                             # compile / load the kernels outside the timing
     sim.reset()
     n_steps = int(round(duration / dt))
     times, qs, taus = [], [], []
     evaluations = sim.evaluations
+    if recorded:
+        first = sim.outputs()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        t_rec, out = sim.record(n_steps, 1)
+        wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        return (np.concatenate([[0.0], t_rec]), np.vstack([first["q"], out["q"]]),
+                np.vstack([first["tau"], out["tau"]]), wall, sim.evaluations - evaluations, cpu)
     if one_call:
         start, start_cpu = time.perf_counter(), time.process_time()
         sim.advance(n_steps * dt)
@@ -152,18 +165,25 @@ def flight_table(model, duration, period, label):
         ("fused rk4 dt=100us, one advance() call", dict(one_call=True), "rk4", REFERENCE_DT, {}),
         (f"fused rk4 dt={advised * 1e6:.1f}us (advised), step()+outputs()", {}, "rk4", advised, {}),
         (f"fused rk4 dt={advised * 1e6:.1f}us (advised), one advance()", dict(one_call=True), "rk4", advised, {}),
+        (f"fused rk4 dt={advised * 1e6:.1f}us (advised), record() (mms sim)", dict(recorded=True), "rk4", advised,
+         {}),
+        (f"fused rosw dt={ROSW_DT * 1e6:.0f}us, step()+outputs()", {}, "rosw", ROSW_DT, {}),
+        (f"fused rosw dt={ROSW_DT * 1e6:.0f}us, one advance()", dict(one_call=True), "rosw", ROSW_DT, {}),
+        (f"fused rosw dt={ROSW_DT * 1e6:.0f}us, record() (mms sim)", dict(recorded=True), "rosw", ROSW_DT, {}),
     ]
     rows = []
     for name, mode, integrator, dt, kw in candidates:
         one_call = mode.get("one_call", False)
+        recorded = mode.get("recorded", False)
         fused = mode.get("fused", True)
         if one_call:
             err, where = None, "(same numbers as step())"
         else:
-            t_c, q_c, tau_c, _, _, _ = simulation_run(model, integrator, dt, duration, fused=fused, **kw)
+            t_c, q_c, tau_c, _, _, _ = simulation_run(model, integrator, dt, duration, fused=fused,
+                                                      recorded=recorded, **kw)
             err, where = deviation(ref, (t_c, q_c, tau_c), model, period)
-        timed = [simulation_run(model, integrator, dt, duration, fused=fused, one_call=one_call, **kw)
-                 for _ in range(REPEATS)]
+        timed = [simulation_run(model, integrator, dt, duration, fused=fused, one_call=one_call, recorded=recorded,
+                                **kw) for _ in range(REPEATS)]
         wall, evals, cpu = min(run[3] for run in timed), timed[0][4], min(run[5] for run in timed)
         rows.append((name, duration / wall, duration / cpu, evals, err, where))
     print(f"{'path / integrator / step':52s} {'RTF':>6s} {'RTFcpu':>6s} {'evals':>6s} {'max dev':>9s}  "
@@ -177,6 +197,11 @@ def flight_table(model, duration, period, label):
           f"RTF {base[1]:.3f}, RTFcpu {base[2]:.3f})")
     for name, rtf, rtf_cpu, *_ in rows[2:]:
         print(f"  {name:52s} {rtf / base[1]:5.2f} x baseline (wall), {rtf_cpu / base[2]:5.2f} x (CPU)")
+    advised_row = rows[5]
+    print(f"(against the fused RK4 advance() at the advised step, RTF {advised_row[1]:.3f}, RTFcpu "
+          f"{advised_row[2]:.3f}:)")
+    for name, rtf, rtf_cpu, *_ in rows[6:]:
+        print(f"  {name:52s} {rtf / advised_row[1]:5.2f} x (wall), {rtf_cpu / advised_row[2]:5.2f} x (CPU)")
     return rows
 
 

@@ -11,8 +11,9 @@ file and read by both libraries) it prints microseconds per evaluation of
   (4 evaluations + state bookkeeping) divided by 4,
 - ``Simulation`` RK4 on its fused path (sim/fused.py, the default for these models): one ``step()`` / 4 and
   one ``advance()`` of 100 steps / 400 (no Python per step),
-and the ratio to ``pin.aba``. Target: hybrid_step <= 10x pin.aba. Times are wall time per call (best of 3);
-on a loaded machine compare the ratios.
+- the public ``sim.hybrid_dynamics`` with a reused ``data=`` and without it (a workspace kept per model),
+and the ratio to ``pin.aba`` timed in the same rounds, interleaved (targets: hybrid_dynamics(data=) <= 2x,
+without data= <= 4x). Times are wall time per call (best of 3); on a loaded machine compare the ratios.
 """
 from __future__ import annotations
 
@@ -24,22 +25,32 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 
-from sim.dynamics import hybrid_step
+from sim.dynamics import hybrid_dynamics, hybrid_step
 from sim.model import Data
 from sim.simulation import Simulation
 from sim.urdf import load_urdf, random_tree_urdf
 
+#: Timing rounds per figure (best of): the machine may be shared.
+ROUNDS = 3
 
-def per_call_us(fn, count: int) -> float:
-    """Best of 3 timing runs of ``count`` calls, in microseconds per call."""
+
+def _timed_us(fn, count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        fn()
+    return (time.perf_counter() - start) / count * 1e6
+
+
+def per_call_us(fn, count: int, baseline=None) -> tuple[float, float]:
+    """(best of ROUNDS timing runs of ``count`` calls of fn, same for ``baseline`` timed in the same rounds,
+    interleaved with fn so that both see the same load), microseconds per call."""
     fn()
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        best = min(best, (time.perf_counter() - start) / count)
-    return best * 1e6
+    best, best_base = float("inf"), float("inf")
+    for _ in range(ROUNDS):
+        if baseline is not None:
+            best_base = min(best_base, _timed_us(baseline, count))
+        best = min(best, _timed_us(fn, count))
+    return best, best_base
 
 
 def bench_tree(n_bodies: int, count: int, rng: np.random.Generator, directory: Path) -> dict[str, float]:
@@ -65,17 +76,23 @@ def bench_tree(n_bodies: int, count: int, rng: np.random.Generator, directory: P
     fused_sim.step()                            # compile / load the fused kernel outside the timing
     advance_steps = 100
 
-    results = {
-        "pin.aba": per_call_us(lambda: pin.aba(pm, pd, q_pin, v_pin, tau_pin), count),
-        "hybrid_step (all passive)": per_call_us(
-            lambda: hybrid_step(model, data, 0.0, g0, twist, q, qd, qdd, tau), count),
-        "hybrid_step (mixed)": per_call_us(
-            lambda: hybrid_step(mixed, data_mixed, 0.0, g0, twist, q, qd, qdd, tau), count),
-        "Simulation python step / 4": per_call_us(python_sim.step, max(1, count // 4)) / 4.0,
-        "Simulation fused step / 4": per_call_us(fused_sim.step, max(1, count // 4)) / 4.0,
-        "Simulation fused advance / 4": per_call_us(lambda: fused_sim.advance(advance_steps * 1e-4),
-                                                     max(1, count // (4 * advance_steps))) / (4.0 * advance_steps),
+    passive = np.zeros(n, dtype=bool)
+    aba = lambda: pin.aba(pm, pd, q_pin, v_pin, tau_pin)  # noqa: E731
+    candidates = {
+        "hybrid_step (all passive)": (lambda: hybrid_step(model, data, 0.0, g0, twist, q, qd, qdd, tau), count),
+        "hybrid_dynamics(data=d)": (lambda: hybrid_dynamics(model, g0, twist, q, qd, passive, qdd, tau, data=data),
+                                    count),
+        "hybrid_dynamics (no data)": (lambda: hybrid_dynamics(model, g0, twist, q, qd, passive, qdd, tau), count),
+        "hybrid_step (mixed)": (lambda: hybrid_step(mixed, data_mixed, 0.0, g0, twist, q, qd, qdd, tau), count),
+        "Simulation python step / 4": (python_sim.step, max(1, count // 4), 4.0),
+        "Simulation fused step / 4": (fused_sim.step, max(1, count // 4), 4.0),
+        "Simulation fused advance / 4": (lambda: fused_sim.advance(advance_steps * 1e-4),
+                                         max(1, count // (4 * advance_steps)), 4.0 * advance_steps),
     }
+    results = {}
+    for name, (fn, calls, *per) in candidates.items():
+        us, aba_us = per_call_us(fn, calls, aba)
+        results[name] = (us / (per[0] if per else 1.0), aba_us)
     return results
 
 
@@ -88,10 +105,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for n_bodies in (17, 40):
             results = bench_tree(n_bodies, args.evaluations, rng, Path(tmp))
-            base = results["pin.aba"]
             print(f"{n_bodies}-body tree (free-flyer base + {n_bodies - 1} joints):")
-            for name, us in results.items():
-                print(f"  {name:30s} {us:8.2f} us/eval   {us / base:6.2f} x pin.aba")
+            for name, (us, aba_us) in results.items():
+                print(f"  {name:30s} {us:8.2f} us/eval   {us / aba_us:6.2f} x pin.aba ({aba_us:.2f} us, same rounds)")
     return 0
 
 

@@ -36,6 +36,9 @@ import numpy as np
 from numba import njit
 
 from sim.forces import ForceModel
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Coefficient fits selectable by name (config ``aero.coefficients``).
 FIT_PAPER = 0

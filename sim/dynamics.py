@@ -14,12 +14,16 @@ calls and no Python per body.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
 from .model import Data, Model
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Joint-axis components below this are treated as zero when classifying a unit twist (revolute/prismatic).
 AXIS_ZERO = 1e-12
@@ -28,32 +32,31 @@ AXIS_ZERO = 1e-12
 @njit(cache=True, fastmath=False)
 def _joint_pose(placement, A, r, out):
     """out (4, 4) = placement (4, 4) @ exp(hat(A) r) for a unit twist A (6,) that is a pure rotation
-    (0, a) or a pure translation (a, 0)."""
-    E = np.eye(4)
+    (0, a) or a pure translation (a, 0). The exponential E is held in scalars (no array per body)."""
+    e00, e01, e02, e10, e11, e12, e20, e21, e22 = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
     wx, wy, wz = A[3] * r, A[4] * r, A[5] * r
     theta2 = wx * wx + wy * wy + wz * wz
     if theta2 > 0.0:
         theta = np.sqrt(theta2)
         s = np.sin(theta) / theta
         c = (1.0 - np.cos(theta)) / theta2
-        E[0, 0] = 1.0 - c * (wy * wy + wz * wz)
-        E[0, 1] = -s * wz + c * wx * wy
-        E[0, 2] = s * wy + c * wx * wz
-        E[1, 0] = s * wz + c * wx * wy
-        E[1, 1] = 1.0 - c * (wx * wx + wz * wz)
-        E[1, 2] = -s * wx + c * wy * wz
-        E[2, 0] = -s * wy + c * wx * wz
-        E[2, 1] = s * wx + c * wy * wz
-        E[2, 2] = 1.0 - c * (wx * wx + wy * wy)
-    E[0, 3] = A[0] * r
-    E[1, 3] = A[1] * r
-    E[2, 3] = A[2] * r
+        e00 = 1.0 - c * (wy * wy + wz * wz)
+        e01 = -s * wz + c * wx * wy
+        e02 = s * wy + c * wx * wz
+        e10 = s * wz + c * wx * wy
+        e11 = 1.0 - c * (wx * wx + wz * wz)
+        e12 = -s * wx + c * wy * wz
+        e20 = -s * wy + c * wx * wz
+        e21 = s * wx + c * wy * wz
+        e22 = 1.0 - c * (wx * wx + wy * wy)
+    e03, e13, e23 = A[0] * r, A[1] * r, A[2] * r
     for a in range(4):
-        for b in range(4):
-            acc = 0.0
-            for c_ in range(4):
-                acc += placement[a, c_] * E[c_, b]
-            out[a, b] = acc
+        p0, p1, p2, p3 = placement[a, 0], placement[a, 1], placement[a, 2], placement[a, 3]
+        # the terms of the 4x4 product in its order (the zero entries of E's last row add exact zeros)
+        out[a, 0] = p0 * e00 + p1 * e10 + p2 * e20 + p3 * 0.0
+        out[a, 1] = p0 * e01 + p1 * e11 + p2 * e21 + p3 * 0.0
+        out[a, 2] = p0 * e02 + p1 * e12 + p2 * e22 + p3 * 0.0
+        out[a, 3] = p0 * e03 + p1 * e13 + p2 * e23 + p3 * 1.0
 
 
 @njit(cache=True)
@@ -466,18 +469,43 @@ def hybrid_dynamics(model: Model, base_pose, base_twist, q, qd, actuated, qdd, t
     unless ``use_laws=True``); gravity (3,) world m/s^2 (default ``model.gravity``). The base follows
     ``model.base_mode``: floating (acceleration computed), fixed (zero twist and acceleration), imposed
     (``base_acc`` (6,) given, default from ``model.base_motion``). The model's force models are applied.
+    Without ``data`` a workspace kept per model is reused (no Data built per call).
     """
     n = model.n
-    data = Data(model) if data is None else data
-    act = np.asarray(actuated, dtype=bool).reshape(n)
-    twist = np.zeros(6) if model.base_mode == "fixed" else np.asarray(base_twist, dtype=float).reshape(6)
-    hybrid_step(model, data, t, np.asarray(base_pose, dtype=float).reshape(4, 4), twist,
-                np.asarray(q, dtype=float).reshape(n), np.asarray(qd, dtype=float).reshape(n),
-                np.array(qdd, dtype=float).reshape(n), np.array(tau, dtype=float).reshape(n),
-                base_acc=None if base_acc is None else np.asarray(base_acc, dtype=float).reshape(6),
-                gravity=None if gravity is None else np.asarray(gravity, dtype=float).reshape(3),
+    data = _workspace(model) if data is None else data
+    act = _vector(actuated, n, bool)
+    if act.tobytes() == model.actuated.tobytes():
+        act = None          # the model's own (read-only) mask: no copy, the kernels' usual argument type
+    twist = _ZERO6 if model.base_mode == "fixed" else _vector(base_twist, 6)
+    pose = base_pose if _is_float_array(base_pose, (4, 4)) else np.asarray(base_pose, dtype=float).reshape(4, 4)
+    hybrid_step(model, data, t, pose, twist, _vector(q, n), _vector(qd, n), _vector(qdd, n), _vector(tau, n),
+                base_acc=None if base_acc is None else _vector(base_acc, 6),
+                gravity=None if gravity is None else _vector(gravity, 3),
                 actuated=act, use_laws=use_laws)
     return HybridResult(data.base_acc.copy(), data.qdd.copy(), data.tau.copy(), data.base_wrench.copy())
+
+
+#: Model -> the Data that :func:`hybrid_dynamics` reuses when no ``data=`` is given (one per model, dropped with
+#: it). Not for concurrent calls on one model from several threads: give each thread its own ``data=``.
+_WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _workspace(model: Model) -> Data:
+    data = _WORKSPACES.get(model)
+    if data is None:
+        data = _WORKSPACES[model] = Data(model)
+    return data
+
+
+def _is_float_array(value, shape: tuple) -> bool:
+    return type(value) is np.ndarray and value.dtype == np.float64 and value.shape == shape
+
+
+def _vector(value, size: int, dtype=float) -> np.ndarray:
+    """value as an array (size,) of dtype, without a copy when it already is one (the kernels only read it)."""
+    if type(value) is np.ndarray and value.dtype == dtype and value.shape == (size,):
+        return value
+    return np.asarray(value, dtype=dtype).reshape(size)
 
 
 def momentum_world(model: Model, data: Data) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Fused time stepping: whole RK4 steps (kinematics, force-model kernels, recursions, state update) in one
+"""Fused time stepping: whole RK4 or ROS34PW2 steps (kinematics, force-model kernels, recursions, state update) in one
 compiled call, for the models whose every ingredient has a numba form (docs/sim-core.md, "Fused stepping").
 
 Same numbers as the Python-orchestrated path of :class:`sim.simulation.Simulation` (same kernels, same
@@ -6,7 +6,7 @@ operation order; compared to ~1e-12 in tests/sim_core/test_sim_core_fused.py), w
 each RK stage (which costs as much as the kernels for a 17-body flapper).
 
 A model qualifies (:func:`fused_unsupported` returns None) when
-- the integrator is "rk4";
+- the integrator is "rk4" or "rosw" (sim/integrators.py);
 - the base is floating, fixed, or imposed by a :class:`sim.model.StaticBase`;
 - every actuated joint's motion law is a :class:`Sinusoid`, :class:`Polynomial` or :class:`RampedSinusoid`
   (evaluated in the kernel at every stage time) or a :class:`Constant` / :class:`ExternalMotion` (its values,
@@ -41,9 +41,13 @@ from numba import njit
 from .aero import blade_aero_kernel
 from .dynamics import _data_views, _kinematics_packed, _recursions_packed
 from .hydro import added_mass_kernel, buoyancy_kernel, drag_kernel, lift_kernel
+from .integrators import JACOBIAN_FD_STEP, PASSIVE_OFFSET, ROSW_ALPHA, ROSW_B, ROSW_C, ROSW_GAMMA, ROSW_GAMMA_DIAG
 from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid
 from .model import Model, StaticBase
 from .spatial import quat_derivative, quat_to_matrix
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Force-model kernels a fused step can call (value of a plug-in's ``fused_kernel`` attribute), in the order
 #: the fused step applies them (f_ext sums in another order differ by rounding only).
@@ -51,6 +55,10 @@ KERNEL_KINDS = ("blade_aero", "buoyancy", "added_mass", "drag", "lift")
 
 #: Motion-law codes in the kernel: held (values read once per call), sinusoid, polynomial, ramped sinusoid.
 LAW_HELD, LAW_SINUSOID, LAW_POLYNOMIAL, LAW_RAMPED_SINUSOID = 0, 1, 2, 3
+#: Integration methods of the fused path: classical RK4; the Rosenbrock-W ROS34PW2 (sim/integrators.py).
+METHOD_RK4, METHOD_ROSW = 0, 1
+#: Simulation integrator name -> fused method code.
+FUSED_METHODS = {"rk4": METHOD_RK4, "rosw": METHOD_ROSW}
 _HELD_LAWS = (Constant, ExternalMotion)
 #: Laws with a kernel form (exact types: a subclass may override evaluate, so it needs its own fused_form).
 _KERNEL_LAWS = (Sinusoid, Polynomial, RampedSinusoid) + _HELD_LAWS
@@ -237,59 +245,214 @@ def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
 
 
 @njit(cache=True)
-def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
-                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces,
-                forces):
-    """n_steps classical RK4 steps of dt (s) from (t, y), y updated in place (quaternion renormalised after
-    every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``); returns (t_end, number of
-    evaluations). work (5, ny) scratch; fsal (ny,): f(t, y) of the previous call's end, reused as the first
-    stage when cache_t[0] (s) == t, cache_t[1] == 1 (valid), y unchanged (fsal's state is work[4]),
-    tau_in == cache_tau and law_par == cache_par. On return ``buf`` holds the evaluation at (t_end, y_end)
-    and fsal its derivative."""
-    ny = y.shape[0]
-    law_par = laws[2]
-    k1, k2, k3, k4, y_cached = work[0], work[1], work[2], work[3], work[4]
-    tmp = np.empty(ny)
-    evaluations = 0
-    if inputs_match(cache_t, t, y_cached, y, cache_tau, tau_in, cache_par, law_par):
-        for i in range(ny):
+def _first_stage(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode,
+                 passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """k1 = f(t, y): the kept derivative when the inputs match (first-same-as-last), else a new evaluation;
+    returns the number of evaluations made (0 or 1)."""
+    if inputs_match(cache_t, t, work[4], y, cache_tau, tau_in, cache_par, laws[2]):
+        for i in range(y.shape[0]):
             k1[i] = fsal[i]
-    else:
-        _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        evaluations += 1
+        return 0
+    _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+              held_pose, held_twist, acc_in, has_forces, forces)
+    return 1
+
+
+@njit(cache=True)
+def _end_of_step(y, tmp):
+    """Renormalise the quaternion of the new state y (as ``Simulation._normalize``) and copy y into tmp (the
+    state of the evaluation that ends the step)."""
+    norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
+    for i in range(3, 7):
+        y[i] /= norm
+    for i in range(y.shape[0]):
+        tmp[i] = y[i]
+
+
+@njit(cache=True)
+def _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+               scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """n_steps RK4 steps from (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion
+    renormalised after every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``). On return
+    ``buf`` holds the evaluation at the final state, fsal its derivative (= work[0] when n_steps == 0);
+    returns t_end (s). One evaluation call site (stages 2-4, then the next step's first stage at the new state):
+    numba inlines every site, and each costs compile time."""
+    ny = y.shape[0]
     half = 0.5 * dt
     sixth = dt / 6.0
     for step in range(n_steps):
         if step > 0:
             for i in range(ny):
-                k1[i] = fsal[i]
-        for i in range(ny):
-            tmp[i] = y[i] + half * k1[i]
-        _evaluate(t + half, tmp, k2, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for i in range(ny):
-            tmp[i] = y[i] + half * k2[i]
-        _evaluate(t + half, tmp, k3, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for i in range(ny):
-            tmp[i] = y[i] + dt * k3[i]
-        _evaluate(t + dt, tmp, k4, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for i in range(ny):
-            y[i] = y[i] + sixth * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
-        norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
-        for i in range(3, 7):
-            y[i] /= norm
-        t = t + dt
-        # The next step's first stage, and at the end the Data of the final state (for the outputs).
-        _evaluate(t, y, fsal, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        evaluations += 4
+                work[0, i] = fsal[i]
+        for stage in range(1, 5):
+            if stage < 4:
+                coef = dt if stage == 3 else half
+                for i in range(ny):
+                    tmp[i] = y[i] + coef * work[stage - 1, i]
+                t_stage = t + coef
+                target = work[stage]
+            else:
+                for i in range(ny):
+                    y[i] = y[i] + sixth * (work[0, i] + 2.0 * work[1, i] + 2.0 * work[2, i] + work[3, i])
+                _end_of_step(y, tmp)
+                t = t + dt
+                t_stage = t
+                target = fsal
+            _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
+                      tau_in, held_pose, held_twist, acc_in, has_forces, forces)
     if n_steps == 0:
         for i in range(ny):
-            fsal[i] = k1[i]
-    for i in range(ny):
+            fsal[i] = work[0, i]
+    return t
+
+
+@njit(cache=True)
+def _refresh_jacobian(t, y, f0, J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf, actuated, gravity,
+                      base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """:func:`sim.integrators.refresh_jacobian` of J at (t, y) (f0 = f(t, y)) and W_inv = (I - dt gamma J)^-1,
+    in place, with the same operations; returns the evaluations made."""
+    ny = y.shape[0]
+    o = PASSIVE_OFFSET
+    n_p = branch.shape[0]
+    for g in range(groups.shape[0]):
+        for i in range(ny):
+            tmp[i] = y[i]
+        for c in range(groups.shape[1]):
+            if groups[g, c] >= 0:
+                tmp[o + groups[g, c]] += JACOBIAN_FD_STEP
+        _evaluate(t, tmp, column, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, has_forces, forces)
+        for c in range(groups.shape[1]):
+            a = groups[g, c]
+            if a < 0:
+                continue
+            for r in range(n_p):
+                if branch[r] == branch[a % n_p]:
+                    J[n_p + r, a] = (column[o + n_p + r] - f0[o + n_p + r]) / JACOBIAN_FD_STEP
+    _invert_w(J, dt * ROSW_GAMMA_DIAG, W_inv)
+    return groups.shape[0]
+
+
+@njit(cache=True)
+def _invert_w(J, h_gamma, out):
+    """out = (I - h_gamma J)^-1 by Gauss-Jordan elimination with partial pivoting (J (m, m); W is close to the
+    identity for the small steps and diagonally dominant for the stiff ones, so pivoting on rows is enough).
+    numba's np.linalg.inv would do, at several times the compile time."""
+    m = J.shape[0]
+    W = np.empty((m, m))
+    for a in range(m):
+        for b in range(m):
+            W[a, b] = (1.0 if a == b else 0.0) - h_gamma * J[a, b]
+            out[a, b] = 1.0 if a == b else 0.0
+    for c in range(m):
+        pivot = c
+        for r in range(c + 1, m):
+            if abs(W[r, c]) > abs(W[pivot, c]):
+                pivot = r
+        if pivot != c:
+            for b in range(m):
+                W[c, b], W[pivot, b] = W[pivot, b], W[c, b]
+                out[c, b], out[pivot, b] = out[pivot, b], out[c, b]
+        scale = 1.0 / W[c, c]
+        for b in range(m):
+            W[c, b] *= scale
+            out[c, b] *= scale
+        for r in range(m):
+            if r != c and W[r, c] != 0.0:
+                factor = W[r, c]
+                for b in range(m):
+                    W[r, b] -= factor * W[c, b]
+                    out[r, b] -= factor * out[c, b]
+
+
+@njit(cache=True)
+def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated,
+                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """n_steps ROS34PW2 steps (:func:`sim.integrators.rosw_step`, same operation order) from (t, y), with
+    work[0] already f(t, y); J, W_inv (2 n_p, 2 n_p) the passive block's Jacobian and (I - h gamma J)^-1;
+    refresh (3,) int64: (steps since J was refreshed, steps between refreshes (0: never), evaluations spent
+    refreshing, added to); groups, branch: see :func:`sim.integrators.column_groups`. Same contract as
+    :func:`_rk4_steps` otherwise."""
+    ny = y.shape[0]
+    o = PASSIVE_OFFSET
+    n2 = ny - o
+    k = work[0:4]
+    coupling = np.empty(n2)
+    rhs = np.empty(n2)
+    column = np.empty(ny)
+    for step in range(n_steps):
+        if step > 0:
+            for a in range(ny):
+                k[0, a] = fsal[a]
+        if refresh[1] > 0 and refresh[0] >= refresh[1]:
+            refresh[2] += _refresh_jacobian(t, y, k[0], J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf,
+                                            actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
+                                            held_twist, acc_in, has_forces, forces)
+            refresh[0] = 0
+        refresh[0] += 1
+        for i in range(5):
+            # stage i (0: k[0] is f(t, y) already), then (i == 4) the update and the evaluation at the new state
+            if i == 4:
+                for a in range(ny):
+                    acc = 0.0
+                    for j in range(4):
+                        acc += ROSW_B[j] * k[j, a]
+                    y[a] = y[a] + dt * acc
+                _end_of_step(y, tmp)
+                t = t + dt
+                t_stage = t
+                target = fsal
+            elif i > 0:
+                for a in range(ny):
+                    acc = y[a]
+                    for j in range(i):
+                        acc += (dt * ROSW_ALPHA[i, j]) * k[j, a]
+                    tmp[a] = acc
+                t_stage = t + ROSW_C[i] * dt
+                target = k[i]
+            if i > 0:       # one evaluation call site (each inlined copy costs compile time)
+                _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+                          scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+            if i == 4:
+                break
+            for a in range(n2):
+                acc = 0.0
+                for j in range(i):
+                    acc += ROSW_GAMMA[i, j] * k[j, o + a]
+                coupling[a] = acc
+            for a in range(n2):
+                acc = 0.0
+                for b in range(n2):
+                    acc += J[a, b] * coupling[b]
+                rhs[a] = k[i, o + a] + dt * acc
+            for a in range(n2):
+                acc = 0.0
+                for b in range(n2):
+                    acc += W_inv[a, b] * rhs[b]
+                k[i, o + a] = acc
+    if n_steps == 0:
+        for a in range(ny):
+            fsal[a] = work[0, a]
+    return t
+
+
+@njit(cache=True)
+def _steps(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated,
+           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
+    if method == METHOD_ROSW:
+        return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                           actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist,
+                           acc_in, has_forces, forces)
+    return _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
+                      laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
+
+
+@njit(cache=True)
+def _keep_inputs(t, y, work, tau_in, law_par, cache_t, cache_tau, cache_par):
+    """Remember the inputs of the kept derivative (see :func:`inputs_match`)."""
+    y_cached = work[4]
+    for i in range(y.shape[0]):
         y_cached[i] = y[i]
     for i in range(tau_in.shape[0]):
         cache_tau[i] = tau_in[i]
@@ -298,6 +461,39 @@ def rk4_advance(n_steps, t, dt, y, work, fsal, cache_t, cache_tau, cache_par, pa
             cache_par[i, c] = law_par[i, c]
     cache_t[0] = t
     cache_t[1] = 1.0
+
+
+@njit(cache=True)
+def fused_run(method, every, pack, t, dt, y, J, W_inv, refresh, groups, branch, times, out, q_rest, work, fsal,
+              cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
+              tau_in, held_pose, held_twist, acc_in, has_forces, forces):
+    """times.shape[0] records of ``every`` steps of dt (s) of the method (METHOD_*) from (t, y), y updated in
+    place; after each record's last step its time (s) goes to times (records,) and, when ``pack``, the outputs
+    (:func:`pack_outputs`) to out (records, output size): what a Python loop of ``step()`` + ``outputs()``
+    gives, in one call (``advance`` is one record, unpacked). Returns (t_end, evaluations).
+
+    J, W_inv, refresh, groups, branch: see :func:`_rosw_steps` (empty for RK4). work (5, ny) scratch; fsal
+    (ny,): f(t, y) of the previous call's end, reused as the first stage when cache_t[0] (s) == t, cache_t[1]
+    == 1 (valid), y unchanged (fsal's state is work[4]), tau_in == cache_tau and law_par == cache_par. On return
+    ``buf`` holds the evaluation at (t_end, y_end) and fsal its derivative. The evaluations of Jacobian
+    refreshes are counted in refresh[2], not in the returned number. One entry kernel for both uses: each
+    entry compiles the whole step again."""
+    tmp = np.empty(y.shape[0])
+    evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
+                               gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                               has_forces, forces)
+    for r in range(times.shape[0]):
+        if r > 0:
+            for i in range(y.shape[0]):
+                work[0, i] = fsal[i]
+        t = _steps(method, every, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                   actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                   has_forces, forces)
+        times[r] = t
+        if pack:
+            pack_outputs(parent, buf, q_rest, passive, out[r])
+        evaluations += 4 * every
+    _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
     return t, evaluations
 
 
@@ -451,8 +647,8 @@ def _empty_force_args() -> tuple:
 
 def fused_unsupported(model: Model, integrator: str) -> str | None:
     """Why ``model`` cannot take the fused path with ``integrator`` (one line), or None if it can."""
-    if integrator != "rk4":
-        return f"integrator {integrator!r} (the fused path is RK4)"
+    if integrator not in FUSED_METHODS:
+        return f"integrator {integrator!r} (the fused path is RK4 or ROSW)"
     if model.base_mode == "imposed" and type(model.base_motion) is not StaticBase:
         return f"imposed base motion {type(model.base_motion).__name__} is not a StaticBase"
     for k, law in model.motion_laws.items():
@@ -473,7 +669,7 @@ def fused_unsupported(model: Model, integrator: str) -> str | None:
 
 
 class FusedStepper:
-    """The fused RK4 path for one Simulation (its Model, Data and state layout); see :func:`rk4_advance`.
+    """The fused path for one Simulation (its Model, Data and state layout); see :func:`fused_run`.
 
     ``laws`` (the kernel's law table): act_index (n_a,) actuated joints; law_kind (n_a + n_s,) LAW_*;
     law_par (n_a + n_s, 4); poly (n_a + n_s, 3, P); poly_len (n_a + n_s, 3) -- rows 0..n_a-1 the actuated
@@ -481,8 +677,18 @@ class FusedStepper:
     spring_par (n_s, 3) (k, mu, ratio); source_index (n_s,) = 0..n_s-1 (outputs of the source rows);
     law_scale (n_a + n_s,) each row's factor (a ScaledMotion's ratio, else 1)."""
 
-    def __init__(self, model: Model, data, passive_index: np.ndarray, fixed_pose: np.ndarray):
+    def __init__(self, model: Model, data, passive_index: np.ndarray, fixed_pose: np.ndarray,
+                 integrator: str = "rk4", jacobian: np.ndarray | None = None, w_inverse: np.ndarray | None = None,
+                 refresh: np.ndarray | None = None, groups: np.ndarray | None = None,
+                 branch: np.ndarray | None = None):
         self.model, self.data = model, data
+        self.method = FUSED_METHODS[integrator]
+        self.J = np.zeros((0, 0)) if jacobian is None else np.ascontiguousarray(jacobian, dtype=float)
+        self.W_inv = np.zeros((0, 0)) if w_inverse is None else np.ascontiguousarray(w_inverse, dtype=float)
+        # (steps since the last Jacobian refresh, steps between refreshes, evaluations spent refreshing)
+        self.refresh = np.zeros(3, dtype=np.int64) if refresh is None else refresh
+        self.groups = np.zeros((0, 0), dtype=np.int64) if groups is None else groups
+        self.branch = np.zeros(0, dtype=np.int64) if branch is None else branch
         acts = sorted(model.motion_laws)
         springs = [(k, _kernel_joint_law(law)) for k, law in model.python_laws]
         forms = [_kernel_motion_law(model.motion_laws[k]) for k in acts]
@@ -541,6 +747,8 @@ class FusedStepper:
         self.cache_par = np.zeros_like(self.law_par)
         self.work = None
         self.fsal = None
+        self._one_time = np.zeros(1)           # advance(): one record, its time (s) ...
+        self._no_outputs = np.zeros((1, 0))    # ... and no outputs packed
 
     def set_fixed_pose(self, pose: np.ndarray) -> None:
         """New pose (4, 4) of a fixed base (after Simulation.set_state)."""
@@ -565,8 +773,7 @@ class FusedStepper:
         for row, law in self._held:
             self.law_par[row, :3] = law.evaluate(0.0)
 
-    def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):
-        """n_steps RK4 steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
+    def _prepare(self, t: float, y: np.ndarray) -> None:
         if self.work is None or self.work.shape[1] != y.shape[0]:
             self.work = np.zeros((5, y.shape[0]))
             self.fsal = np.zeros(y.shape[0])
@@ -574,11 +781,21 @@ class FusedStepper:
         if self._held:
             self._read_held()
         self.data.t = t
+
+    def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):
+        """n_steps steps from (t, y) (y updated in place); returns (t_end s, evaluations)."""
+        return self.record(t, y, dt, n_steps, tau_applied, self._one_time, self._no_outputs, pack=False)
+
+    def record(self, t: float, y: np.ndarray, dt: float, every: int, tau_applied: np.ndarray, times: np.ndarray,
+               out: np.ndarray, pack: bool = True):
+        """times.shape[0] records of ``every`` steps from (t, y) (y updated in place), see :func:`fused_run`;
+        returns (t_end s, evaluations)."""
+        self._prepare(t, y)
         model = self.model
-        t_end, evaluations = rk4_advance(
-            n_steps, t, dt, y, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
-            model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive,
-            self.laws, self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces,
-            self.forces)
+        t_end, evaluations = fused_run(
+            self.method, every, pack, t, dt, y, self.J, self.W_inv, self.refresh, self.groups, self.branch, times,
+            out, model.q_rest, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
+            model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive, self.laws,
+            self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces, self.forces)
         self.data.t = t_end
         return t_end, evaluations

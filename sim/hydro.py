@@ -25,6 +25,9 @@ import numpy as np
 from numba import njit
 
 from sim.forces import ForceModel
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Fresh water at 20 degC, kg/m^3 (the default density; every config may override it).
 RHO_FRESH_WATER = 1000.0

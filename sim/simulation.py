@@ -18,11 +18,12 @@ import numpy as np
 from .dynamics import hybrid_step
 from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, output_layout,
                     pack_outputs, wrench_sum_world)
-from .integrators import AdaptiveState, dopri5_advance, rk4_step
+from .integrators import (JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, dopri5_advance, passive_branches,
+                          passive_jacobian, rk4_step, rosw_matrix, rosw_step)
 from .model import Data, Model
 from .spatial import matrix_to_quat, quat_to_matrix
 
-INTEGRATORS = ("rk4", "rk45")
+INTEGRATORS = ("rk4", "rk45", "rosw")
 
 #: Relative slack when counting how many steps of dt fit in a duration (so 0.3 / 1e-4 gives 3000 steps).
 STEP_COUNT_SLACK = 1e-9
@@ -32,8 +33,11 @@ STEP_COUNT_SLACK = 1e-9
 class Simulation:
     """Time integration of a :class:`Model` with the hybrid algorithm.
 
-    ``integrator``: "rk4" (fixed step dt, s) or "rk45" (adaptive Dormand-Prince; ``step()`` still advances by
-    exactly dt, with as many internal steps as the tolerances ``rtol``/``atol`` need).
+    ``integrator``: "rk4" (fixed step dt, s), "rk45" (adaptive Dormand-Prince; ``step()`` still advances by
+    exactly dt, with as many internal steps as the tolerances ``rtol``/``atol`` need) or "rosw" (fixed step,
+    linearly implicit Rosenbrock-W ROS34PW2, order 3, with the passive joints' Jacobian at the reset state
+    (rest), its velocity columns refreshed every ``jacobian_every`` steps (0: never): stiff, fast-decaying
+    modes do not bound its step; sim/integrators.py).
     ``tau_applied`` (n,) N m / N: extra torques on passive joints (controllers, HIL), added to the joint laws.
     ``fused``: take the fused numba path (sim/fused.py: whole RK4 steps in one compiled call, same results)
     when the model qualifies; ``False`` forces the Python-orchestrated path. ``self.path`` says which one runs
@@ -41,7 +45,7 @@ class Simulation:
     """
 
     def __init__(self, model: Model, integrator: str = "rk4", dt: float = 1e-4, *, rtol: float = 1e-8,
-                 atol: float = 1e-10, fused: bool = True):
+                 atol: float = 1e-10, fused: bool = True, jacobian_every: int = JACOBIAN_REFRESH_STEPS):
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator {integrator!r}: expected one of {INTEGRATORS}")
         if not dt > 0.0:
@@ -66,9 +70,21 @@ class Simulation:
         self.evaluations = 0
         self.fused_unsupported = fused_unsupported(model, integrator) if fused else None
         self._fused = None
-        if fused and self.fused_unsupported is None:
-            self._fused = FusedStepper(model, self.data, self.passive_index, model.base_pose)
         self._data_from_fused = False   # Data holds the fused path's evaluation at (self.t, self.y)
+        self.jacobian = self._w_inverse = self._groups = self._branch = None
+        # (steps since the Jacobian's last refresh, steps between refreshes, evaluations spent refreshing)
+        self._refresh = np.array([0, int(jacobian_every), 0], dtype=np.int64)
+        if integrator == "rosw":
+            self.reset()
+            # (2 n_p, 2 n_p) passive block of d(dy/dt)/dy at rest, t = 0; its evaluations are not counted.
+            self._branch = passive_branches(model.parent, self.passive_index)
+            self._groups = column_groups(self._branch)
+            self.jacobian = passive_jacobian(self._evaluate, 0.0, self.y, self._branch)
+            self._w_inverse = rosw_matrix(self.jacobian, self.dt)
+            self.evaluations = 0
+        if fused and self.fused_unsupported is None:
+            self._fused = FusedStepper(model, self.data, self.passive_index, model.base_pose, integrator,
+                                       self.jacobian, self._w_inverse, self._refresh, self._groups, self._branch)
         self._output_slices, start = [], 0
         for name, size in output_layout(n, self._n_p):
             self._output_slices.append((name, start, start + size))
@@ -103,13 +119,14 @@ class Simulation:
         if base_twist is not None and self._mode == "floating":
             self.y[7:13] = np.asarray(base_twist, dtype=float).reshape(6)
         self._fixed_pose = self._pose_from(self.y)
+        self._refresh[0] = self._refresh[1]      # a new state: refresh the Jacobian at the next step
         if self._fused is not None:
             self._fused.set_fixed_pose(self._fixed_pose)
         self._data_from_fused = False
 
     @property
     def path(self) -> str:
-        """"fused" (whole RK4 steps in one numba call, sim/fused.py) or "python" (one kernel call per stage)."""
+        """"fused" (whole steps in one numba call, sim/fused.py) or "python" (one kernel call per stage)."""
         return "python" if self._fused is None else "fused"
 
     @staticmethod
@@ -155,6 +172,17 @@ class Simulation:
         t0 = self.t
         if self.integrator == "rk4":
             self.y = self._normalize(rk4_step(self._evaluate, t0, self.y, self.dt))
+        elif self.integrator == "rosw":
+            refresh = self._refresh
+            due = bool(refresh[1] > 0 and refresh[0] >= refresh[1])
+            evaluations = self.evaluations
+            self.y = self._normalize(rosw_step(self._evaluate, t0, self.y, self.dt, self.jacobian, self._w_inverse,
+                                               refresh=(self._groups, self._branch) if due else None))
+            if due:
+                refresh[0] = 0
+                refresh[2] += self.evaluations - evaluations - 4
+                self.evaluations = evaluations + 4
+            refresh[0] += 1
         else:
             self.y = dopri5_advance(self._evaluate, t0, self.y, t0 + self.dt, self._adaptive, rtol=self.rtol,
                                     atol=self.atol, normalize=self._normalize)
@@ -179,7 +207,7 @@ class Simulation:
         return tau
 
     def _fused_advance(self, steps: int) -> None:
-        """``steps`` RK4 steps in one numba call (sim/fused.py); Data is left at the final state."""
+        """``steps`` steps in one numba call (sim/fused.py); Data is left at the final state."""
         y = self.y.copy()   # a new array, as the Python path (callers may hold the old one)
         tau = self._tau_array()
         self.t, evaluations = self._fused.advance(self.t, y, self.dt, steps, tau)
@@ -222,12 +250,43 @@ class Simulation:
         base frame, N and N m (zero when floating); ext_wrench (6,) total non-gravity external wrench of the
         force models, world frame, about O_0. After a fused step the evaluation the step left in Data (at the
         current time and state, same applied torques and law values) is used as is: no extra evaluation."""
+        packed = np.empty(self._output_size)
+        self._pack_outputs(packed)
+        return self._unpack(packed)
+
+    def _pack_outputs(self, out: np.ndarray) -> None:
+        """The outputs at the current time into out (output size,) (layout: sim.fused.output_layout)."""
         if not (self._data_from_fused and self._fused.valid_at(self.t, self.y, self._tau_array())):
             self._evaluate(self.t, self.y)
-        model = self.model
-        packed = np.empty(self._output_size)
-        pack_outputs(model.parent, self.data.buffer, model.q_rest, self.passive_index, packed)
-        return {name: packed[start:stop] for name, start, stop in self._output_slices}
+        pack_outputs(self.model.parent, self.data.buffer, self.model.q_rest, self.passive_index, out)
+
+    def _unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
+        """{field: view} of packed outputs (..., output size) (last axis split by sim.fused.output_layout)."""
+        return {name: packed[..., start:stop] for name, start, stop in self._output_slices}
+
+    def record(self, n_records: int, every: int = 1) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Advance ``n_records * every`` steps of dt, recording the outputs after every ``every`` steps: returns
+        the record times (n_records,) s and {field: (n_records, ...)} with the fields of :meth:`outputs`. The same
+        numbers as a loop of ``step()`` and ``outputs()``; on the fused path the whole loop is one compiled call
+        (no Python per step or per record)."""
+        n_records, every = int(n_records), int(every)
+        if n_records < 0 or every < 1:
+            raise ValueError(f"record({n_records}, {every}): expected n_records >= 0 and every >= 1")
+        times = np.empty(n_records)
+        packed = np.empty((n_records, self._output_size))
+        if self._fused is not None and n_records > 0:
+            y = self.y.copy()
+            self.t, evaluations = self._fused.record(self.t, y, self.dt, every, self._tau_array(), times, packed)
+            self.y = y
+            self.evaluations += evaluations
+            self._data_from_fused = True
+        else:
+            for row in range(n_records):
+                for _ in range(every):
+                    self.step()
+                times[row] = self.t
+                self._pack_outputs(packed[row])
+        return times, self._unpack(packed)
 
 
 def external_wrench_world(data: Data) -> np.ndarray:

@@ -1,0 +1,249 @@
+"""Warm start: compile every numba kernel the shipped robots use, once per installation.
+
+    python -m sim.warmup [--quiet] [--check]
+
+The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py) are ``@njit(cache=True)``:
+numba compiles each one for the argument types it meets, the first time it meets them, and writes the machine
+code next to the source (``__pycache__/*.nbi`` index, ``*.nbc`` code). A later process loads that code in a
+fraction of a second. Without a warm-up the first simulation of a fresh installation pays the compile (about
+a minute on a 2-core laptop) in the middle of what the user measures (`mms sim`'s real-time factor, `mms serve`'s
+first states); the Makefile's install step runs this module instead, where the user expects to wait.
+
+:func:`warm_up` steps every shipped robot (:data:`CASES`) along every path a product process takes: the fused
+path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of
+`mms sim`), the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`.
+:func:`kernels_compiled` says, from the cache index files alone (nothing is loaded), whether the entry kernels
+have code for the current sources.
+
+``--check`` (for tests and CI) warms up, then steps the same cases again in a new process and exits 1 when that
+process compiled anything (a kernel that numba cannot cache, e.g. one closing over a dynamic global).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+#: Repository root (configs/robots/ lives there for an editable install, as the Makefile makes).
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Wall time of the whole warm-up with a cold cache on the reference machine (2 cores shared with other
+#: programs: 55 s and 75 s measured, docs/sim-core.md "Warm start"), printed as the user's expectation.
+COMPILE_ESTIMATE_S = 70
+
+#: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
+#: entries for the current sources, the product paths start without compiling.
+ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),
+                 ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"))
+
+
+#: Sources whose compiled code ends up inside the kernels (a kernel inlines the kernels it calls from other files,
+#: and the module constants it reads).
+KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py")
+#: Written next to numba's cache files: the hash of KERNEL_SOURCES and the numba version they were compiled with.
+STAMP_NAME = "kernels.stamp"
+_checked = False
+
+
+def kernel_sources_hash() -> str:
+    import numba
+
+    digest = hashlib.sha256(numba.__version__.encode())
+    for name in KERNEL_SOURCES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
+
+
+def discard_stale_kernels(cache_dir: Path | None = None) -> bool:
+    """Delete the on-disk kernels compiled from other sources than the current ones; returns whether it did.
+
+    numba keys a kernel's cache on its own file only: after an edit of sim/dynamics.py, the cached fused step
+    (sim/fused.py), which has the old recursions compiled into it, would still load. The kernel modules call this
+    at import (once per process, ~1 ms); without a writable cache directory (then numba keeps no cache there
+    either) it does nothing."""
+    global _checked
+    if _checked and cache_dir is None:
+        return False
+    _checked = True
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return False            # numba's own location rules there; `python -m sim.warmup` after an update
+    directory = cache_dir or Path(__file__).parent / "__pycache__"
+    stamp = directory / STAMP_NAME
+    current = kernel_sources_hash()
+    try:
+        if stamp.read_text() == current:
+            return False
+    except OSError:
+        pass
+    try:
+        directory.mkdir(exist_ok=True)
+        stale = [p for p in directory.iterdir() if p.suffix in (".nbi", ".nbc")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        temporary = directory / f"{STAMP_NAME}.{os.getpid()}"
+        temporary.write_text(current)
+        temporary.replace(stamp)
+    except OSError:
+        return False
+    return bool(stale)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One shipped robot set-up: its config (relative to the repository root) and the config overrides."""
+    label: str
+    config: str
+    overrides: dict = field(default_factory=dict)
+
+
+#: Every robot set-up the product runs: the flapper free and tethered (configs/robots/flapper.toml), the demo's
+#: live flapper (hil/demo.py: two sections per wing, 0.5 ms step, base fixed, 5 Hz stroke), RayBot free and
+#: tethered, the URDF pendulum.
+CASES = (
+    Case("flapper, free flight", "configs/robots/flapper.toml", {"robot": {"base": "floating"}}),
+    Case("flapper, tethered", "configs/robots/flapper.toml", {"robot": {"base": "fixed"}}),
+    Case("flapper, demo", "configs/robots/flapper.toml",
+         {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 5.0},
+          "simulation": {"dt": 5e-4}}),
+    Case("RayBot, free", "configs/robots/raybot.toml", {"robot": {"base": "floating"}}),
+    Case("RayBot, tethered", "configs/robots/raybot.toml", {"robot": {"base": "fixed"}}),
+    Case("pendulum (URDF)", "configs/robots/pendulum.toml"),
+)
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+            else value
+    return merged
+
+
+def build_case(case: Case, root: Path = ROOT):
+    """(model, dt s) of a case, or None when its config is not installed (a non-editable install)."""
+    from sim.config import load_toml
+    from sim.robots import build_robot
+
+    path = root / case.config
+    if not path.is_file():
+        return None
+    config = _merge(load_toml(path), case.overrides)
+    model = build_robot(config, path)
+    return model, float(config.get("simulation", {}).get("dt", 1e-4))
+
+
+def exercise(model, dt: float) -> None:
+    """Run ``model`` along every product path (each kernel meets the argument types it meets in use)."""
+    from sim.dynamics import hybrid_dynamics
+    from sim.fused import FUSED_METHODS
+    from sim.simulation import INTEGRATORS, Simulation
+
+    for integrator in FUSED_METHODS:
+        fused = Simulation(model, integrator, dt)
+        fused.outputs()
+        fused.step()
+        fused.outputs()
+        fused.advance(2 * dt)
+        fused.record(2, 1)
+    for integrator in INTEGRATORS:
+        python = Simulation(model, integrator, dt, fused=False)
+        python.step()
+        python.outputs()
+    n = model.n
+    hybrid_dynamics(model, model.base_pose, np.zeros(6), model.q_rest, np.zeros(n), model.actuated, np.zeros(n),
+                    np.zeros(n))
+
+
+def kernel_dispatchers() -> dict[str, object]:
+    """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules."""
+    from numba.core.registry import CPUDispatcher
+
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "sim" or name.startswith("sim.")):
+            continue
+        for attr, value in vars(module).items():
+            if isinstance(value, CPUDispatcher) and value.py_func.__module__ == name:
+                found[f"{name}.{attr}"] = value
+    return found
+
+
+def compiled_here() -> dict[str, int]:
+    """{kernel: number of signatures this process compiled (not found in the on-disk cache)}."""
+    return {name: sum(d.stats.cache_misses.values()) for name, d in kernel_dispatchers().items()
+            if sum(d.stats.cache_misses.values())}
+
+
+def kernels_compiled() -> bool:
+    """Whether every entry kernel has on-disk code for its current source (reads the cache index files only)."""
+    import importlib
+
+    for module_name, function in ENTRY_KERNELS:
+        dispatcher = getattr(importlib.import_module(module_name), function)
+        cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+        if cache_file is None or not cache_file._load_index():
+            return False
+    return True
+
+
+def warm_up(cases=CASES, *, out=sys.stdout, root: Path = ROOT) -> float:
+    """Compile (or load) every kernel the ``cases`` use; returns the wall time (s). Says what it does on ``out``
+    (None: silent)."""
+    say = (lambda text: print(text, file=out, flush=True)) if out is not None else (lambda text: None)
+    cold = not kernels_compiled()
+    if cold:
+        say(f"compiling simulation kernels (once, about {COMPILE_ESTIMATE_S} s)")
+    start = time.perf_counter()
+    for case in cases:
+        case_start = time.perf_counter()
+        built = build_case(case, root)
+        if built is None:
+            say(f"  {case.label}: {case.config} not installed, skipped")
+            continue
+        exercise(*built)
+        say(f"  {case.label}: {time.perf_counter() - case_start:.1f} s")
+    wall = time.perf_counter() - start
+    compiled = sum(compiled_here().values())
+    if compiled:
+        say(f"simulation kernels compiled in {wall:.1f} s ({compiled} kernel signatures, cached for later runs)")
+    else:
+        say(f"simulation kernels ready in {wall:.1f} s (loaded from the cache)")
+    return wall
+
+
+def check_cached(root: Path = ROOT) -> dict[str, int]:
+    """Step every case in a new process after a warm-up; return what that process still compiled
+    ({kernel: signatures}; empty when the cache served everything)."""
+    code = ("import json, sys; from sim.warmup import warm_up, compiled_here; "
+            "warm_up(out=None); json.dump(compiled_here(), sys.stdout)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    import json
+    return json.loads(result.stdout)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.warmup", description=__doc__.splitlines()[0])
+    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    parser.add_argument("--check", action="store_true",
+                        help="then verify in a new process that every kernel loads from the cache (exit 1 if not)")
+    args = parser.parse_args(argv)
+    warm_up(out=None if args.quiet else sys.stdout)
+    if args.check:
+        missed = check_cached()
+        if missed:
+            print(f"not served by the cache in a new process: {missed}", file=sys.stderr)
+            return 1
+        if not args.quiet:
+            print("a new process loads every kernel from the cache")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Warm start (sim/warmup.py) and the recording loop of Simulation.record (what `mms sim` steps).
+
+- ``Simulation.record`` gives the numbers of a loop of ``step()`` + ``outputs()`` (exactly on the fused path: the
+  same kernel calls; to rounding on the Python path, where it is that loop).
+- Every kernel of the simulator is declared cacheable, and after ``python -m sim.warmup`` a NEW process steps
+  every shipped robot along every product path without compiling anything (numba's on-disk cache served it).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.robots import load_robot
+from sim.simulation import Simulation
+from sim.warmup import CASES, build_case, kernel_dispatchers, kernels_compiled
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _demo_flapper():
+    return build_case(next(case for case in CASES if case.label == "flapper, demo"), ROOT)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("every", [1, 3])
+def test_record_equals_step_and_outputs_loop(fused, every):
+    model, dt = _demo_flapper()
+    chunked, looped = Simulation(model, "rk4", dt, fused=fused), Simulation(model, "rk4", dt, fused=fused)
+    assert chunked.path == ("fused" if fused else "python")
+    times, records = [], []
+    for count in (2, 3):                    # two calls: the second starts from the kept derivative
+        t_rec, out = chunked.record(count, every)
+        times.append(t_rec)
+        records.append(out)
+    for row in range(5):
+        for _ in range(every):
+            looped.step()
+        expected = looped.outputs()
+        chunk, index = (0, row) if row < 2 else (1, row - 2)
+        assert times[chunk][index] == looped.t
+        for key, value in expected.items():
+            np.testing.assert_array_equal(records[chunk][key][index], value, err_msg=key)
+    np.testing.assert_array_equal(chunked.y, looped.y)
+    assert chunked.evaluations == looped.evaluations
+    # After a record the outputs are those of the last record (Data holds that evaluation).
+    last = chunked.outputs()
+    for key, value in last.items():
+        np.testing.assert_array_equal(records[1][key][-1], value, err_msg=key)
+
+
+def test_record_rejects_bad_counts():
+    sim = Simulation(load_robot(ROOT / "configs/robots/pendulum.toml"), "rk4", 1e-3)
+    with pytest.raises(ValueError, match="every >= 1"):
+        sim.record(2, 0)
+    times, out = sim.record(0, 1)
+    assert times.shape == (0,) and out["q"].shape == (0, sim.model.n) and sim.t == 0.0
+
+
+def test_every_kernel_is_declared_cacheable():
+    import sim.aero, sim.dynamics, sim.fused, sim.hydro, sim.spatial  # noqa: E401,F401  (every kernel module)
+    from numba.core.caching import NullCache
+
+    dispatchers = kernel_dispatchers()
+    assert len(dispatchers) > 30
+    uncached = [name for name, d in dispatchers.items() if isinstance(d._cache, NullCache)]
+    assert uncached == []
+
+
+def test_warmup_then_a_new_process_compiles_nothing():
+    result = subprocess.run([sys.executable, "-m", "sim.warmup", "--check"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "a new process loads every kernel from the cache" in result.stdout
+    assert kernels_compiled()
+
+
+def test_stale_kernels_are_discarded_when_a_kernel_source_changes(tmp_path):
+    from sim.warmup import STAMP_NAME, discard_stale_kernels, kernel_sources_hash
+
+    for name in ("fused.rk4-1.py311.nbi", "fused.rk4-1.py311.1.nbc", "other.pyc"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / STAMP_NAME).write_text("the hash of older sources")
+    assert discard_stale_kernels(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernels.stamp", "other.pyc"]
+    assert (tmp_path / STAMP_NAME).read_text() == kernel_sources_hash()
+    (tmp_path / "fused.rk4-1.py311.nbi").write_bytes(b"compiled from the current sources")
+    assert not discard_stale_kernels(tmp_path)
+    assert (tmp_path / "fused.rk4-1.py311.nbi").exists()
