@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import ConfigError, load_toml, require
+from sim.integrators import INTEGRATORS
 from sim.robots import check_robot
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
@@ -401,7 +402,8 @@ def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[S
             overrides=overrides,
             dt=_num(phys_t, "dt", path, "emulator.physics", _positive, default=1e-4),
             integrator=require(phys_t, "integrator", str, path=path, prefix="emulator.physics", default="rk4",
-                               check=lambda v: v in ("rk4", "rk45"), expected='"rk4" or "rk45"'),
+                               check=lambda v: v in INTEGRATORS,
+                               expected=" or ".join(f'"{name}"' for name in INTEGRATORS)),
             sensors=sources)
     return EmulatorConfig(plant=plant, seed=seed, firmware_version=tuple(fw), servo=truths, sensors=sensor_truths,
                           kinematic=kinematic, physics=physics)

@@ -24,6 +24,7 @@ from typing import Any
 
 from sim.config import (BOOLEAN, EXPECTED, REFERENCE, ConfigError, array, check_schema, integer, number, one_of, refuse_other_kind,
                         string, table)
+from sim.integrators import INTEGRATORS
 
 from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p
@@ -166,7 +167,7 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
                                                      "bias": _CALIBRATION})),
             "physics": table({"robot": string("a robot file name"), "overrides": {"type": "object"},
                               "dt": number(above=0.0, maximum=1.0, expected="a time step in (0, 1] s"),
-                              "integrator": one_of("rk4", "rk45"),
+                              "integrator": one_of(*INTEGRATORS),
                               "sensors": _sub_tables(sensors, physics_source)}, ["robot"]),
         }),
     }, ["rig", "serial", "rates", "watchdog", "servos"])

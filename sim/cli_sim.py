@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from sim.config import ConfigError, load_toml, require
+from sim.integrators import INTEGRATORS
 
 #: Units and meaning of the recorded arrays (the fields of Simulation.outputs(), docs/messages.md).
 OUTPUT_UNITS: dict[str, tuple[str, str]] = {
@@ -72,7 +73,6 @@ OUTPUT_UNITS: dict[str, tuple[str, str]] = {
 
 ROBOT_OPTIONS = ("tailbeat_frequency", "tailbeat_amplitude")
 BASES = {"free": "floating", "tethered": "fixed"}
-INTEGRATORS = ("rk4", "rk45", "rosw")
 #: Relative tolerance when comparing the chosen dt with a robot's advised step.
 DT_SLACK = 1e-9
 #: Steps per compiled call of the stepping loop: long enough that the call's overhead vanishes (< 1 %), short

@@ -21,6 +21,9 @@ from typing import Callable
 
 import numpy as np
 
+#: the integrators a Simulation runs, by name (sim/simulation.py): the one list every config and option checks
+INTEGRATORS = ("rk4", "rk45", "rosw")
+
 Derivative = Callable[[float, np.ndarray], np.ndarray]
 
 

@@ -18,12 +18,11 @@ import numpy as np
 from .dynamics import hybrid_step
 from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, output_layout,
                     pack_outputs, wrench_sum_world)
-from .integrators import (JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, dopri5_advance, passive_branches,
+from .integrators import (INTEGRATORS, JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, dopri5_advance, passive_branches,
                           passive_jacobian, rk4_step, rosw_matrix, rosw_step)
 from .model import Data, Model
 from .spatial import matrix_to_quat, quat_to_matrix
 
-INTEGRATORS = ("rk4", "rk45", "rosw")
 
 #: Relative slack when counting how many steps of dt fit in a duration (so 0.3 / 1e-4 gives 3000 steps).
 STEP_COUNT_SLACK = 1e-9

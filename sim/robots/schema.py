@@ -23,6 +23,7 @@ from typing import Any
 
 from ..config import (BOOLEAN, EXPECTED, ConfigError, array, check_schema, number, one_of, refuse_other_kind, string,
                       table)
+from ..integrators import INTEGRATORS
 
 #: Fastest actuation the models accept, Hz: the fastest insect wingbeats are near 1 kHz (midges); a faster
 #: stroke or tail beat is a unit slip (rad/s for Hz, or an exponent), which would only make the solver diverge.
@@ -53,7 +54,6 @@ MAX_DURATION_S = 86_400.0
 #: Largest coefficient of a polynomial motion law (rad/s^k): beyond it the joint leaves any servo's reach at once.
 MAX_POLYNOMIAL_COEFFICIENT = 1e6
 
-INTEGRATORS = ("rk4", "rk45")
 BASE_MODES = ("floating", "free", "fixed", "tethered")
 
 #: [simulation]: the defaults of `mms sim` / `mms serve` (sim/cli_sim.py, sim/server.py).
