@@ -272,6 +272,7 @@ class Driver:
         self.sim_seq = SeqTracker()
         self.sim_malformed = 0
         self.states_received = 0
+        self.states_superseded = 0          # well-formed states a newer one replaced in the same read
         self.want_link = False              # configure requested: keep (re)connecting
         self.activate_when_up = args.autoactivate
         self.backoff_s = BACKOFF_FIRST_S
@@ -446,6 +447,7 @@ class Driver:
                     self.core.rejections[reason.value] += 1
                     continue
                 self.track_seq(topic, payload["seq"])
+                self.states_superseded += latest is not None
                 latest = payload
             elif topic == TOPIC_SIM_STATUS and not self.core.on_sim_status(payload):
                 self.refused["sim_status:joint_names"] += 1
@@ -561,6 +563,7 @@ class Driver:
             self.on_device_flags(m.flags)
         elif isinstance(m, p.EStop):
             names = {p.ESTOP_HOST: "host", p.ESTOP_BUTTON: "button", p.ESTOP_FAULT: "fault"}
+            self.cancel_reset()
             self.core.trigger_estop(f"device:{names.get(m.reason, m.reason)}")
         elif isinstance(m, p.LinkStats):
             self.link.device_stats = m
@@ -756,6 +759,7 @@ class Driver:
             core.lifecycle.apply("cleanup")
             return {"ok": True, "lifecycle": core.lifecycle.state.value}
         if cmd == "estop":
+            self.cancel_reset()
             newly = core.trigger_estop("control")
             sent = self.link.up and self.send_safe(p.EStop(p.ESTOP_HOST), now) is not None
             return {"ok": True, "latched": True, "newly": newly, "device_told": bool(sent),
@@ -790,6 +794,13 @@ class Driver:
         self.reset_seq = self.send_safe(p.EStopReset(), now)
         self.reset_by = by
         self.reset_deadline = now + CONTROL_WAIT_S
+
+    def cancel_reset(self) -> None:
+        """An e-stop after a reset was sent: that reset's ACK must not clear the new latch (the device took the
+        reset first, then the new e-stop)."""
+        if self.reset_seq is not None:
+            self.reset_seq = None
+            self.reset_answer(error_reply("the e-stop was triggered again before the device answered the reset"))
 
     def local_reset(self, now: float) -> None:
         """SIGUSR1: the e-stop reset confirmed on the driver's own host; the outcome goes to stderr."""
@@ -887,7 +898,7 @@ class Driver:
                            "gaps": self.sim_seq.gaps.get(TOPIC_SIM_STATE, 0),
                            "restarts": self.sim_seq.restarts.get(TOPIC_SIM_STATE, 0),
                            "malformed": self.sim_malformed, "rejected": dict(core.rejections),
-                           "seq_jumps": self.seq_jumps, "stream_restarts": core.state_check.stream_restarts},
+                           "superseded": self.states_superseded, "seq_jumps": self.seq_jumps, "stream_restarts": core.state_check.stream_restarts},
                 "latency_us": {"state_to_send": _percentiles_us(self.state_to_send_us),
                                "tick_late": _percentiles_us(self.tick_late_us), "overruns": self.overruns},
                 "health": self.health(), "error": core.mapping_error or self.last_error}
