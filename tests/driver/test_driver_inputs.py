@@ -480,3 +480,50 @@ def test_five_thousand_control_requests_are_each_answered_and_every_refusal_coun
         assert control.get(f"control:{reason}", 0) > 0, reason
     assert answered["ok"] > 0
     assert_applied_within_limits(live, at_least=100)
+
+
+# ---- e-stop authority without --allow-remote-reset ------------------------------------------------------------
+def test_without_the_option_only_a_local_confirmation_resets_and_never_while_the_button_is_held(live):
+    d = live.driver
+    live.emulator.press_button()
+    wait_for(lambda: live.step() or d.core.estop.latched and d.button_held(), what="the button e-stop")
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(d.endpoints.driver_control)
+    try:
+        sock.send(msgpack.packb({"cmd": "reset_estop"}))
+        assert d.rep.poll(DEADLINE_S * 1000)
+        d.serve_control(time.monotonic())
+        reply = msgpack.unpackb(sock.recv(), raw=False)
+    finally:
+        sock.close(0)
+    assert not reply["ok"] and "--allow-remote-reset" in reply["error"] and "kill -USR1" in reply["error"]
+    assert d.refused["control:remote_reset"] == 1
+    d.local_reset(time.monotonic())                     # held: refused before anything is sent
+    assert d.reset_seq is None and d.core.estop.latched
+    live.emulator.release_button()
+    wait_for(lambda: live.step() or not d.button_held(), what="the button released")
+    assert d.core.estop.latched                         # a release alone does not reset
+    d.local_reset(time.monotonic())
+    wait_for(lambda: live.step() or not d.core.estop.latched, what="the local reset acknowledged")
+    assert d.core.lifecycle.state.value == "inactive"
+
+
+def test_a_lagging_plant_is_in_health_and_said_once_per_ten_seconds(live, capsys):
+    """The emulator child's statistics file as `serve` writes it (firmware_interface.pty_device.write_stats)."""
+    from firmware_interface.pty_device import write_stats
+    from hil.driver import PLANT_LAG_WARN_EVERY_S, EmulatorChild
+
+    d = live.driver
+    d.emulator = EmulatorChild(live.rig.path, [])
+    write_stats(d.emulator.stats_path, {"plant": {"plant": "physics", "rtf": 0.6, "lag_s": 2.5, "alive": True}})
+    now = time.monotonic()
+    for k in range(3):                                 # within the 10 s: one line
+        d.read_plant(now + k)
+    d.read_plant(now + PLANT_LAG_WARN_EVERY_S + 1)     # and again after them
+    lines = [line for line in capsys.readouterr().err.splitlines() if "physics plant lags" in line]
+    assert len(lines) == 2 and "2.50 s" in lines[0]
+    plant = d.status_payload()["health"]["plant"]
+    assert plant == {"rtf": 0.6, "lag_s": 2.5, "alive": False, "restarts": 0}     # no child process: not alive
+    d.emulator.cleanup()
+    d.emulator = None
