@@ -309,8 +309,14 @@ def serve(device: PtyDevice, name: str, banner: str, *, duration_s: float | None
     signal.signal(signal.SIGINT, lambda *_: device.stop())
     for signum, handler in (signals or {}).items():
         signal.signal(signum, lambda *_, handler=handler: handler())
-    report = (lambda: write_stats(stats_path, device.stats())) if stats_path else None
-    reason = device.run(duration_s, report=report)
+
+    def report() -> None:
+        try:
+            write_stats(stats_path, device.stats())
+        except OSError as exc:                  # a full disk or a removed directory must not stop the device
+            print(f"{name}: cannot write {stats_path}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+
+    reason = device.run(duration_s, report=report if stats_path else None)
     stats = device.stats()
     print(f"{name}: stopped ({reason}): {json.dumps(stats)}", file=sys.stderr, flush=True)
     if stats_path:

@@ -167,7 +167,11 @@ class EmulatorChild:
 
     @property
     def stats_path(self) -> Path:
-        """The ``--stats`` file the child rewrites every second (firmware_interface.pty_device.serve)."""
+        """The ``--stats`` file the child rewrites every second (firmware_interface.pty_device.serve): the one
+        the user gave in the emulator's arguments, else one in a temporary directory of ours."""
+        given = _option_value(self.argv, "--stats")
+        if given is not None:
+            return Path(given)
         if self._stats_dir is None:
             self._stats_dir = tempfile.TemporaryDirectory(prefix="mms-drive-emulator-")
         return Path(self._stats_dir.name) / "stats.json"
@@ -183,9 +187,10 @@ class EmulatorChild:
 
     def spawn(self, now: float) -> None:
         self.stop()
-        self.stats_path.unlink(missing_ok=True)
-        self.process = subprocess.Popen([*self.argv, "--stats", str(self.stats_path)], stdout=subprocess.PIPE,
-                                        stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        stats = [] if _option_value(self.argv, "--stats") is not None else ["--stats", str(self.stats_path)]
+        self.stats_path.unlink(missing_ok=True)         # nothing of the last child's is read as this one's
+        self.process = subprocess.Popen([*self.argv, *stats], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                        preexec_fn=die_with_parent)
         self.starts += 1
         self.path, self._line, self._deadline = None, b"", now + EMULATOR_START_S
 
@@ -246,6 +251,17 @@ class EmulatorChild:
         if self._stats_dir is not None:
             self._stats_dir.cleanup()
             self._stats_dir = None
+
+
+def _option_value(argv: list[str], option: str) -> str | None:
+    """The value of ``option`` in ``argv`` (``--opt VALUE`` or ``--opt=VALUE``; the last one wins), or None."""
+    value = None
+    for k, arg in enumerate(argv):
+        if arg == option and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith(option + "="):
+            value = arg[len(option) + 1:]
+    return value
 
 
 def _percentiles_us(samples) -> dict:
@@ -774,9 +790,10 @@ class Driver:
             self.send_estop_reset(now, "control")
             self.pending_reply = ("reset_estop", now + CONTROL_WAIT_S)
             return None
-        assert cmd == "shutdown"                     # parse_request knows only COMMANDS
-        self.stop_requested = True
-        return {"ok": True, "lifecycle": core.lifecycle.state.value}
+        if cmd == "shutdown":
+            self.stop_requested = True
+            return {"ok": True, "lifecycle": core.lifecycle.state.value}
+        raise BadRequest("unknown_command", f"command {cmd!r} has no handler")     # COMMANDS lists one too many
 
     # ---- e-stop reset: local authority, never while the rig's button is held -------------------------
     def button_held(self) -> bool:
