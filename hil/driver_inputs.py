@@ -34,10 +34,6 @@ class MeasurementRanges:
     sensor_lo: np.ndarray
     sensor_hi: np.ndarray
 
-    @property
-    def counts(self) -> tuple[int, int]:
-        return len(self.servo_lo), len(self.sensor_lo)
-
 
 def measurement_ranges(rig) -> MeasurementRanges:
     """The :class:`MeasurementRanges` of a :class:`firmware_interface.rig.Rig`."""
