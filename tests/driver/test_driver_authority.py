@@ -126,6 +126,7 @@ def test_hw_status_health_carries_the_emulators_physics_plant(stack):
     assert plant["alive"] and plant["restarts"] == 0 and math.isfinite(plant["lag_s"])
     assert set(status["health"]) >= {"holds", "hold_s", "stale_states", "refused", "measurement_faults",
                                      "watchdog_trips", "reconnects", "plant"}
+    assert drv.collector.invalid == [] and drv.collector.count > 10       # every hw/* message schema-checked
     # a kinematic plant has no figures to report: no "plant" key
     assert drv.stop() == 0
     kinematic = stack.driver("--emulate")
