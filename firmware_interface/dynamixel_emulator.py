@@ -618,7 +618,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--hw-error", action="append", default=[], metavar="T:ID:BITS",
                         help="at T s latch Hardware Error Status BITS on servo ID (e.g. 1.0:2:32 = overload); "
                         "repeatable")
-    parser.add_argument("--stats", default=None, metavar="FILE", help="also write the final statistics as JSON")
+    parser.add_argument("--stats", default=None, metavar="FILE",
+                        help="also write the statistics as JSON to FILE, replaced whole every second and at exit")
     add_applied_log_argument(parser)
 
 

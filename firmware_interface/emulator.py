@@ -8,7 +8,8 @@ the rig's microcontroller does (docs/protocol.md, docs/rigs.md):
 * samples at the telemetry rate on its own clock (streamed once a host has said HELLO): servo dynamics (deadband, first-order lag, rate limit) and
   the sensors (plant, then gain, offset, drift, noise, quantisation, saturation), batched into telemetry frames;
 * keeps the rig safe: a device watchdog (no valid setpoints for the timeout -> servos to neutral, flagged and
-  reported) and a latched e-stop (host command, or the "button": SIGUSR1) released only by ESTOP_RESET;
+  reported) and a latched e-stop (host command, or the "button": SIGUSR1 presses and holds it, SIGUSR2 releases
+  it) released only by ESTOP_RESET, which is refused (NACK "e-stop latched") while the button is held;
 * sends its bytes no faster than 10 bits per byte at the baud rate, through a bounded transmit buffer (frames
   that do not fit are dropped and counted, as firmware does when the host stops reading);
 * injects faults on request: dropped, corrupted frames, bursts of line noise, host->device bit errors, and an
@@ -135,6 +136,7 @@ class Device:
         self.watchdog_trips = 0
         self.overruns = 0
         self.estop = False
+        self.button_held = False              # the rig's e-stop button is pressed (a held, latching button)
         self.configured = False
         self.streaming = False                # telemetry and heartbeats flow once a host has said HELLO
         self.watchdog_tripped = True          # no setpoints since power-up: neutral until the first ones
@@ -166,7 +168,7 @@ class Device:
     @property
     def flags(self) -> int:
         return ((p.FLAG_ESTOP if self.estop else 0) | (p.FLAG_WATCHDOG if self.watchdog_tripped else 0)
-                | (p.FLAG_CONFIGURED if self.configured else 0))
+                | (p.FLAG_CONFIGURED if self.configured else 0) | (p.FLAG_BUTTON if self.button_held else 0))
 
     def _frame(self, message: p.Message, now: float) -> bytes:
         data = p.encode(message, self.tx_seq, self._us(now))
@@ -204,6 +206,8 @@ class Device:
             self.estop = True
             return p.Ack(type_id, seq)
         if isinstance(m, p.EStopReset):
+            if self.button_held:                # only a release at the rig ends a pressed button
+                return p.Nack(type_id, seq, p.NACK_ESTOP_LATCHED)
             self.estop = False
             # Servos stay at neutral until new setpoints arrive: the watchdog restarts from "no setpoints".
             self.command = self.neutral.copy()
@@ -304,9 +308,16 @@ class Device:
         return out
 
     def button(self, now: float) -> list[bytes]:
-        """The rig's physical e-stop button: latch and tell the host."""
+        """The rig's physical e-stop button pressed (and held): latch and tell the host."""
         self.estop = True
+        self.button_held = True
         return [self._frame(p.EStop(p.ESTOP_BUTTON), now)]
+
+    def button_release(self, now: float) -> list[bytes]:
+        """The button released (twisted out): the e-stop stays latched until an ESTOP_RESET; a heartbeat tells
+        the host at once (FLAG_BUTTON cleared) rather than at the next telemetry frame."""
+        self.button_held = False
+        return [self._frame(p.Heartbeat(self.flags, self._uptime_ms(now)), now)] if self.streaming else []
 
 
 class Emulator(PtyDevice):
@@ -329,11 +340,16 @@ class Emulator(PtyDevice):
         if applied_log is not None:
             self.device.setpoint_sink = applied_log.write
         self._button_pressed = threading.Event()
+        self._button_released = threading.Event()
         super().__init__(baud or rig.baud)          # the pty last: nothing to leak if the above fails
 
     def press_button(self) -> None:
-        """The rig's e-stop button (thread- and signal-safe: handled by the loop)."""
+        """Press and hold the rig's e-stop button (thread- and signal-safe: handled by the loop)."""
         self._button_pressed.set()
+
+    def release_button(self) -> None:
+        """Release the rig's e-stop button (thread- and signal-safe: handled by the loop)."""
+        self._button_released.set()
 
     def _send(self, frames: list[bytes], now: float) -> None:
         f = self.faults
@@ -375,6 +391,9 @@ class Emulator(PtyDevice):
         if self._button_pressed.is_set():
             self._button_pressed.clear()
             self._send(device.button(now), now)
+        if self._button_released.is_set():
+            self._button_released.clear()
+            self._send(device.button_release(now), now)
         data = self.link.read(now)
         if data:
             self._send(device.receive(self._corrupt_rx(data), now), now)
@@ -413,7 +432,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host -> device: probability a received byte has one bit flipped")
     faults.add_argument("--disconnect-after", type=float, default=None, metavar="S",
                         help="close the port and exit after S seconds, as an unplugged USB device")
-    parser.add_argument("--stats", default=None, metavar="FILE", help="also write the final statistics as JSON")
+    parser.add_argument("--stats", default=None, metavar="FILE",
+                        help="also write the statistics as JSON to FILE, replaced whole every second and at exit")
     add_applied_log_argument(parser)
     dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
     dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
@@ -444,4 +464,4 @@ def run(args: argparse.Namespace) -> int:
     banner = (f"rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
               f"telemetry {rig.telemetry_hz} Hz")
     return serve(emulator, "mms emulate", banner, duration_s=args.duration, stats_path=args.stats,
-                 signals={signal.SIGUSR1: emulator.press_button})
+                 signals={signal.SIGUSR1: emulator.press_button, signal.SIGUSR2: emulator.release_button})

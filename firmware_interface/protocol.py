@@ -62,6 +62,7 @@ T_LINK_STATS = 0x61
 FLAG_ESTOP = 0x01            # e-stop latched: servos held at neutral until ESTOP_RESET
 FLAG_WATCHDOG = 0x02         # no valid setpoints within the watchdog timeout: servos at neutral
 FLAG_CONFIGURED = 0x04       # a CONFIGURE has been accepted since power-up
+FLAG_BUTTON = 0x08           # the rig's e-stop button is held: ESTOP_RESET is refused until it is released
 
 # E-stop reasons (u8).
 ESTOP_HOST = 1               # the host sent ESTOP

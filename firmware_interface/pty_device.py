@@ -11,7 +11,7 @@ device logic:
 * :class:`AppliedLog` — the ``--applied-log`` file: one JSON line per setpoint the device applied or refused,
   flushed line by line so that a reader sees it while the device runs and after it is killed;
 * :func:`serve` — a command's process life: print the pty path, signals, run, final statistics (stderr and
-  ``--stats FILE``).
+  ``--stats FILE``, which is also rewritten every second while the device runs, so a supervisor can watch it).
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ TX_BUFFER_BYTES = 16384
 TX_LEAD_S = 1e-3
 #: An idle line accrues at most this much receive credit, s (bytes the host wrote meanwhile wait in the pty).
 RX_IDLE_CREDIT_S = 0.01
+#: How often ``serve`` rewrites the ``--stats`` file while the device runs, s.
+STATS_PERIOD_S = 1.0
 
 
 class PtyLink:
@@ -176,17 +178,23 @@ class PtyDevice:
         return self.max_idle_s
 
     # -- the loop -----------------------------------------------------------------------------------------------
-    def run(self, duration_s: float | None = None) -> str:
-        """Run until :meth:`stop`, ``duration_s`` (s) or the device ends it; return why it ended."""
+    def run(self, duration_s: float | None = None, report: Callable[[], None] | None = None,
+            report_period_s: float = STATS_PERIOD_S) -> str:
+        """Run until :meth:`stop`, ``duration_s`` (s) or the device ends it; return why it ended. ``report``, if
+        given, is called from the loop every ``report_period_s`` (s), between two passes of the device."""
         self.started_s = time.monotonic()
         self.on_start()
         link = self.link
+        next_report = 0.0
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic() - self.started_s
                 if duration_s is not None and now >= duration_s:
                     self.reason = "duration"
                     break
+                if report is not None and now >= next_report:
+                    next_report = now + report_period_s
+                    report()
                 reason = self.step(now)
                 if reason:
                     self.reason = reason
@@ -317,10 +325,25 @@ def serve(device: PtyDevice, name: str, banner: str, *, duration_s: float | None
     signal.signal(signal.SIGINT, lambda *_: device.stop())
     for signum, handler in (signals or {}).items():
         signal.signal(signum, lambda *_, handler=handler: handler())
-    reason = device.run(duration_s)
+
+    def report() -> None:
+        try:
+            write_stats(stats_path, device.stats())
+        except OSError as exc:                  # a full disk or a removed directory must not stop the device
+            print(f"{name}: cannot write {stats_path}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+
+    reason = device.run(duration_s, report=report if stats_path else None)
     stats = device.stats()
     print(f"{name}: stopped ({reason}): {json.dumps(stats)}", file=sys.stderr, flush=True)
     if stats_path:
-        with open(stats_path, "w") as handle:
-            json.dump(stats, handle, indent=2)
+        write_stats(stats_path, stats)
     return 0
+
+
+def write_stats(path: str | os.PathLike, stats: dict) -> None:
+    """``stats`` as JSON at ``path``, replaced whole (written next to it, then renamed over it): a reader sees
+    the previous file or this one, never half of one."""
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(_finite(stats), handle, indent=2)
+    os.replace(tmp, path)

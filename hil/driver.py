@@ -10,10 +10,17 @@ Lifecycle (ros2_control style) over the control socket: configure / activate / d
 estop / reset_estop / status / shutdown. SIGINT and SIGTERM deactivate to neutral, then exit. With
 ``--emulate`` the driver starts ``mms emulate --rig RIG`` as a child, reads the pty path from its first
 stdout line, restarts it when it dies (that is the emulated unplug/replug) and always terminates it on exit.
+
+Every input is checked where it enters (hil/driver_safety.py for sim/state, hil/driver_inputs.py for telemetry
+and the last line before the port, :meth:`Driver.handle_control` for requests); what fails is counted by reason
+in hw/status ``health`` and dropped. An e-stop reset needs local authority: SIGUSR1 to this process, or
+``reset_estop`` on the control socket when started with ``--allow-remote-reset``; either is refused while the
+device reports its e-stop button held (docs/driver.md, "E-stop").
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import select
@@ -21,9 +28,10 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 import msgpack
@@ -33,11 +41,12 @@ import zmq
 from firmware_interface import protocol as p
 from firmware_interface.rig import Rig, load_rig
 from hil.driver_core import DriverCore
+from hil.driver_inputs import measurement_fault, measurement_ranges, telemetry_error
 from hil.driver_lifecycle import State, TransitionError
 from hil.driver_link import LinkError, SerialLink, now_us
 from hil.driver_mapping import servo_map_from_rig
 from hil.driver_messages import HwPublisherSeq, command_payload, telemetry_payload
-from hil.driver_safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S
+from hil.driver_safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
 from hil.supervisor import die_with_parent, mms_argv
 from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
@@ -53,7 +62,8 @@ COMMANDS = {
     "deactivate": "stop tracking and ramp the servos to neutral at the rate limits",
     "cleanup": "close the port (from inactive)",
     "estop": "latch the e-stop: stop sending, tell the device to hold neutral",
-    "reset_estop": "release the e-stop on the device and in the driver; the driver stays inactive",
+    "reset_estop": "release the e-stop on the device and in the driver; the driver stays inactive (needs "
+                   "--allow-remote-reset; refused while the rig's e-stop button is held)",
     "status": "the latest hw/status payload",
     "help": "list the commands",
     "shutdown": "ramp to neutral and exit",
@@ -80,6 +90,25 @@ DEVICE_STATS_PERIOD_S = 0.5
 PUB_LINGER_MS = 500
 #: latency samples kept for the p50/p99 in hw/status
 LATENCY_WINDOW = 2000
+#: a control request longer than this is refused unread, bytes (the longest real one is under 100)
+MAX_REQUEST_BYTES = 4096
+#: how often the driver reads its emulator children's statistics files, s
+EMULATOR_STATS_PERIOD_S = 1.0
+#: a physics plant further behind the wall clock than this is reported on stderr, s: the emulated sensors then
+#: lag the servos by as much, and a validation of that run compares the model with a late plant
+PLANT_LAG_WARN_S = 0.5
+#: at most one plant-lag line per this many s
+PLANT_LAG_WARN_EVERY_S = 10.0
+#: the most characters of a bad request's command echoed in the error reply
+ECHO_CHARS = 40
+
+
+class BadRequest(ValueError):
+    """A control request refused; ``reason`` is its key in hw/status ``health.refused`` (``control:REASON``)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +144,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rt-priority", type=int, default=0, metavar="N",
                         help="run under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE); "
                              "default 0: the normal scheduler")
+    parser.add_argument("--allow-remote-reset", action="store_true",
+                        help="let `reset_estop` on the control socket release the e-stop (default: only SIGUSR1 "
+                             "to this process, on this host, does; never while the rig's button is held)")
 
 
 class EmulatorChild:
@@ -131,10 +163,33 @@ class EmulatorChild:
         self.starts = 0
         self._line = b""
         self._deadline = 0.0
+        self._stats_dir: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def stats_path(self) -> Path:
+        """The ``--stats`` file the child rewrites every second (firmware_interface.pty_device.serve): the one
+        the user gave in the emulator's arguments, else one in a temporary directory of ours."""
+        given = _option_value(self.argv, "--stats")
+        if given is not None:
+            return Path(given)
+        if self._stats_dir is None:
+            self._stats_dir = tempfile.TemporaryDirectory(prefix="mms-drive-emulator-")
+        return Path(self._stats_dir.name) / "stats.json"
+
+    def read_stats(self) -> dict | None:
+        """The child's latest statistics, or None (not written yet, or not JSON: a torn file cannot happen,
+        the child replaces it whole, but a foreign one is not trusted)."""
+        try:
+            stats = json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return stats if isinstance(stats, dict) else None
 
     def spawn(self, now: float) -> None:
         self.stop()
-        self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        stats = [] if _option_value(self.argv, "--stats") is not None else ["--stats", str(self.stats_path)]
+        self.stats_path.unlink(missing_ok=True)         # nothing of the last child's is read as this one's
+        self.process = subprocess.Popen([*self.argv, *stats], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                         preexec_fn=die_with_parent)
         self.starts += 1
         self.path, self._line, self._deadline = None, b"", now + EMULATOR_START_S
@@ -190,6 +245,24 @@ class EmulatorChild:
                 self.process.wait()
         self.process = None
 
+    def cleanup(self) -> None:
+        """Stop the child and remove its statistics directory (at the driver's exit)."""
+        self.stop()
+        if self._stats_dir is not None:
+            self._stats_dir.cleanup()
+            self._stats_dir = None
+
+
+def _option_value(argv: list[str], option: str) -> str | None:
+    """The value of ``option`` in ``argv`` (``--opt VALUE`` or ``--opt=VALUE``; the last one wins), or None."""
+    value = None
+    for k, arg in enumerate(argv):
+        if arg == option and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith(option + "="):
+            value = arg[len(option) + 1:]
+    return value
+
 
 def _percentiles_us(samples) -> dict:
     if not samples:
@@ -215,6 +288,7 @@ class Driver:
         self.sim_seq = SeqTracker()
         self.sim_malformed = 0
         self.states_received = 0
+        self.states_superseded = 0          # well-formed states a newer one replaced in the same read
         self.want_link = False              # configure requested: keep (re)connecting
         self.activate_when_up = args.autoactivate
         self.backoff_s = BACKOFF_FIRST_S
@@ -234,8 +308,22 @@ class Driver:
         self.last_sent_sim_seq = -1
         self._poller: zmq.Poller | None = None
         self._poller_key: tuple | None = None
-        self.strain_cal = [(s.gain, s.offset_counts) for s in rig.strain]
-        self.load_cal = [(s.gain, s.offset_counts) for s in rig.load]
+        sensors = [*rig.strain, *rig.load]
+        self.sensor_gain = np.array([s.gain for s in sensors], dtype=float)             # (n_sensor,) unit/count
+        self.sensor_offset = np.array([s.offset_counts for s in sensors], dtype=float)  # (n_sensor,) counts
+        self.ranges = measurement_ranges(rig)
+        #: inputs dropped at the boundary, "<input>:<reason>" -> count (sim/state's own are core.rejections)
+        self.refused: Counter[str] = Counter()
+        self.measurement_faults: Counter[str] = Counter()
+        self.watchdog_trips = 0
+        self.watchdog_was_tripped = True            # a device comes up with its watchdog flag set
+        self.seq_jumps = 0
+        self.reset_by: str | None = None            # who asked for the pending e-stop reset: control or local
+        self.reset_deadline = math.inf
+        self.local_reset_requested = False          # SIGUSR1 (set by the handler, acted on by the loop)
+        self.plant: dict | None = None              # the emulator's physics plant, from its statistics file
+        self.next_plant_read_s = 0.0
+        self.last_lag_warning_s = -math.inf
 
     # ---- sockets ------------------------------------------------------------------------------------
     def open_sockets(self) -> None:
@@ -253,8 +341,8 @@ class Driver:
 
     def close(self) -> None:
         self.link.close()
-        if self.emulator is not None:
-            self.emulator.stop()
+        for child in self.emulator_children():
+            child.cleanup()
         for sock in (getattr(self, "sub", None), getattr(self, "pub", None), getattr(self, "rep", None)):
             if sock is not None:
                 sock.close(0)
@@ -299,6 +387,8 @@ class Driver:
                     self.read_serial(now)
                 if self.rep in events and self.pending_reply is None:
                     self.serve_control(now)
+                if self.local_reset_requested:
+                    self.local_reset(now)
                 self.check_pending(now)
                 if self.want_link and self.link.state == "closed" and now >= self.next_connect_s:
                     self.connect(now)
@@ -317,6 +407,9 @@ class Driver:
                 if self.link.up and now >= next_stats:
                     next_stats = now + DEVICE_STATS_PERIOD_S
                     self.send_safe(p.GetLinkStats(), now)
+                if now >= self.next_plant_read_s:
+                    self.next_plant_read_s = now + EMULATOR_STATS_PERIOD_S
+                    self.read_plant(now)
                 if now >= next_status or self.status_key() != self.published_key:
                     next_status = now + 1.0 / self.args.status_hz
                     self.publish_status()
@@ -341,6 +434,8 @@ class Driver:
 
     # ---- simulator input ----------------------------------------------------------------------------
     def read_sim(self, now: float) -> None:
+        """Drain the SUB socket: every state's shape is checked (bad ones counted and dropped), the newest
+        well-formed one goes to the core, which decides whether it is used."""
         latest = None
         for _ in range(100_000):
             try:
@@ -352,18 +447,33 @@ class Driver:
             except MalformedMessage:
                 self.sim_malformed += 1
                 continue
-            seq = payload.get("seq")
-            if isinstance(seq, int):
-                self.sim_seq.update(topic, seq)
             if topic == TOPIC_SIM_STATE:
                 self.states_received += 1
-                if isinstance(payload.get("joint_names"), list):
-                    self.core.on_sim_status(payload)
+                reason = state_shape_error(payload)
+                if reason is not None:
+                    self.core.rejections[reason.value] += 1
+                    continue
+                self.track_seq(topic, payload["seq"])
+                self.states_superseded += latest is not None
                 latest = payload
-            elif topic == TOPIC_SIM_STATUS:
-                self.core.on_sim_status(payload)
+            elif topic == TOPIC_SIM_STATUS and not self.core.on_sim_status(payload):
+                self.refused["sim_status:joint_names"] += 1
         if latest is not None:
+            restarts = self.core.state_check.stream_restarts
             self.core.on_state(latest, now, time.time_ns())
+            if self.core.state_check.stream_restarts != restarts:
+                self.note(f"sim/state: a new stream from seq {latest['seq']} (the publisher restarted)")
+
+    def track_seq(self, topic: str, seq: int) -> None:
+        """Count gaps and restarts of ``topic``'s seq (docs/messages.md); a jump of more than MAX_SEQ_JUMP is
+        counted as a jump, not as that many lost messages (one forged seq would read as 9e18 lost)."""
+        last = self.sim_seq.last_seq.get(topic)
+        if last is not None and seq - last > MAX_SEQ_JUMP:
+            self.seq_jumps += 1
+            self.sim_seq.received[topic] = self.sim_seq.received.get(topic, 0) + 1
+            self.sim_seq.last_seq[topic] = seq
+            return
+        self.sim_seq.update(topic, seq)
 
     # ---- serial -------------------------------------------------------------------------------------
     def request_configure(self) -> None:
@@ -421,6 +531,7 @@ class Driver:
         if self.link.totals.connects > 1:
             self.link.totals.reconnects += 1
         self.backoff_s = BACKOFF_FIRST_S
+        self.watchdog_was_tripped = True
         self.core.link_reset(now)
         if self.core.lifecycle.state is State.UNCONFIGURED:
             self.core.lifecycle.apply("configure")
@@ -459,6 +570,7 @@ class Driver:
             self.on_device_flags(m.flags)
         elif isinstance(m, p.EStop):
             names = {p.ESTOP_HOST: "host", p.ESTOP_BUTTON: "button", p.ESTOP_FAULT: "fault"}
+            self.cancel_reset()
             self.core.trigger_estop(f"device:{names.get(m.reason, m.reason)}")
         elif isinstance(m, p.LinkStats):
             self.link.device_stats = m
@@ -466,34 +578,53 @@ class Driver:
             if m.msg_type == p.T_ESTOP_RESET and m.seq == self.reset_seq:
                 self.reset_seq = None
                 try:
-                    self.core.reset_estop()
-                    self.reply({"ok": True, "lifecycle": self.core.lifecycle.state.value})
+                    self.core.reset_estop(device_still_stopped=self.button_held())
+                    self.reset_answer({"ok": True, "lifecycle": self.core.lifecycle.state.value})
                 except ValueError as exc:
-                    self.reply(error_reply(str(exc)))
+                    self.reset_answer(error_reply(str(exc)))
         elif isinstance(m, p.Nack):
             nacks = self.link.totals.nacks
             reason = p.NACK_REASONS.get(m.reason, str(m.reason))
             nacks[reason] = nacks.get(reason, 0) + 1
             if m.msg_type == p.T_ESTOP_RESET and m.seq == self.reset_seq:
                 self.reset_seq = None
-                self.reply(error_reply(f"device refused the e-stop reset: {reason}"))
+                self.reset_answer(error_reply(f"device refused the e-stop reset: {reason}"))
 
     def on_device_flags(self, flags: int) -> None:
+        # a watchdog trip while active is the host failing to keep the device fed (the driver sends every tick
+        # while active; after a deactivate the device's watchdog taking over is the design)
+        tripped = bool(flags & p.FLAG_WATCHDOG)
+        if tripped and not self.watchdog_was_tripped and self.core.lifecycle.state is State.ACTIVE \
+                and not self.core.estop.latched:
+            self.watchdog_trips += 1
+        self.watchdog_was_tripped = tripped
         self.device_flags = flags
         if flags & p.FLAG_ESTOP and self.reset_seq is None and not self.core.estop.latched:
             self.core.trigger_estop("device")
 
     def on_telemetry(self, packet: p.Packet, m: p.Telemetry, now: float) -> None:
+        """A TELEMETRY frame: refused if its channel counts are not the rig's; a measurement fault (counted, not
+        taken as the servos' position, not published) if a value cannot be a measurement."""
         host_ns = time.time_ns()
+        n_servo, n_strain = len(self.map), len(self.rig.strain)
+        reason = telemetry_error(m, n_servo, n_strain, len(self.rig.load))
+        if reason is not None:
+            self.refused[f"telemetry:{reason}"] += 1
+            return
         self.on_device_flags(m.flags)
         if not m.samples:
             return
-        servo_raw = np.array([s.servo for s in m.samples], dtype=float)          # (k, n_servo) raw
+        k = len(m.samples)
+        servo_raw = np.array([s.servo for s in m.samples], dtype=float).reshape(k, n_servo)   # (k, n_servo) raw
+        counts = np.array([(*s.strain, *s.load) for s in m.samples], dtype=float).reshape(k, len(self.sensor_gain))
+        fault = measurement_fault(servo_raw, counts, self.ranges)
+        if fault is not None:
+            self.measurement_faults[fault] += 1
+            self.core.on_measurement_fault(now)
+            return
         servo_rad = self.map.raw_to_angles(servo_raw)                             # (k, n_servo) rad
-        strain = np.array([[g * (c - o) for (g, o), c in zip(self.strain_cal, s.strain)] for s in m.samples],
-                          dtype=float).reshape(len(m.samples), len(self.strain_cal))
-        load = np.array([[g * (c - o) for (g, o), c in zip(self.load_cal, s.load)] for s in m.samples],
-                        dtype=float).reshape(len(m.samples), len(self.load_cal))
+        sensors = self.sensor_gain * (counts - self.sensor_offset)                # (k, n_sensor) channel units
+        strain, load = sensors[:, :n_strain], sensors[:, n_strain:]
         self.core.on_measured(servo_rad[-1])
         payload = telemetry_payload(
             self.seqs.header(TOPIC_HW_TELEMETRY, host_ns), host_ns=host_ns,
@@ -551,6 +682,9 @@ class Driver:
         self.rep.send(encode_reply(reply))
 
     def check_pending(self, now: float) -> None:
+        if self.reset_by == "local" and now >= self.reset_deadline:
+            self.reset_seq = self.reset_by = None
+            self.note(f"e-stop reset (SIGUSR1): no answer from the device within {CONTROL_WAIT_S:.0f} s")
         if self.pending_reply is None or now < self.pending_reply[1]:
             return
         what = self.pending_reply[0]
@@ -558,7 +692,7 @@ class Driver:
             self.reply(error_reply(f"device not configured within {CONTROL_WAIT_S:.0f} s "
                                    f"({self.last_error or 'no answer'}); still retrying, send cleanup to stop"))
         else:
-            self.reset_seq = None
+            self.reset_seq = self.reset_by = None
             self.reply(error_reply(f"no answer from the device to the e-stop reset within {CONTROL_WAIT_S:.0f} s"))
 
     def serve_control(self, now: float) -> None:
@@ -569,22 +703,37 @@ class Driver:
         self.pending_reply = ("immediate", math.inf)
         try:
             result = self.handle_control(frames, now)
-        except (ValueError, TransitionError) as exc:
+        except BadRequest as exc:
+            self.refused[f"control:{exc.reason}"] += 1
+            result = error_reply(str(exc))
+        except (ValueError, TransitionError) as exc:      # a valid request the current state does not allow
+            self.refused["control:refused"] += 1
             result = error_reply(str(exc))
         if result is not None:
             self.reply(result)
 
-    def handle_control(self, frames: list[bytes], now: float) -> dict | None:
-        """The reply to a request, or None when it comes later (the device has to answer first)."""
+    @staticmethod
+    def parse_request(frames: list[bytes]) -> str:
+        """The command of a request (one frame, a MessagePack map with a string ``cmd``); BadRequest if not."""
         if len(frames) != 1:
-            raise ValueError(f"expected one frame holding a MessagePack map, got {len(frames)} frames")
+            raise BadRequest("frames", f"expected one frame holding a MessagePack map, got {len(frames)} frames")
+        if len(frames[0]) > MAX_REQUEST_BYTES:
+            raise BadRequest("too_long", f"request of {len(frames[0])} bytes, at most {MAX_REQUEST_BYTES}")
         try:
             request = msgpack.unpackb(bytes(frames[0]), raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types on bad bytes
-            raise ValueError(f"request is not MessagePack ({type(exc).__name__})") from None
+            raise BadRequest("not_msgpack", f"request is not MessagePack ({type(exc).__name__})") from None
         if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
-            raise ValueError(f'expected a map {{"cmd": NAME}}; commands: {", ".join(COMMANDS)}')
+            raise BadRequest("not_a_request", f'expected a map {{"cmd": NAME}}; commands: {", ".join(COMMANDS)}')
         cmd = request["cmd"]
+        if cmd not in COMMANDS:
+            raise BadRequest("unknown_command", f"unknown command {cmd[:ECHO_CHARS]!r}; commands: "
+                             f"{', '.join(COMMANDS)}")
+        return cmd
+
+    def handle_control(self, frames: list[bytes], now: float) -> dict | None:
+        """The reply to a request, or None when it comes later (the device has to answer first)."""
+        cmd = self.parse_request(frames)
         core = self.core
         if self.shutdown_deadline is not None and cmd not in ("status", "help", "estop"):
             raise ValueError("shutting down")
@@ -617,22 +766,113 @@ class Driver:
             core.lifecycle.apply("cleanup")
             return {"ok": True, "lifecycle": core.lifecycle.state.value}
         if cmd == "estop":
+            self.cancel_reset()
             newly = core.trigger_estop("control")
             sent = self.link.up and self.send_safe(p.EStop(p.ESTOP_HOST), now) is not None
             return {"ok": True, "latched": True, "newly": newly, "device_told": bool(sent),
                     "lifecycle": core.lifecycle.state.value}
         if cmd == "reset_estop":
+            if not self.args.allow_remote_reset:
+                raise BadRequest("remote_reset", f"an e-stop reset over the control socket is off: confirm on "
+                                 f"the driver's host with `kill -USR1 {os.getpid()}`, or start mms drive with "
+                                 f"--allow-remote-reset")
             if not core.estop.latched:
                 return {"ok": True, "latched": False, "lifecycle": core.lifecycle.state.value}
-            if not self.link.up:
-                raise ValueError(f"cannot reset the e-stop: the link is {self.link_state_name()}")
-            self.reset_seq = self.send_safe(p.EStopReset(), now)
+            self.send_estop_reset(now, "control")
             self.pending_reply = ("reset_estop", now + CONTROL_WAIT_S)
             return None
         if cmd == "shutdown":
             self.stop_requested = True
             return {"ok": True, "lifecycle": core.lifecycle.state.value}
-        raise ValueError(f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)}")
+        raise BadRequest("unknown_command", f"command {cmd!r} has no handler")     # COMMANDS lists one too many
+
+    # ---- e-stop reset: local authority, never while the rig's button is held -------------------------
+    def button_held(self) -> bool:
+        """The device reports its e-stop button still pressed (FLAG_BUTTON): only a release at the rig ends it."""
+        return bool(self.device_flags & p.FLAG_BUTTON)
+
+    def send_estop_reset(self, now: float, by: str) -> None:
+        """Ask the device to release its e-stop (the driver's latch clears on its ACK); ValueError, nothing
+        sent, while the link is not up or the device reports its button held."""
+        if not self.link.up:
+            raise ValueError(f"cannot reset the e-stop: the link is {self.link_state_name()}")
+        if self.button_held():
+            raise ValueError("cannot reset the e-stop: the rig's e-stop button is still pressed "
+                             "(release it on the rig first)")
+        self.reset_seq = self.send_safe(p.EStopReset(), now)
+        self.reset_by = by
+        self.reset_deadline = now + CONTROL_WAIT_S
+
+    def cancel_reset(self) -> None:
+        """An e-stop after a reset was sent: that reset's ACK must not clear the new latch (the device took the
+        reset first, then the new e-stop)."""
+        if self.reset_seq is not None:
+            self.reset_seq = None
+            self.reset_answer(error_reply("the e-stop was triggered again before the device answered the reset"))
+
+    def local_reset(self, now: float) -> None:
+        """SIGUSR1: the e-stop reset confirmed on the driver's own host; the outcome goes to stderr."""
+        self.local_reset_requested = False
+        if not self.core.estop.latched:
+            self.note("e-stop reset (SIGUSR1): the e-stop is not latched")
+            return
+        if self.reset_seq is not None:
+            return                                  # one already on its way
+        try:
+            self.send_estop_reset(now, "local")
+        except ValueError as exc:
+            self.note(f"e-stop reset (SIGUSR1): {exc}")
+
+    def reset_answer(self, reply: dict) -> None:
+        """The device answered the e-stop reset: to the control client that asked, or on stderr (SIGUSR1)."""
+        by, self.reset_by = self.reset_by, None
+        if by == "control":
+            self.reply(reply)
+        else:
+            self.note("e-stop reset (SIGUSR1): " + ("released" if reply.get("ok") else reply.get("error", "")))
+
+    # ---- run health (hw/status "health", docs/messages.md) ----------------------------------------------
+    def emulator_children(self) -> list[EmulatorChild]:
+        """The emulators this driver runs: the device's (--emulate), and a composite link's microcontroller's."""
+        children = [self.emulator, getattr(self.link, "sensor_emulator", None)]
+        return [c for c in children if c is not None]
+
+    def read_plant(self, now: float) -> None:
+        """The physics plant's figures from the emulator child that runs one (its --stats file, rewritten every
+        second); a plant further behind than PLANT_LAG_WARN_S is said on stderr, at most every
+        PLANT_LAG_WARN_EVERY_S."""
+        for child in self.emulator_children():
+            stats = child.read_stats()
+            plant = stats.get("plant") if stats is not None else None
+            if not (isinstance(plant, dict) and plant.get("plant") == "physics"):
+                continue
+            try:
+                self.plant = {"rtf": float(plant["rtf"]), "lag_s": float(plant["lag_s"]),
+                              "alive": bool(plant["alive"] and child.alive), "restarts": max(0, child.starts - 1)}
+            except (KeyError, TypeError, ValueError):
+                self.refused["emulator_stats:malformed"] += 1
+                continue
+            lag = self.plant["lag_s"]
+            if lag > PLANT_LAG_WARN_S and now - self.last_lag_warning_s >= PLANT_LAG_WARN_EVERY_S:
+                self.last_lag_warning_s = now
+                print(f"mms drive: warning: the emulator's physics plant lags the wall clock by {lag:.2f} s "
+                      f"(real-time factor {self.plant['rtf']:.2f}): its sensors are late", file=sys.stderr,
+                      flush=True)
+            return
+
+    def health(self) -> dict:
+        core = self.core
+        refused = Counter({f"state:{k}": v for k, v in core.rejections.items()})
+        refused.update(self.refused)
+        if self.sim_malformed:
+            refused["sim:undecodable"] = self.sim_malformed
+        health = {"holds": core.holds, "hold_s": round(core.time_held_s, 6),
+                  "stale_states": core.rejections.get(Rejection.STALE.value, 0), "refused": dict(refused),
+                  "measurement_faults": dict(self.measurement_faults), "watchdog_trips": self.watchdog_trips,
+                  "reconnects": self.link.totals.reconnects}
+        if self.plant is not None:
+            health["plant"] = dict(self.plant)
+        return health
 
     # ---- status -------------------------------------------------------------------------------------
     def watchdog_state(self) -> str:
@@ -665,10 +905,11 @@ class Driver:
                 "states": {"received": self.states_received, "used": core.states_used,
                            "gaps": self.sim_seq.gaps.get(TOPIC_SIM_STATE, 0),
                            "restarts": self.sim_seq.restarts.get(TOPIC_SIM_STATE, 0),
-                           "malformed": self.sim_malformed, "rejected": dict(core.rejections)},
+                           "malformed": self.sim_malformed, "rejected": dict(core.rejections),
+                           "superseded": self.states_superseded, "seq_jumps": self.seq_jumps, "stream_restarts": core.state_check.stream_restarts},
                 "latency_us": {"state_to_send": _percentiles_us(self.state_to_send_us),
                                "tick_late": _percentiles_us(self.tick_late_us), "overruns": self.overruns},
-                "error": core.mapping_error or self.last_error}
+                "health": self.health(), "error": core.mapping_error or self.last_error}
 
     def status_key(self) -> tuple:
         """What a subscriber must hear about at once, not at the next status period."""
@@ -707,11 +948,16 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def run_until_signalled(driver: "Driver") -> int:
-    """Run ``driver`` with SIGINT/SIGTERM asking it to stop (servos to neutral), restoring the handlers after."""
+    """Run ``driver`` with SIGINT/SIGTERM asking it to stop (servos to neutral) and SIGUSR1 confirming an e-stop
+    reset on this host, restoring the handlers after."""
     def on_signal(signum, frame):
         driver.stop_requested = True
 
+    def on_reset(signum, frame):
+        driver.local_reset_requested = True
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_reset)
     try:
         return driver.run()
     finally:

@@ -169,13 +169,16 @@ class CompositeLink:
         return packets
 
     # ---- the driver's messages ----------------------------------------------------------------------
-    def send(self, message: p.Message, t_us: int = 0) -> int:
-        seq = self.tx_seq
-        self.tx_seq = (self.tx_seq + 1) % p.SEQ_MODULUS
+    def send(self, message: p.Message, t_us: int = 0) -> int | None:
+        """One message to the device(s) it concerns; its seq, or None when the bus's last line refused the
+        setpoints (then the microcontroller gets none either; its mirrored values pass its own last line)."""
         if isinstance(message, p.Setpoints):
-            self.bus.send(message, t_us)
+            if self.bus.send(message, t_us) is None:
+                return None
             self.sensor.send(p.Setpoints(self.mirror(message.raw)), t_us)
-        elif isinstance(message, p.EStopReset):
+            return self._next_seq()
+        seq = self._next_seq()
+        if isinstance(message, p.EStopReset):
             self.reset = {"seq": seq, "bus": self.bus.send(message, t_us), "sensor": self.sensor.send(message, t_us),
                           "acked": set()}
         elif isinstance(message, p.GetLinkStats):
@@ -183,6 +186,11 @@ class CompositeLink:
         else:                                           # Heartbeat, EStop: both devices
             self.bus.send(message, t_us)
             self.sensor.send(message, t_us)
+        return seq
+
+    def _next_seq(self) -> int:
+        seq = self.tx_seq
+        self.tx_seq = (self.tx_seq + 1) % p.SEQ_MODULUS
         return seq
 
     def receive(self, now_s: float) -> list[p.Packet]:

@@ -6,9 +6,11 @@ port, the ZeroMQ sockets and the clock; the tests drive it directly with made-up
 
 The rules (docs/driver.md, "Safety"):
 - only ``active`` and not e-stopped tracks the simulator; every setpoint passes the position and rate limits;
-- a state is used only if it passes :class:`hil.driver_safety.StateCheck` (finite, newer, not too old) and
-  arrived after the last (re)activation or reconnect, so nothing from before a link loss is ever replayed;
-- no fresh state for ``state_timeout_s``: hold; ``hold_s`` later: ramp to neutral at the rate limits;
+- a state is used only if it passes :func:`hil.driver_safety.state_shape_error` (types, counts, finite) and
+  :class:`hil.driver_safety.StateCheck` (newer, not too old, not from the future) and arrived after the last
+  (re)activation or reconnect, so nothing from before a link loss is ever replayed;
+- no fresh state for ``state_timeout_s``: hold; ``hold_s`` later: ramp to neutral at the rate limits; the same
+  when the device's measurements have been faulty for ``state_timeout_s`` (:meth:`DriverCore.on_measurement_fault`);
 - deactivate and exit ramp to neutral at the rate limits and then stop sending; an e-stop stops sending at
   once (the device holds neutral while its e-stop is latched);
 - the ramp starts from the last angle sent, or from the measured angle when nothing was sent on this link
@@ -24,7 +26,7 @@ import numpy as np
 from hil.driver_lifecycle import Lifecycle, State, TransitionError
 from hil.driver_mapping import MappingError, ServoMap, apply_limits, move_toward
 from hil.driver_safety import (DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, EStop, Mode, Rejection, StateCheck,
-                               watchdog_mode)
+                               joint_names_ok, watchdog_mode)
 
 #: the longest interval the rate limiter credits between two sends (in command periods): after a scheduling
 #: hiccup the servo gets at most this many periods' worth of motion in one step
@@ -70,18 +72,34 @@ class DriverCore:
         #: False for rigs whose telemetry carries no servo positions: a ramp then assumes the servos start at
         #: neutral (where the device puts them at power-up and on its watchdog)
         self.positions_reported = True
+        self.faulty_since_s: float | None = None     # first of an unbroken run of faulty measurements
+        self.holds = 0                               # entries into hold while active
+        self.time_held_s = 0.0                       # s spent in hold, ramp or neutral while active
 
     # ---- inputs -------------------------------------------------------------------------------------
-    def on_sim_status(self, payload: dict) -> None:
+    def on_sim_status(self, payload: dict) -> bool:
+        """Take the joint names of a ``sim/status`` payload; False (nothing taken) if they are not distinct
+        strings."""
         names = payload.get("joint_names")
-        if isinstance(names, list) and all(isinstance(n, str) for n in names):
-            self.joint_names = names
+        if not joint_names_ok(names):
+            return False
+        self.joint_names = names
+        return True
 
     def on_state(self, payload: dict, now_s: float, now_ns: int) -> Rejection | None:
         """Take a ``sim/state`` payload received at ``now_s`` (monotonic) / ``now_ns`` (wall clock)."""
+        reason = self._use_state(payload, now_ns)
+        if reason is not None:
+            self.rejections[reason.value] += 1
+            return reason
+        self.fresh_s = now_s
+        self.states_used += 1
+        return None
+
+    def _use_state(self, payload: dict, now_ns: int) -> Rejection | None:
         names = payload.get("joint_names", self.joint_names)
         indices = None
-        if isinstance(names, list):
+        if joint_names_ok(names):
             try:
                 indices = self.map.joint_indices(names)
                 self.mapping_error = None
@@ -89,18 +107,25 @@ class DriverCore:
                 self.mapping_error = str(exc)
         reason = self.state_check.check(payload, indices, now_ns)
         if reason is not None:
-            self.rejections[reason.value] += 1
             return reason
-        q = np.asarray(payload["q"], dtype=float)
-        self.goal = self.map.joints_to_angles(q, indices)
+        with np.errstate(over="ignore", invalid="ignore"):
+            goal = self.map.joints_to_angles(np.asarray(payload["q"], dtype=float), indices)
+        if not np.all(np.isfinite(goal)):           # a finite joint value that overflows through the gain
+            return Rejection.NON_FINITE
+        self.goal = goal
         self.goal_seq, self.goal_t, self.goal_stamp_ns = payload["seq"], float(payload["t"]), payload["stamp_ns"]
-        self.fresh_s = now_s
-        self.states_used += 1
         return None
 
     def on_measured(self, angles: np.ndarray) -> None:
-        """Measured servo angles (n,) rad from telemetry."""
+        """Measured servo angles (n,) rad from telemetry that passed the driver's checks (finite, in range)."""
         self.measured = np.asarray(angles, dtype=float)
+        self.faulty_since_s = None
+
+    def on_measurement_fault(self, now_s: float) -> None:
+        """The device reported servo positions that are not finite or out of range: they are not taken, and if
+        nothing but faults comes for ``state_timeout_s`` the driver holds, then ramps, as for a stale state."""
+        if self.faulty_since_s is None:
+            self.faulty_since_s = now_s
 
     # ---- lifecycle and e-stop ------------------------------------------------------------------------
     def activate(self, now_s: float) -> None:
@@ -144,6 +169,7 @@ class DriverCore:
         """The serial link was (re)opened: forget what was sent and every state from before."""
         self.previous = None
         self.measured = None
+        self.faulty_since_s = None
         self.last_send_s = None
         self._require_new_state(now_s)
 
@@ -168,9 +194,15 @@ class DriverCore:
         limited = np.zeros(len(self.map), dtype=bool)
         if active:
             age = now_s - (self.fresh_s if self.fresh_s is not None else self.baseline_s)
+            if self.faulty_since_s is not None:     # measurements faulty: as old as the fault run, at least
+                age = max(age, now_s - self.faulty_since_s)
             mode = watchdog_mode(age, self.state_timeout_s, self.hold_s)
             if mode is Mode.TRACK and self.goal is None:
                 mode = Mode.HOLD
+            if mode is not Mode.TRACK:
+                self.holds += mode is Mode.HOLD and self.mode is not Mode.HOLD
+                if self.last_send_s is not None:
+                    self.time_held_s += now_s - self.last_send_s
         else:
             mode = Mode.RAMP
         if mode is Mode.TRACK:

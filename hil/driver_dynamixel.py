@@ -6,8 +6,8 @@ receive / close, plus counters). :class:`DynamixelLink` offers the same interfac
 
 * handshake (configure): PING every servo (model number checked against the rig), torque off, the rig's EEPROM
   values and position limits written, the Bus Watchdog set to the rig's watchdog timeout;
-* SETPOINTS (raw = goal ticks): clamped to each servo's limit ticks (the driver has already clamped the angles:
-  this is the write path's last line), torque enabled on the first one (after the goal, so nothing jumps), then
+* SETPOINTS (raw = goal ticks): through the last line (:class:`hil.driver_inputs.SetpointLimits`, the limit
+  ticks; a frame with a value that is not finite is not written), rounded to ticks, torque enabled on the first one (after the goal, so nothing jumps), then
   one SYNC_WRITE of goal positions and one SYNC_READ of present current, velocity and position; the status
   packets become a TELEMETRY packet (servo = present position ticks) for the driver;
 * HEARTBEAT (the driver's heartbeat clock): a SYNC_READ only, so telemetry flows while inactive;
@@ -37,6 +37,7 @@ from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p
 from firmware_interface.dynamixel_emulator import RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, DxlRig, load_dxl_rig
 from firmware_interface.rig import EmulatorConfig, Rig, ServoChannel
+from hil.driver_inputs import SetpointLimits
 from hil.driver_link import LinkError, LinkTotals, open_port
 
 #: Each handshake transaction waits this long for its status packet, s (a servo answers within its return
@@ -92,7 +93,6 @@ class BusCounters:
     status_errors: int = 0            # status packets with an error number (not just the alert bit)
     read_timeouts: int = 0            # cycles whose status packets did not all come back
     missing: dict = field(default_factory=dict)     # id -> cycles it did not answer
-    clamped: int = 0                  # setpoints clamped to the limit ticks by the link
     watchdog_trips: int = 0           # bus watchdog trips seen (and re-armed)
     ignored_estop: int = 0            # setpoints ignored while the e-stop is latched
     late_replies: int = 0             # status packets of a timed-out cycle that came in the next one
@@ -108,6 +108,7 @@ class DynamixelLink:
         self.ids = dxl_rig.ids
         self.limits = {s.id: limit_ticks(s) for s in dxl_rig.servos}
         self.neutral = {s.id: s.to_ticks(s.neutral_rad) for s in dxl_rig.servos}
+        self.setpoint_limits = SetpointLimits(rig.servos)     # the last line before the port
         self.port_name: str | None = None
         self.port: serial.Serial | None = None
         self.parser = dxl.StreamParser()
@@ -246,9 +247,14 @@ class DynamixelLink:
         return packets
 
     # ---- the driver's messages ----------------------------------------------------------------------
-    def send(self, message: p.Message, t_us: int = 0) -> int:
+    def send(self, message: p.Message, t_us: int = 0) -> int | None:
         if self.port is None:
             raise LinkError("port not open")
+        if isinstance(message, p.Setpoints):
+            raw = self.setpoint_limits.apply(message.raw)
+            if raw is None:
+                return None
+            message = p.Setpoints(raw)
         seq = self.tx_seq
         self.tx_seq = (self.tx_seq + 1) % p.SEQ_MODULUS
         now = time.monotonic()
@@ -287,13 +293,8 @@ class DynamixelLink:
         return max(1, min(127, round(self.dxl_rig.watchdog_timeout_s / dxl.BUS_WATCHDOG_UNIT_S)))
 
     def _setpoints(self, raw) -> None:
-        goals = {}
-        for servo_id, value in zip(self.ids, raw):
-            lo, hi = self.limits[servo_id]
-            ticks = int(round(min(max(value, lo), hi)))
-            if ticks != int(round(value)):
-                self.bus.clamped += 1
-            goals[servo_id] = dxl.pack_value(ticks, 4)
+        """Goal ticks from setpoints that passed the last line (within the limit ticks, finite)."""
+        goals = {servo_id: dxl.pack_value(int(round(value)), 4) for servo_id, value in zip(self.ids, raw)}
         self._write(dxl.sync_write(A_GOAL, 4, goals))
         if not self.torque_on:
             self._write(dxl.sync_write(A_TORQUE, 1, {i: b"\x01" for i in self.ids}))
@@ -396,7 +397,8 @@ class DynamixelLink:
                 "write_timeouts": t.write_timeouts, "reconnects": t.reconnects, "link_losses": t.link_losses,
                 "nacks": dict(t.nacks), "bus": "dynamixel",
                 "status_ok": b.status_ok, "status_errors": b.status_errors, "read_timeouts": b.read_timeouts,
-                "missing": {str(k): v for k, v in b.missing.items()}, "clamped": b.clamped,
+                "missing": {str(k): v for k, v in b.missing.items()}, "clamped": self.setpoint_limits.clamped,
+                "last_line": self.setpoint_limits.counters(),
                 "watchdog_trips": b.watchdog_trips, "ignored_estop": b.ignored_estop,
                 "late_replies": b.late_replies,
                 "hardware_error_status": {str(k): v for k, v in self.hardware_errors.items()}}

@@ -15,6 +15,7 @@ import serial
 
 from firmware_interface import protocol as p
 from firmware_interface.rig import Rig
+from hil.driver_inputs import SetpointLimits
 
 #: how long the device has to answer HELLO, then CONFIGURE (s); each is resent every HELLO_RETRY_S meanwhile
 HANDSHAKE_TIMEOUT_S = 1.0
@@ -82,6 +83,7 @@ class SerialLink:
         self.device_stats: p.LinkStats | None = None
         #: the servo positions are sampled with the sensors, on the device's clock: no separate read time
         self.servo_read_ns: int | None = None
+        self.limits = SetpointLimits(rig.servos)      # the last line before the port
 
     # ---- port ---------------------------------------------------------------------------------------
     def open(self, port_name: str, now_s: float) -> None:
@@ -116,10 +118,16 @@ class SerialLink:
         return self.state == "up"
 
     # ---- I/O ----------------------------------------------------------------------------------------
-    def send(self, message: p.Message, t_us: int = 0) -> int:
-        """Write one frame; return its seq. LinkError if the port failed (a write timeout only counts)."""
+    def send(self, message: p.Message, t_us: int = 0) -> int | None:
+        """Write one frame; return its seq, or None for SETPOINTS the last line refused (not finite, wrong
+        count: nothing is sent). LinkError if the port failed (a write timeout only counts)."""
         if self.port is None:
             raise LinkError("port not open")
+        if isinstance(message, p.Setpoints):
+            raw = self.limits.apply(message.raw)
+            if raw is None:
+                return None
+            message = p.Setpoints(raw)
         seq = self.tx_seq
         self.tx_seq = (self.tx_seq + 1) % p.SEQ_MODULUS
         data = p.encode(message, seq, t_us)
@@ -212,7 +220,7 @@ class SerialLink:
                 "seq_gaps": c.seq_gaps, "seq_repeats": c.seq_repeats, "bytes_rx": c.bytes,
                 "frames_sent": t.frames_sent, "bytes_sent": t.bytes_sent, "write_timeouts": t.write_timeouts,
                 "reconnects": t.reconnects, "link_losses": t.link_losses,
-                "nacks": {str(k): v for k, v in t.nacks.items()}}
+                "nacks": {str(k): v for k, v in t.nacks.items()}, "last_line": self.limits.counters()}
 
 
 def now_us() -> int:

@@ -1,5 +1,6 @@
 """Real processes and sockets for tests and benchmarks of the HIL stack: free loopback endpoints in a network
-file, ``mms drive`` / ``mms serve`` as subprocesses with control clients, a hw/* collector, a sim/state publisher.
+file, ``mms drive`` / ``mms serve`` as subprocesses with control clients, a hw/* collector, a sim/state publisher,
+and a driver object on a real emulator (:class:`LiveDriver`) for tests that feed its handlers directly.
 
 Nothing here is a mock: every part is the real program or a real ZeroMQ socket. Waits poll a condition with a
 deadline (:func:`wait_for`), never a bare sleep. tests/conftest.py makes fixtures of :class:`Stack` and
@@ -294,3 +295,53 @@ class Stack:
                     thing.close()
             except Exception:  # teardown must stop everything else even if one part fails
                 pass
+
+
+def driver_args(rig: Path, *extra: str):
+    """The ``mms drive`` options (hil/driver.py ``add_arguments``) parsed from ``--rig RIG`` and ``extra``."""
+    import argparse
+
+    from hil.driver import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["--rig", str(rig), *extra])
+
+
+class LiveDriver:
+    """A real :class:`hil.driver.Driver` (its sockets bound on the network file) on a real emulator: the rig's
+    :class:`firmware_interface.emulator.Emulator` in a thread on a pty, writing ``applied_log``. The test calls
+    the driver's handlers itself (no loop thread: nothing races with it); :meth:`step` does one pass of the
+    driver's loop without the wait. ``extra``: more ``mms drive`` options."""
+
+    def __init__(self, rig_path: Path, network: Path, applied_log: Path, *extra: str):
+        from firmware_interface.emulator import Emulator
+        from firmware_interface.pty_device import AppliedLog
+        from firmware_interface.rig import load_rig
+        from hil.driver import Driver
+
+        self.rig = load_rig(rig_path)
+        self.applied_log = applied_log
+        self.emulator = Emulator(self.rig, applied_log=AppliedLog(applied_log))
+        self.thread = threading.Thread(target=self.emulator.run, daemon=True)
+        self.thread.start()
+        self.driver = Driver(self.rig, driver_args(rig_path, "--port", self.emulator.slave_path,
+                                                   "--config", str(network), *extra))
+        self.driver.open_sockets()
+        self.driver.request_configure()
+        wait_for(lambda: self.step() or self.driver.link.up, what="the driver's link up")
+
+    def step(self, now: float | None = None) -> None:
+        """(Re)connect when due, read the port and the SUB socket."""
+        d = self.driver
+        now = time.monotonic() if now is None else now
+        if d.want_link and d.link.state == "closed" and now >= d.next_connect_s:
+            d.connect(now)
+        if d.link.port is not None:
+            d.read_serial(now)
+        d.read_sim(now)
+
+    def close(self) -> None:
+        self.driver.close()
+        self.emulator.stop()
+        self.thread.join(10)

@@ -110,7 +110,7 @@ def test_setpoints_move_the_servos_and_come_back_as_telemetry(shared):
 def test_link_clamps_to_the_limit_ticks(shared):
     dxl_rig, _, link = _connect(shared)
     _cycle(link, p.Setpoints((4000.0, 100.0)))        # far outside +-1 rad
-    assert link.bus.clamped == 2
+    assert link.setpoint_limits.clamped == 2
     link.close()
     port = PortHandler(shared)
     assert port.openPort() and port.setBaudRate(dxl_rig.baud)

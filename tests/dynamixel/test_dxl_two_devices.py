@@ -43,7 +43,7 @@ def _telemetry_after(drv, t_ns: int) -> list[dict]:
 def test_button_reset_and_sensor_unplug(stack):
     neutral = [s.neutral_rad for s in load_dxl_rig(RIG).servos]
     stack.sim(JOINTS, _stroke, rate_hz=SIM_RATE_HZ)
-    drv = stack.driver("--emulate", "--autoactivate", rig=RIG)
+    drv = stack.driver("--emulate", "--autoactivate", "--allow-remote-reset", rig=RIG)
     wait = lambda predicate, what: stack.wait_for(predicate, what=what, logs=(drv.log_path,))  # noqa: E731
     status = drv.wait_status(lambda s: s["lifecycle"] == "active" and s["link"]["state"] == "up", "active")
     sensor_pid = status["link"]["sensor"]["emulator_pid"]
@@ -63,7 +63,12 @@ def test_button_reset_and_sensor_unplug(stack):
     assert status["link"]["estops_forwarded"] >= 1
     assert drv.collector.last("hw/telemetry")["device_flags"] & p.FLAG_ESTOP
 
-    # ---- one reset for both devices, then tracking again
+    # ---- held, the button refuses a reset; released (SIGUSR2), one reset for both devices, then tracking again
+    refused = drv.ctl("reset_estop")
+    assert not refused["ok"] and "button" in refused["error"], refused
+    assert not drv.ctl("activate")["ok"] and drv.status()["estop"]
+    os.kill(sensor_pid, signal.SIGUSR2)
+    drv.wait_status(lambda s: not s["device_flags"] & p.FLAG_BUTTON, "the button released")
     reply = drv.ctl("reset_estop")
     assert reply["ok"] and reply["lifecycle"] == "inactive", reply
     drv.wait_status(lambda s: not s["estop"], "the e-stop released")

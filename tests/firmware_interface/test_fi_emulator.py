@@ -244,7 +244,16 @@ def test_estop_latches_until_reset_and_the_button_reports_itself():
         assert report is not None and report.message.reason == p.ESTOP_BUTTON
         flagged = link.wait_for(lambda pk: isinstance(pk.message, p.Telemetry) and pk.message.flags & p.FLAG_ESTOP,
                                 timeout_s=5)
-        assert flagged is not None
+        assert flagged is not None and flagged.message.flags & p.FLAG_BUTTON
+        # held, the button refuses the host's reset; released (SIGUSR2), the e-stop stays latched until a reset
+        refused = link.request(p.EStopReset(), (p.Ack, p.Nack), timeout_s=5)
+        assert isinstance(refused.message, p.Nack) and refused.message.reason == p.NACK_ESTOP_LATCHED
+        proc.send_signal(signal.SIGUSR2)
+        released = link.wait_for(lambda pk: isinstance(pk.message, (p.Telemetry, p.Heartbeat))
+                                 and not pk.message.flags & p.FLAG_BUTTON, timeout_s=5)
+        assert released is not None and released.message.flags & p.FLAG_ESTOP
+        ack = link.request(p.EStopReset(), (p.Ack, p.Nack), timeout_s=5)
+        assert isinstance(ack.message, p.Ack)
         link.close()
 
 
