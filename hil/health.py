@@ -11,8 +11,11 @@ the *healthy windows* (docs/validation.md, "Run health"):
   simulated time advancing at the wall clock's pace within ``rtf_tolerance`` over every ``rtf_window_s``, no
   reset (simulated time going back), and, where ``sim/status`` says so, states not later than ``late_max_s``;
 - driver: every ``hw/command`` in mode ``track`` (not hold, ramp or neutral), none more than ``stall_gap_s`` after
-  the previous one;
-- link and rig: telemetry samples at most ``stall_gap_s`` apart; ``hw/status`` link ``up`` with no reconnect or
+  the previous one, and sent at most ``command_latency_max_s`` after its ``sim/state`` (90th percentile per
+  second): a busy machine delays the servos behind the model it is compared with;
+- link and rig: telemetry samples at most ``stall_gap_s`` apart, and read by the host at most
+  ``telemetry_delay_max_s`` after the device sampled them (90th percentile per second; their time stamps are
+  the host's reading time moved back by the device clock, so a late read is a lag that is not the rig's); ``hw/status`` link ``up`` with no reconnect or
   emulator restart in between; the physics plant (``hw/status`` ``health.plant``, when the driver runs the
   emulator) alive and at most ``plant_lag_max_s`` behind the wall clock.
 
@@ -34,6 +37,13 @@ from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY,
 
 #: resolution of the health mask, s: far below every criterion's time scale, coarse enough for 10-minute runs
 MASK_STEP_S = 0.005
+#: the stretch over which the latency percentiles are taken, s (the sim/status window)
+LATENCY_WINDOW_S = 1.0
+#: the percentile of a window's latencies that is judged: the typical delay, not its rare worst case
+LATENCY_PERCENTILE = 90.0
+#: telemetry delays are measured from the least host-minus-device clock offset within this many windows either side
+#: (the device's crystal drifts against the host's clock: 50 ppm is 0.5 ms over 10 s)
+CLOCK_BASELINE_WINDOWS = 5
 #: the driver mode in which the servos follow the simulation
 TRACKING_MODE = "track"
 LINK_UP = "up"
@@ -46,6 +56,8 @@ class HealthCriteria:
     rtf_tolerance: float = 0.05         # |simulated / wall time - 1| allowed over each rtf_window_s
     rtf_window_s: float = 1.0
     late_max_s: float = 0.02            # sim/status late_max_s above this marks its window
+    command_latency_max_s: float = 0.004   # 90th percentile per second: hw/command sent after its sim/state
+    telemetry_delay_max_s: float = 0.005   # 90th percentile per second: telemetry read after the device sampled it
     plant_lag_max_s: float = 0.01       # the physics plant's lag behind the wall clock
     settle_s: float = 1.0               # cut after every disturbance and at the start of every window
     min_window_s: float = 2.0
@@ -145,6 +157,34 @@ def status_windows(stamps_s: np.ndarray, bad: Iterable[bool], source: str, whats
             for first, last in _runs(bad)]
 
 
+def latency(times_s: np.ndarray, delay_s: np.ndarray, limit_s: float, source: str,
+            what: str) -> list[Disturbance]:
+    """Each LATENCY_WINDOW_S stretch of ``times_s`` (n,) s whose LATENCY_PERCENTILE of ``delay_s`` (n,) s exceeds
+    ``limit_s``."""
+    if len(times_s) == 0:
+        return []
+    window = np.floor((times_s - times_s[0]) / LATENCY_WINDOW_S).astype(np.int64)
+    starts = np.concatenate([[0], np.nonzero(np.diff(window))[0] + 1, [len(window)]])
+    out = []
+    for first, end in zip(starts[:-1], starts[1:]):
+        typical = float(np.percentile(delay_s[first:end], LATENCY_PERCENTILE))
+        if typical > limit_s:
+            out.append(Disturbance(float(times_s[first]), float(times_s[end - 1]), source,
+                                   f"{what} {typical * 1e3:.1f} ms ({LATENCY_PERCENTILE:.0f}th percentile)"))
+    return out
+
+
+def clock_delays(times_s: np.ndarray, offset_s: np.ndarray) -> np.ndarray:
+    """How late (s) each sample was read: its host-minus-device clock offset ``offset_s`` (n,) s above the least
+    offset within CLOCK_BASELINE_WINDOWS latency windows of it (``times_s`` (n,) s)."""
+    window = np.floor((times_s - times_s[0]) / LATENCY_WINDOW_S).astype(np.int64)
+    least = np.full(window[-1] + 1, np.inf)
+    np.minimum.at(least, window, offset_s)
+    padded = np.concatenate([np.full(CLOCK_BASELINE_WINDOWS, np.inf), least, np.full(CLOCK_BASELINE_WINDOWS, np.inf)])
+    spans = np.lib.stride_tricks.sliding_window_view(padded, 2 * CLOCK_BASELINE_WINDOWS + 1)
+    return offset_s - spans.min(axis=1)[window]
+
+
 def driver_modes(stamps_s: np.ndarray, modes: list[str], criteria: HealthCriteria) -> list[Disturbance]:
     """Stretches of ``hw/command`` not in tracking mode, and gaps between commands."""
     tracking = np.array([m == TRACKING_MODE for m in modes], dtype=bool)
@@ -241,12 +281,25 @@ def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: 
     if commands:
         disturbances += driver_modes(command_s, [str(c.get("mode")) for c in commands], criteria)
         checked.append("driver tracking (hw/command)")
+        sent = [(c["stamp_ns"], c["state_stamp_ns"]) for c in commands
+                if c.get("mode") == TRACKING_MODE and isinstance(c.get("state_stamp_ns"), int)]
+        if sent:
+            sent_ns = np.array(sent, dtype=np.int64)
+            disturbances += latency((sent_ns[:, 0] - origin_ns) * 1e-9, (sent_ns[:, 0] - sent_ns[:, 1]) * 1e-9,
+                                    criteria.command_latency_max_s, "driver", "commands sent late after their state:")
+            checked.append("driver latency (hw/command state_stamp_ns)")
     else:
         unchecked.append("driver tracking (no hw/command)")
 
     if telemetry is not None and telemetry.rows >= 2:
-        disturbances += gaps(telemetry.columns["time_s"], criteria.stall_gap_s, "link", "no telemetry for")
+        sample_s = telemetry.columns["time_s"]
+        disturbances += gaps(sample_s, criteria.stall_gap_s, "link", "no telemetry for")
         checked.append("telemetry continuity (hw/telemetry)")
+        if "device_us" in telemetry.columns:
+            offset_s = sample_s - telemetry.columns["device_us"] * 1e-6
+            disturbances += latency(sample_s, clock_delays(sample_s, offset_s), criteria.telemetry_delay_max_s,
+                                    "link", "telemetry read late after sampling:")
+            checked.append("telemetry read delay (hw/telemetry device_us)")
     else:
         unchecked.append("telemetry continuity (no hw/telemetry)")
 

@@ -321,7 +321,8 @@ HOLD_S = 0.2
 def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0, amplitude: float = 0.3,
                    lag_s: float = 0.012, ratio: float = 0.9, noise: float = 0.01, rate_hz: float = 500.0,
                    stall: tuple[float, float] | None = None, hold: tuple[float, float] | None = None,
-                   plant_lag: tuple[float, float, float] | None = None, status: bool = True, seed: int = 0,
+                   plant_lag: tuple[float, float, float] | None = None,
+                   busy: tuple[float, float, float] | None = None, status: bool = True, seed: int = 0,
                    origin_ns: int = 1_700_000_000_000_000_000) -> dict:
     """A recording of a whole live loop as `mms record` writes it (every topic), with injected faults.
 
@@ -332,7 +333,9 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
     HOLD_S, then ``neutral`` (0). The
     servo reads ``ratio * (2 * angle(w - lag) + 0.05) + N(0, noise)`` (the rig's joint map), the gauge
     ``1e-2 (angle(w - lag) + N(0, noise))``, delayed by ``extra`` more while the physics plant lags, ``plant_lag = (start, length,
-    extra)`` (``hw/status`` ``health.plant.lag_s`` says so). ``status``: also ``sim/status`` (1 Hz) and
+    extra)`` (``hw/status`` ``health.plant.lag_s`` says so). ``busy = (start, length, delay)``: a busy host sends
+    each command ``delay`` s after its state and reads each telemetry frame ``delay`` s after the device sampled it
+    (what the recording shows of it: ``state_stamp_ns`` and ``host_ns``). ``status``: also ``sim/status`` (1 Hz) and
     ``hw/status`` (10 Hz); without them the file is as an older recorder wrote it.
     """
     import numpy as np
@@ -379,12 +382,14 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
             state = sim_state(0, float(sim_t[k]), [float(angle[k]), 0.0])
             state["stamp_ns"] = int(stamp[k])
             add("sim/state", state)
+        late_ns = int(busy[2] * 1e9) if busy and inside(busy[:2], w[k:k + 1])[0] else 0
         command = hw_command(0, float(sim_t[k]), 0, float(applied[k]))
-        command.update(stamp_ns=int(stamp[k]), mode=str(modes[k]))
+        command.update(stamp_ns=int(stamp[k]), mode=str(modes[k]), state_stamp_ns=int(stamp[k]) - late_ns)
         add("hw/command", command)
         if k % frame == frame - 1:
             rows = slice(k - frame + 1, k + 1)
-            add("hw/telemetry", {"v": 1, "stamp_ns": int(stamp[k]) + 200_000, "host_ns": int(stamp[k]),
+            add("hw/telemetry", {"v": 1, "stamp_ns": int(stamp[k]) + late_ns + 200_000,
+                                 "host_ns": int(stamp[k]) + late_ns,
                                  "device_us": [int(round(x * 1e6)) for x in w[rows]], "servo_names": ["tail"],
                                  "servo_rad": [[float(v)] for v in servo[rows]], "strain_names": ["fin_ray_left"],
                                  "strain": [[float(v)] for v in strain[rows]], "load_names": ["thrust"],
