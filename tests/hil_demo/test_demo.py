@@ -21,6 +21,16 @@ DEMO_TOPICS = {messages.TOPIC_SIM_STATE, messages.TOPIC_SIM_STATUS, messages.TOP
                messages.TOPIC_HW_TELEMETRY, messages.TOPIC_HW_STATUS}
 #: rad: how close to the neutral posture the last setpoint must be
 NEUTRAL_TOLERANCE_RAD = 1e-6
+#: The figures the README states, with bands from their measured spread. Six idle 20 s demos on this project's
+#: 2-core machine (benchmarks/bench_demo_load.py, 2026-11-23): root bending ratio 0.777-0.793 (mean 0.786, spread
+#: 0.016), stroke lag 30.9-33.9 deg (mean 31.8, spread 3.0); the replay (five runs) bending ratio 0.825-0.847 (mean
+#: 0.840, spread 0.022), strain lag -7.2 to -3.3 deg (mean -5.7, spread 3.9). The band is about twice the spread:
+#: the test's run is the same 20 s demo, on whatever machine runs it.
+DEMO_DURATION_S = 20
+ROOT_BENDING_RATIO, ROOT_BENDING_BAND = 0.786, 0.03
+STROKE_LAG_DEG, STROKE_LAG_BAND_DEG = 31.8, 6.0
+REPLAY_BENDING_RATIO, REPLAY_BENDING_BAND = 0.840, 0.04
+REPLAY_STRAIN_LAG_DEG, REPLAY_STRAIN_LAG_BAND_DEG = -5.7, 8.0
 
 
 def _demo(out: Path, duration: float, *args: str) -> subprocess.Popen:
@@ -70,7 +80,7 @@ def _recorder_stats(path: Path) -> dict:
 
 def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     out = tmp_path / "run"
-    demo = _demo(out, 10)
+    demo = _demo(out, DEMO_DURATION_S)
     stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT_S)
     assert demo.returncode == 0, stderr[-3000:]
     assert f"recording: {out / 'run.mcap'}" in stdout and "metrics:" in stdout
@@ -93,24 +103,32 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     assert all(abs(x) < NEUTRAL_TOLERANCE_RAD for x in last_command["setpoint_rad"])
 
     metrics = json.loads((out / "report" / "metrics.json").read_text())
-    assert (out / "report" / "report.md").exists()
+    report = (out / "report" / "report.md").read_text()
+    # the run was healthy, and the report and the console say so first, with the window analysed
+    health = metrics["health"]
+    assert health["valid"] is True and health["analysed_s"] >= 5.0, health
+    assert report.startswith("**VALID: analysed") and "[demo]   VALID: analysed" in stdout
+    assert health["stalls"] == [] and metrics["analysed_window"] == health["analysed"]
     channels = {c["measured"].split(":")[-1]: c for c in metrics["channels"]}
-    # the servo tracks the simulated stroke: its amplitude, and its shape once its lag is removed (the lag itself,
-    # about 30 deg at 5 Hz, grows with the machine's load, and with it nrmse and R2: "passed" is not asserted)
+    # the servo tracks the simulated stroke with its lag, and the shape once the lag is removed
     stroke = channels["stroke_right"]["metrics"]
-    assert 0.8 < stroke["amplitude_ratio"] < 1.25 and 0.0 < stroke["phase_lag_deg"] < 90.0, stroke
+    assert abs(stroke["phase_lag_deg"] - STROKE_LAG_DEG) < STROKE_LAG_BAND_DEG, stroke
     assert stroke["residual_rms"] < 0.2 * stroke["amplitude_simulated"], stroke
-    # the rig's stiffer wing roots bend less than the model's
-    assert 0.5 < channels["root_bend_r"]["metrics"]["amplitude_ratio"] < 0.95
+    # the rig's stiffer wing roots bend less than the model's (and the servos undershoot)
+    lagged = channels["root_bend_r"]["metrics"]
+    assert abs(lagged["amplitude_ratio"] - ROOT_BENDING_RATIO) < ROOT_BENDING_BAND, lagged
     # the replay (the model driven by the measured servo motion): the servos' lag gone from the strains, and the
     # bending ratio the stiffer roots' own (1/1.2 = 0.83; the servos' undershoot no longer in it)
     replay = json.loads((out / "report" / "replay" / "metrics.json").read_text())
     assert "re-simulation" in replay["reference"]
     bend = {c["measured"].split(":")[-1]: c for c in replay["channels"]}["root_bend_r"]["metrics"]
-    lagged = channels["root_bend_r"]["metrics"]
-    assert abs(bend["phase_lag_deg"]) < 10.0 < lagged["phase_lag_deg"], (bend, lagged)
-    assert 0.75 < bend["amplitude_ratio"] < 0.92 and bend["amplitude_ratio"] > lagged["amplitude_ratio"], bend
+    assert abs(bend["phase_lag_deg"] - REPLAY_STRAIN_LAG_DEG) < REPLAY_STRAIN_LAG_BAND_DEG, bend
+    assert abs(bend["amplitude_ratio"] - REPLAY_BENDING_RATIO) < REPLAY_BENDING_BAND, bend
     assert "taken out" in stdout
+    # the narrative is the run's own: every expectation of the rig's truth checked against these figures
+    narrative = (out / "report" / "narrative.md").read_text()
+    assert narrative.count(": as expected") == 4 and "CONTRADICTS" not in narrative, narrative
+    assert "live run: all 2 expectations hold" in stdout and "replay: all 2 expectations hold" in stdout
     assert _wait_no_processes(str(out)) == []
 
 
