@@ -11,10 +11,11 @@ the *healthy windows* (docs/validation.md, "Run health"):
   simulated time advancing at the wall clock's pace within ``rtf_tolerance`` over every ``rtf_window_s``, no
   reset (simulated time going back), and, where ``sim/status`` says so, states not later than ``late_max_s``;
 - driver: every ``hw/command`` in mode ``track`` (not hold, ramp or neutral), none more than ``stall_gap_s`` after
-  the previous one, and sent at most ``command_latency_max_s`` after its ``sim/state`` (90th percentile per
-  second): a busy machine delays the servos behind the model it is compared with;
-- link and rig: telemetry samples at most ``stall_gap_s`` apart, and read by the host at most
-  ``telemetry_delay_max_s`` after the device sampled them (90th percentile per second; their time stamps are
+  the previous one, and sent at most ``latency_max_deg`` of the cycle after its ``sim/state`` (90th percentile per
+  second; ``latency_max_s`` when the cycle frequency is not known): a busy machine delays the servos behind the
+  model they are compared with;
+- link and rig: telemetry samples at most ``stall_gap_s`` apart, and read by the host at most as late after the
+  device sampled them (90th percentile per second; their time stamps are
   the host's reading time moved back by the device clock, so a late read is a lag that is not the rig's); ``hw/status`` link ``up`` with no reconnect or
   emulator restart in between; the physics plant (``hw/status`` ``health.plant``, when the driver runs the
   emulator) alive and at most ``plant_lag_max_s`` behind the wall clock.
@@ -56,8 +57,9 @@ class HealthCriteria:
     rtf_tolerance: float = 0.05         # |simulated / wall time - 1| allowed over each rtf_window_s
     rtf_window_s: float = 1.0
     late_max_s: float = 0.02            # sim/status late_max_s above this marks its window
-    command_latency_max_s: float = 0.004   # 90th percentile per second: hw/command sent after its sim/state
-    telemetry_delay_max_s: float = 0.005   # 90th percentile per second: telemetry read after the device sampled it
+    latency_max_deg: float = 9.0        # 90th percentile per second of the command and telemetry delays, in degrees
+                                        # of the cycle (the stroke, the tail beat) ...
+    latency_max_s: float = 0.005        # ... or in s when the run's cycle frequency is not known
     plant_lag_max_s: float = 0.01       # the physics plant's lag behind the wall clock
     settle_s: float = 1.0               # cut after every disturbance and at the start of every window
     min_window_s: float = 2.0
@@ -236,10 +238,13 @@ def _number(value: Any) -> float | None:
 
 
 def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: HealthCriteria,
-           warnings: list[str] | None = None) -> Health:
+           warnings: list[str] | None = None, cycle_hz: float | None = None) -> Health:
     """The health of a run from its raw ``messages`` by topic (:class:`hil.mcap_io.RawRecording`) and its decoded
     ``tables`` (:class:`hil.series.Tables`, whose ``sim/state`` and ``hw/telemetry`` give the sample times on the
-    recording clock). ``warnings``: what the reader already knows (damaged chunks, truncation, seq gaps)."""
+    recording clock). ``warnings``: what the reader already knows (damaged chunks, truncation, seq gaps).
+    ``cycle_hz``: the run's cycle frequency (Hz), which turns ``latency_max_deg`` into seconds."""
+    latency_max_s = (criteria.latency_max_deg / 360.0 / cycle_hz if cycle_hz and np.isfinite(cycle_hz)
+                     else criteria.latency_max_s)
     origin_ns = tables.origin_ns
     warnings = list(warnings or [])
     disturbances: list[Disturbance] = []
@@ -286,7 +291,7 @@ def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: 
         if sent:
             sent_ns = np.array(sent, dtype=np.int64)
             disturbances += latency((sent_ns[:, 0] - origin_ns) * 1e-9, (sent_ns[:, 0] - sent_ns[:, 1]) * 1e-9,
-                                    criteria.command_latency_max_s, "driver", "commands sent late after their state:")
+                                    latency_max_s, "driver", "commands sent late after their state:")
             checked.append("driver latency (hw/command state_stamp_ns)")
     else:
         unchecked.append("driver tracking (no hw/command)")
@@ -297,8 +302,8 @@ def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: 
         checked.append("telemetry continuity (hw/telemetry)")
         if "device_us" in telemetry.columns:
             offset_s = sample_s - telemetry.columns["device_us"] * 1e-6
-            disturbances += latency(sample_s, clock_delays(sample_s, offset_s), criteria.telemetry_delay_max_s,
-                                    "link", "telemetry read late after sampling:")
+            disturbances += latency(sample_s, clock_delays(sample_s, offset_s), latency_max_s, "link",
+                                    "telemetry read late after sampling:")
             checked.append("telemetry read delay (hw/telemetry device_us)")
     else:
         unchecked.append("telemetry continuity (no hw/telemetry)")

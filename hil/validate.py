@@ -663,7 +663,8 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
     keys.setdefault(TOPIC_SIM_STATE, set())
     keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("device_us")     # the run health's telemetry read delay
     tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
-    health = assess(recording.messages, tables, settings.health, recording_warnings(recording))
+    health = assess(recording.messages, tables, settings.health, recording_warnings(recording),
+                    cycle_frequency(pairs, tables, settings))
     settings = replace(settings, window=None if settings.whole_run else health.analysed)
     reference = RECORDED_REFERENCE
     if resim is not None:
@@ -682,6 +683,26 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
             "messages": {t: len(m) for t, m in recording.messages.items()}, "reference": reference,
             "health": health, "window": settings.window}
     return results, source, info
+
+
+def cycle_frequency(pairs: list[Pair], tables: Tables, settings: Settings) -> float | None:
+    """The run's cycle frequency (Hz): the configured one, else the dominant frequency of the first pair's
+    simulated joint angle (the actuated stroke), as :func:`evaluate_pairs` takes it; None when there is none."""
+    from hil.analysis import dominant_frequency, median_rate, resample
+
+    if settings.frequency_hz is not None:
+        return settings.frequency_hz
+    for pair in pairs:
+        if pair.simulated.key != "q":
+            continue
+        try:
+            t, x = pair.simulated.values(tables)
+            rate = median_rate(t)
+            grid = t[0] + np.arange(int((t[-1] - t[0]) * rate)) / rate
+            return dominant_frequency(resample(t, x, grid), rate)
+        except (KeyError, ValueError):
+            continue
+    return None
 
 
 def recording_warnings(recording) -> list[str]:

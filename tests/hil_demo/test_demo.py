@@ -82,7 +82,7 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     out = tmp_path / "run"
     demo = _demo(out, DEMO_DURATION_S)
     stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT_S)
-    assert demo.returncode == 0, stderr[-3000:]
+    assert demo.returncode == 0, stdout[-3000:] + stderr[-3000:]
     assert f"recording: {out / 'run.mcap'}" in stdout and "metrics:" in stdout
 
     recording = _read_recording(out / "run.mcap")
@@ -137,9 +137,9 @@ def test_demo_on_the_two_device_dynamixel_rig(tmp_path):
     (both emulated, the microcontroller with the physics plant); the recording keeps both rig files, and the
     validation pairs the bus servos and the microcontroller's gauges and tether sensor with the model."""
     out = tmp_path / "run"
-    demo = _demo(out, 10, "--rig", "flapper-dynamixel")
+    demo = _demo(out, DEMO_DURATION_S, "--rig", "flapper-dynamixel")
     stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT_S)
-    assert demo.returncode == 0, stderr[-3000:]
+    assert demo.returncode == 0, stdout[-3000:] + stderr[-3000:]
     with (out / "run.mcap").open("rb") as handle:
         metadata = {m.name: m.metadata for m in make_reader(handle).iter_metadata()}
     assert metadata["rig_config"]["path"].endswith("flapper_dynamixel_rig.toml")
