@@ -45,6 +45,9 @@ LATENCY_PERCENTILE = 90.0
 #: telemetry delays are measured from the least host-minus-device clock offset within this many windows either side
 #: (the device's crystal drifts against the host's clock: 50 ppm is 0.5 ms over 10 s)
 CLOCK_BASELINE_WINDOWS = 5
+#: the pace is judged over windows that span at least this fraction of rtf_window_s (the first states of a run, or
+#: those right after a stall, have less wall time behind them: a ratio over a few ms would measure jitter)
+PACE_SPAN_FRACTION = 0.5
 #: the driver mode in which the servos follow the simulation
 TRACKING_MODE = "track"
 LINK_UP = "up"
@@ -133,7 +136,7 @@ def pace(wall_s: np.ndarray, sim_t: np.ndarray, criteria: HealthCriteria) -> lis
                        f"reset: simulated time went back from {sim_t[i]:.3f} s to {sim_t[i + 1]:.3f} s")
            for i in np.nonzero(np.diff(sim_t) < 0)[0]]
     start = np.searchsorted(wall_s, wall_s - criteria.rtf_window_s)
-    full = wall_s - wall_s[start] >= 0.5 * criteria.rtf_window_s
+    full = wall_s - wall_s[start] >= PACE_SPAN_FRACTION * criteria.rtf_window_s
     with np.errstate(divide="ignore", invalid="ignore"):
         rtf = (sim_t - sim_t[start]) / (wall_s - wall_s[start])
     bad = full & (np.abs(rtf - 1.0) > criteria.rtf_tolerance) & (sim_t >= sim_t[start])
