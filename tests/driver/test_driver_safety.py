@@ -155,10 +155,14 @@ def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack):
     # no reset is taken (test_driver_inputs.py has the full sequence), after its release (SIGUSR2) one is
     emulator_pid = drv.ctl("status")["link"]["emulator_pid"]
     os.kill(emulator_pid, signal.SIGUSR1)
-    drv.wait_status(lambda s: s["estop"] and "device:button" in s["estop_sources"], "the button e-stop")
+    # the driver's latch (from the button's E-STOP message) can come before the first heartbeat that carries the
+    # held-button flag: wait for the flag itself, or a status from before it would pass for "released"
+    drv.wait_status(lambda s: s["estop"] and "device:button" in s["estop_sources"] and s["device_flags"] & 0x08,
+                    "the button e-stop, held")
     os.kill(emulator_pid, signal.SIGUSR2)
     drv.wait_status(lambda s: not s["device_flags"] & 0x08, "the button released")
-    assert drv.ctl("reset_estop")["ok"]
+    reply = drv.ctl("reset_estop")
+    assert reply["ok"], reply
     assert drv.ctl("activate")["ok"]
     stack.wait_for(lambda: len([c for c in track_commands(drv) if c["stamp_ns"] > stopped_ns]) > 100,
                    what="tracking after the reset")
