@@ -14,9 +14,7 @@ the *healthy windows* (docs/validation.md, "Run health"):
   the previous one, and sent at most ``latency_max_deg`` of the cycle after its ``sim/state`` (90th percentile per
   second; ``latency_max_s`` when the cycle frequency is not known): a busy machine delays the servos behind the
   model they are compared with;
-- link and rig: telemetry samples at most ``stall_gap_s`` apart, and read by the host at most as late after the
-  device sampled them (90th percentile per second; their time stamps are
-  the host's reading time moved back by the device clock, so a late read is a lag that is not the rig's); ``hw/status`` link ``up`` with no reconnect or
+- link and rig: telemetry samples at most ``stall_gap_s`` apart; ``hw/status`` link ``up`` with no reconnect or
   emulator restart in between; the physics plant (``hw/status`` ``health.plant``, when the driver runs the
   emulator) alive and at most ``plant_lag_max_s`` behind the wall clock.
 
@@ -42,9 +40,6 @@ MASK_STEP_S = 0.005
 LATENCY_WINDOW_S = 1.0
 #: the percentile of a window's latencies that is judged: the typical delay, not its rare worst case
 LATENCY_PERCENTILE = 90.0
-#: telemetry delays are measured from the least host-minus-device clock offset within this many windows either side
-#: (the device's crystal drifts against the host's clock: 50 ppm is 0.5 ms over 10 s)
-CLOCK_BASELINE_WINDOWS = 5
 #: the pace is judged over windows that span at least this fraction of rtf_window_s (the first states of a run, or
 #: those right after a stall, have less wall time behind them: a ratio over a few ms would measure jitter)
 PACE_SPAN_FRACTION = 0.5
@@ -60,7 +55,7 @@ class HealthCriteria:
     rtf_tolerance: float = 0.05         # |simulated / wall time - 1| allowed over each rtf_window_s
     rtf_window_s: float = 1.0
     late_max_s: float = 0.02            # sim/status late_max_s above this marks its window
-    latency_max_deg: float = 9.0        # 90th percentile per second of the command and telemetry delays, in degrees
+    latency_max_deg: float = 9.0        # 90th percentile per second of the commands' delay after their state, in degrees
                                         # of the cycle (the stroke, the tail beat) ...
     latency_max_s: float = 0.005        # ... or in s when the run's cycle frequency is not known
     plant_lag_max_s: float = 0.01       # the physics plant's lag behind the wall clock
@@ -179,17 +174,6 @@ def latency(times_s: np.ndarray, delay_s: np.ndarray, limit_s: float, source: st
     return out
 
 
-def clock_delays(times_s: np.ndarray, offset_s: np.ndarray) -> np.ndarray:
-    """How late (s) each sample was read: its host-minus-device clock offset ``offset_s`` (n,) s above the least
-    offset within CLOCK_BASELINE_WINDOWS latency windows of it (``times_s`` (n,) s)."""
-    window = np.floor((times_s - times_s[0]) / LATENCY_WINDOW_S).astype(np.int64)
-    least = np.full(window[-1] + 1, np.inf)
-    np.minimum.at(least, window, offset_s)
-    padded = np.concatenate([np.full(CLOCK_BASELINE_WINDOWS, np.inf), least, np.full(CLOCK_BASELINE_WINDOWS, np.inf)])
-    spans = np.lib.stride_tricks.sliding_window_view(padded, 2 * CLOCK_BASELINE_WINDOWS + 1)
-    return offset_s - spans.min(axis=1)[window]
-
-
 def driver_modes(stamps_s: np.ndarray, modes: list[str], criteria: HealthCriteria) -> list[Disturbance]:
     """Stretches of ``hw/command`` not in tracking mode, and gaps between commands."""
     tracking = np.array([m == TRACKING_MODE for m in modes], dtype=bool)
@@ -303,11 +287,6 @@ def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: 
         sample_s = telemetry.columns["time_s"]
         disturbances += gaps(sample_s, criteria.stall_gap_s, "link", "no telemetry for")
         checked.append("telemetry continuity (hw/telemetry)")
-        if "device_us" in telemetry.columns:
-            offset_s = sample_s - telemetry.columns["device_us"] * 1e-6
-            disturbances += latency(sample_s, clock_delays(sample_s, offset_s), latency_max_s, "link",
-                                    "telemetry read late after sampling:")
-            checked.append("telemetry read delay (hw/telemetry device_us)")
     else:
         unchecked.append("telemetry continuity (no hw/telemetry)")
 

@@ -661,7 +661,7 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
     if resim is not None:
         keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("servo_rad")
     keys.setdefault(TOPIC_SIM_STATE, set())
-    keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("device_us")     # the run health's telemetry read delay
+    keys.setdefault(TOPIC_HW_TELEMETRY, set())
     tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
     health = assess(recording.messages, tables, settings.health, recording_warnings(recording),
                     cycle_frequency(pairs, tables, settings))

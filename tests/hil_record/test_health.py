@@ -119,16 +119,15 @@ def test_a_lagging_plant_and_a_driver_hold_are_cut(tmp_path, kit):
     assert health["analysed"][0] >= 16.0 + HealthCriteria.settle_s - 0.01 or health["analysed"][1] <= 15.0
 
 
-def test_a_busy_host_that_sends_commands_and_reads_telemetry_late_is_cut(tmp_path, kit):
-    """Measured in the demo beside a CPU hog: commands 4-28 ms after their state and telemetry read 5-19 ms late
-    (90th percentiles per second; idle: at most 2.6 and 3.2 ms), which added 13 degrees to the stroke's lag. Here
-    20 ms at a 2 Hz cycle: 14 degrees, beyond the 9 allowed."""
+def test_a_busy_host_that_sends_commands_late_is_cut(tmp_path, kit):
+    """Measured in the demo beside a CPU hog: commands 3.2-28 ms after their state (90th percentiles per second;
+    idle: at most 2.6 ms), which added 13 degrees to the stroke's lag. Here 20 ms at a 2 Hz cycle: 14 degrees,
+    beyond the 9 allowed."""
     kit.write_live_run(tmp_path / "run.mcap", duration_s=20.0, busy=(4.0, 3.0, 0.020))
     _, document = _validate(tmp_path / "run.mcap", tmp_path / "report")
     cut = {d["source"]: d for d in document["health"]["disturbances"]}
-    assert set(cut) == {"driver", "link"}, document["health"]["disturbances"]
+    assert set(cut) == {"driver"}, document["health"]["disturbances"]
     assert cut["driver"]["what"].startswith("commands sent late after their state: 20.0 ms")
-    assert cut["link"]["what"].startswith("telemetry read late after sampling: 20.0 ms")
     for start, end in document["health"]["windows"]:
         assert end <= 4.0 or start >= 7.0 + HealthCriteria.settle_s - 0.01
     assert document["health"]["valid"] is True and document["health"]["analysed"][0] >= 7.0
