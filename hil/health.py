@@ -249,8 +249,7 @@ def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: 
         command_s, telemetry.columns["time_s"] if telemetry is not None and telemetry.rows >= 2 else None)
         if times is not None]
     span = (float(max(r[0] for r in ranges)), float(min(r[1] for r in ranges)))
-    disturbances += [Disturbance(d.start_s, d.end_s, d.source, d.what.replace("gap", "stall"))
-                     for d in gaps(wall, criteria.stall_gap_s, "simulator", "stall: no sim/state for")]
+    disturbances += gaps(wall, criteria.stall_gap_s, "simulator", "stall: no sim/state for")
     disturbances += pace(wall, sim_t, criteria)
     checked.append("simulator pace and stalls (sim/state)")
 
