@@ -21,17 +21,19 @@ DEMO_TOPICS = {messages.TOPIC_SIM_STATE, messages.TOPIC_SIM_STATUS, messages.TOP
                messages.TOPIC_HW_TELEMETRY, messages.TOPIC_HW_STATUS}
 #: rad: how close to the neutral posture the last setpoint must be
 NEUTRAL_TOLERANCE_RAD = 1e-6
-#: The figures the README states, with bands from their measured spread. Six idle 20 s demos on this project's
-#: 2-core machine (benchmarks/bench_demo_load.py, 2026-11-23): root bending ratio 0.777-0.793 (mean 0.786, spread
-#: 0.016), stroke lag 30.9-33.9 deg (mean 31.8, spread 3.0); the replay (five runs) bending ratio 0.825-0.847 (mean
-#: 0.840, spread 0.022), strain lag -7.2 to -3.3 deg (mean -5.7, spread 3.9). The band is about twice the spread:
-#: the test's run is the same 20 s demo, on whatever machine runs it.
+#: The figures the README states, with bands from their measured spread, over runs on this project's 2-core machine
+#: that the run health called VALID. Root bending ratio: six idle 20 s demos 0.777-0.793 (2026-11-23,
+#: benchmarks/bench_demo_load.py), two beside five busy worker processes 0.767 and 0.772 (stroke ratios 0.947 and
+#: 0.938: the servos undershoot more on a busy host and the bending follows, ratio over stroke ratio 0.815-0.818),
+#: one in a clean-clone CI run 0.746: range 0.746-0.793, centre 0.770, half-range 0.024, band 0.04. Stroke lag
+#: 30.9-33.9 deg over the eight measured (mean 31.8). Replay bending ratio 0.825-0.847 (five idle), 0.813 and 0.820
+#: (busy): centre 0.830, half-range 0.017, band 0.035. Replay strain lag -7.2 to -3.3 deg (mean -5.7, spread 3.9).
 DEMO_DURATION_S = 20
 #: s: shorter than any numba compile of the flapper's kernels (22 s cold, 0.2 s from the cache as measured)
 COMPILE_STALL_S = 1.0
-ROOT_BENDING_RATIO, ROOT_BENDING_BAND = 0.786, 0.03
+ROOT_BENDING_RATIO, ROOT_BENDING_BAND = 0.770, 0.04
 STROKE_LAG_DEG, STROKE_LAG_BAND_DEG = 31.8, 6.0
-REPLAY_BENDING_RATIO, REPLAY_BENDING_BAND = 0.840, 0.04
+REPLAY_BENDING_RATIO, REPLAY_BENDING_BAND = 0.830, 0.035
 REPLAY_STRAIN_LAG_DEG, REPLAY_STRAIN_LAG_BAND_DEG = -5.7, 8.0
 
 
