@@ -78,6 +78,8 @@ DT_SLACK = 1e-9
 #: Steps per compiled call of the stepping loop: long enough that the call's overhead vanishes (< 1 %), short
 #: enough (~0.1 s of wall time for the flapper) that the progress bar moves.
 CHUNK_STEPS = 2000
+#: `--periodic`: the "rosw" integrator's Jacobian is kept from rest (0: never refreshed), see find_periodic.
+PERIODIC_JACOBIAN_EVERY = 0
 
 
 @dataclass
@@ -116,6 +118,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="record the outputs every N steps (default 1: every step; recording costs about "
                              "one extra dynamics evaluation per record on the Python path)")
     parser.add_argument("--no-plots", action="store_true", help="skip the plots")
+    parser.add_argument("--periodic", action="store_true",
+                        help="start from the periodic orbit: find the initial state whose motion repeats after one "
+                             "actuation period (up to a translation and a turn about the vertical; Newton shooting, "
+                             "docs/periodic.md), then simulate from it; --summary adds the orbit's residual, Floquet "
+                             "multipliers and initial state")
+    parser.add_argument("--trim", action="store_true",
+                        help="with --periodic: also adjust the robot's trim parameters (flapper: stroke.offset_deg "
+                             "and stroke.amplitude_deg) so that the orbit has no net translation: a hover")
     parser.add_argument("--tailbeat-frequency", type=float, default=None,
                         help="robot-specific (RayBot): tail-beat frequency, Hz")
     parser.add_argument("--tailbeat-amplitude", type=float, default=None,
@@ -198,9 +208,12 @@ def prepare(args: argparse.Namespace):
 
 
 def simulate(model, integrator: str, dt: float, duration: float, *, progress: bool = True,
-             config: dict | None = None, options: dict | None = None, record_every: int = 1) -> SimRun:
+             config: dict | None = None, options: dict | None = None, record_every: int = 1,
+             initial_state: np.ndarray | None = None, jacobian_every: int | None = None) -> SimRun:
     """Step a Simulation of ``model`` for ``duration`` s, recording ``outputs()`` at t = 0 and after every
-    ``record_every`` steps (the last step is always recorded).
+    ``record_every`` steps (the last step is always recorded). The run starts at rest, or at the reduced
+    coordinates ``initial_state`` (:class:`sim.periodic.ShootingCoordinates`, e.g. a periodic orbit's).
+    ``jacobian_every``: the "rosw" integrator's Jacobian refresh interval (None: its default).
 
     The kernels are compiled (first run of an installation without ``python -m sim.warmup``: said on stderr)
     or loaded from numba's cache before the clock starts and before the progress bar appears, so neither the
@@ -214,9 +227,13 @@ def simulate(model, integrator: str, dt: float, duration: float, *, progress: bo
     if not kernels_compiled():
         print(f"mms sim: compiling simulation kernels (once, about {COMPILE_ESTIMATE_S} s; `python -m sim.warmup` "
               "does it for every robot)", file=sys.stderr, flush=True)
-    sim = Simulation(model, integrator=integrator, dt=dt)
+    refresh = {} if jacobian_every is None else {"jacobian_every": jacobian_every}
+    sim = Simulation(model, integrator=integrator, dt=dt, **refresh)
     sim.record(1, 1)                 # compile or load the kernels outside the timing
     sim.reset()
+    if initial_state is not None:
+        from sim.periodic import ShootingCoordinates
+        ShootingCoordinates(sim).start(initial_state)
     n_steps = max(1, int(round(duration / dt)))
     record_every = max(1, int(record_every))
     full, rest = divmod(n_steps, record_every)
@@ -316,13 +333,81 @@ def generic_plots(run: SimRun, out_dir: Path) -> list[Path]:
     return [path]
 
 
+def find_periodic(args: argparse.Namespace, model, config: dict, module, integrator: str, dt: float):
+    """The periodic orbit of ``model`` (``--periodic``), or with ``--trim`` of the model rebuilt with the robot's
+    trim parameters (``module.TRIM_KEYS``: (table, key) pairs of the config) adjusted for no net translation
+    along x and z. Returns (model, config, dt, initial reduced state, summary keys of the orbit): dt is lowered
+    to a whole fraction of the period if needed (the period map must end exactly on the period).
+
+    With "rosw" the solve and the run keep the Jacobian from rest (``PERIODIC_JACOBIAN_EVERY``): a refresh
+    computes it by finite differences at the current state, whose rounding (~1e-7) would make the period map
+    too rough for Newton's method to converge below ~1e-8."""
+    from sim.periodic import periodic_orbit, trimmed_orbit
+    from sim.robots import build_robot
+    from sim.simulation import Simulation
+
+    period = model.metadata.get("period_s")
+    if period is None:
+        raise ConfigError(args.config, None, "--periodic needs a robot with an actuation period (this one has none)")
+    log = None if args.quiet else (lambda line: print(f"mms sim: periodic orbit: {line}", file=sys.stderr, flush=True))
+    steps = math.ceil(period / dt * (1.0 - DT_SLACK))
+    if abs(steps * dt - period) > DT_SLACK * period:
+        print(f"mms sim: --periodic: dt {dt:g} s lowered to {period / steps:.6g} s, a whole fraction "
+              f"(1/{steps}) of the period {period:g} s", file=sys.stderr)
+        dt = period / steps
+    if not args.trim:
+        orbit = periodic_orbit(Simulation(model, integrator, dt, jacobian_every=PERIODIC_JACOBIAN_EVERY), period,
+                               log=log)
+        return model, config, dt, orbit.shooting.x, orbit.summary()
+    keys = getattr(module, "TRIM_KEYS", None)
+    if keys is None:
+        raise ConfigError(args.config, None, "--trim: this robot kind names no trim parameters")
+    if model.base_mode != "floating":
+        raise ConfigError(None, "--trim", "needs a free (floating) base: a held base has no net translation to trim")
+
+    def configured(values) -> dict:
+        changed = copy.deepcopy(config)
+        for (table, key), value in zip(keys, values):
+            changed[table][key] = float(value)
+        return changed
+
+    def simulation_for(values):
+        return Simulation(build_robot(configured(values), args.config).replace(base_mode=model.base_mode),
+                          integrator, dt, jacobian_every=PERIODIC_JACOBIAN_EVERY)
+
+    names = [f"{table}.{key}" for table, key in keys]
+    start = np.array([float(config[table].get(key, 0.0)) for table, key in keys])
+    trimmed = trimmed_orbit(simulation_for, names, start, period, log=log)
+    summary = trimmed.orbit.summary()
+    summary.update({"periodic_converged": bool(trimmed.solve.converged), "periodic_residual": trimmed.solve.residual,
+                    "periodic_iterations": trimmed.solve.iterations, "trimmed_parameters": trimmed.parameters})
+    config = configured(trimmed.solve.z[-len(keys):])
+    return trimmed.orbit.coordinates.sim.model, config, dt, trimmed.orbit.shooting.x, summary
+
+
 def run(args: argparse.Namespace) -> int:
     model, config, module, options, integrator, dt, duration = prepare(args)
     if args.record_every < 1:
         raise ConfigError(None, "--record-every", f"got {args.record_every}, expected an integer >= 1")
+    if args.trim and not args.periodic:
+        raise ConfigError(None, "--trim", "applies only with --periodic")
     options["record_every"] = args.record_every
+    initial_state, orbit_summary = None, None
+    if args.periodic:
+        model, config, dt, initial_state, orbit_summary = find_periodic(args, model, config, module, integrator, dt)
+        options.update(periodic=True, dt=dt, trimmed_parameters=orbit_summary.get("trimmed_parameters"))
+        verdict = "found" if orbit_summary["periodic_converged"] else "NOT found (closest point used)"
+        print(f"mms sim: periodic orbit {verdict}: residual {orbit_summary['periodic_residual']:.2e}, largest "
+              f"Floquet multiplier {max(orbit_summary['floquet_multipliers'], default=0.0):.4g} "
+              f"({'stable' if orbit_summary['floquet_stable'] else 'unstable'}), net velocity "
+              + ", ".join(f"{axis} {v:.3g}" for axis, v in orbit_summary["periodic_mean_velocity_mm_s"].items())
+              + " mm/s" + "".join(f"; {name} = {value:.4g}" for name, value in
+                                  (orbit_summary.get("trimmed_parameters") or {}).items()),
+              file=sys.stderr, flush=True)
+    refresh = PERIODIC_JACOBIAN_EVERY if args.periodic else None
     run_record = simulate(model, integrator, dt, duration, progress=not args.quiet, config=config,
-                          options=options, record_every=args.record_every)
+                          options=options, record_every=args.record_every, initial_state=initial_state,
+                          jacobian_every=refresh)
     out_dir = args.out or Path("runs") / str(model.metadata.get("name") or options["kind"])
     npz, meta = write_timeseries(run_record, out_dir)
     written = [npz, meta]
@@ -334,6 +419,8 @@ def run(args: argparse.Namespace) -> int:
     if args.summary is not None:
         summarize = getattr(module, "summarize", None)
         summary = summarize(run_record) if summarize is not None else generic_summary(run_record)
+        if orbit_summary is not None:
+            summary.update(orbit_summary)
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(json.dumps(_jsonable(summary), indent=2))
         written.append(args.summary)

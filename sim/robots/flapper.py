@@ -19,7 +19,8 @@ Frames (stated in the config's comments and in ``model.metadata["frames"]``):
   (``w = +y`` right wing, ``w = -y`` left: the left frames are the mirror of the right ones with y flipped
   so that they stay right-handed);
 - joint signs, identical for both wings (mirror-symmetric motions have equal joint values): stroke > 0
-  moves the wing tip forward (+x0); twist > 0 raises the leading edge toward the upper side (nose up);
+  moves the wing tip forward (+x0) (the stroke law is r = phi0 - A cos(w t), phi0 = ``stroke.offset_deg``,
+  default 0: the mean stroke position, an open choice that trims the thorax's pitch, docs/periodic.md); twist > 0 raises the leading edge toward the upper side (nose up);
   bending > 0 moves the tip toward the upper side;
 - rest pitch ``wing.rest_pitch_deg``: rotation of the wing about its leading edge out of the stroke plane
   (0: chord in the horizontal stroke plane, leading edge forward; 90: chord hanging below the leading edge).
@@ -78,7 +79,8 @@ def config_schema(config: dict, path) -> dict:
         "thorax": table({"half_axis_x": length(), "half_axis_y": length(), "half_axis_z": length(),
                          "density": density(), "wing_root_offset": position()},
                         ["half_axis_x", "half_axis_y", "half_axis_z", "density", "wing_root_offset"]),
-        "stroke": table({"amplitude_deg": degrees(0.0, 90.0), "frequency_hz": frequency_hz()},
+        "stroke": table({"amplitude_deg": degrees(0.0, 90.0), "frequency_hz": frequency_hz(),
+                         "offset_deg": degrees(-90.0, 90.0)},
                         ["amplitude_deg", "frequency_hz"]),
         "stiffness": table({"twist_root": stiffness_range(positive=True), "twist_tip": stiffness_range(positive=True),
                             "bend_root": stiffness_range(positive=True), "bend_tip": stiffness_range(positive=True),
@@ -136,6 +138,8 @@ def read_parameters(config: dict, path) -> dict:
     p["A"] = math.radians(require(stroke, "amplitude_deg", float, path=path, prefix="stroke",
                                   check=lambda v: 0.0 <= v <= 90.0, expected="an angle in [0, 90] degrees"))
     p["f"] = require(stroke, "frequency_hz", float, path=path, prefix="stroke", **pos)
+    p["phi0"] = math.radians(require(stroke, "offset_deg", float, path=path, prefix="stroke", default=0.0,
+                                     check=lambda v: -90.0 <= v <= 90.0, expected="an angle in [-90, 90] degrees"))
     p["kt1"] = require(stiff, "twist_root", float, path=path, prefix="stiffness", **pos)
     p["kt2"] = require(stiff, "twist_tip", float, path=path, prefix="stiffness", **pos)
     p["kb1"] = require(stiff, "bend_root", float, path=path, prefix="stiffness", **pos)
@@ -268,7 +272,7 @@ def build(config: dict, path=None) -> Model:
             names.append(name)
             actuated = b["kind"] == "stroke"
             law = None if actuated else ViscoElastic(b["k"], p["mu"], 0.0)
-            motion = Sinusoid(p["A"], omega, phase=-0.5 * math.pi) if actuated else None
+            motion = Sinusoid(p["A"], omega, phase=-0.5 * math.pi, offset=p["phi0"]) if actuated else None
             j = builder.add_body(name, parent, joint_name=f"{b['joint']}_{side}", joint_type="revolute",
                                  axis=b["axis"], placement=_pose(b["R"], b["pos"]), inertia=b["inertia"],
                                  actuated=actuated, q_rest=0.0, motion_law=motion, joint_law=law)
@@ -294,7 +298,8 @@ def build(config: dict, path=None) -> Model:
     period = 1.0 / p["f"]
     metadata = {
         "kind": "flapper", "name": p["name"], "config_path": None if path is None else str(Path(path)),
-        "sections": M, "stroke_amplitude_rad": p["A"], "stroke_omega_rad_s": omega, "period_s": period,
+        "sections": M, "stroke_amplitude_rad": p["A"], "stroke_offset_rad": p["phi0"],
+        "stroke_omega_rad_s": omega, "period_s": period,
         "stroke_joints": [joints["r"]["stroke"], joints["l"]["stroke"]],
         "twist_joints": {"r": joints["r"]["twist"], "l": joints["l"]["twist"]},
         "bend_joints": {"r": joints["r"]["bend"], "l": joints["l"]["bend"]},
@@ -409,6 +414,10 @@ def phase_lag_deg(phase: float, reference: float) -> float:
     return lag - 360.0 if lag > 180.0 else lag
 
 
+#: `mms sim --periodic --trim`: the config keys adjusted for a hover (sim/cli_sim.py: find_periodic): the mean
+#: stroke angle moves the mean lift along the body (the thorax's pitch balance), the amplitude scales the lift.
+TRIM_KEYS = (("stroke", "offset_deg"), ("stroke", "amplitude_deg"))
+
 #: Harmonics of the stroke frequency kept in the periodic part of a drifting signal.
 DRIFT_FIT_HARMONICS = 10
 
@@ -481,6 +490,9 @@ def summarize(run) -> dict:
         "thorax_amplitude_mm": {axis: 1e3 * detrended_semi_amplitude(t, pos[:, a], omega)
                                 for a, axis in enumerate("xyz")},
         "thorax_pitch_amplitude_deg": math.degrees(detrended_semi_amplitude(t, pitch, omega)),
+        # the same without removing any drift (equal to the above on a periodic orbit, `--periodic`)
+        "thorax_excursion_mm": {axis: 1e3 * 0.5 * float(np.ptp(pos[:, a])) for a, axis in enumerate("xyz")},
+        "thorax_pitch_excursion_deg": math.degrees(0.5 * float(np.ptp(pitch))),
         "mean_vertical_force_over_weight": (float(np.trapezoid(fz, t) / (t[-1] - t[0])) / weight
                                             if weight > 0 else float("nan")),
     }

@@ -13,7 +13,8 @@ MMS = [sys.executable, "-m", "hil.cli"]
 CONFIG = ROOT / "configs" / "robots" / "flapper.toml"
 SUMMARY_KEYS = {"peak_stroke_torque_Nm", "mean_power_per_wing_W", "tip_twist_amplitude_deg",
                 "tip_twist_phase_lag_deg", "tip_bend_amplitude_deg", "tip_bend_phase_lag_deg",
-                "thorax_amplitude_mm", "thorax_pitch_amplitude_deg", "mean_vertical_force_over_weight",
+                "thorax_amplitude_mm", "thorax_pitch_amplitude_deg", "thorax_excursion_mm",
+                "thorax_pitch_excursion_deg", "mean_vertical_force_over_weight",
                 "sim_time_s", "wall_time_s", "real_time_factor"}
 TIMEOUT = 240  # s, generous: the machine is shared
 
@@ -32,6 +33,7 @@ def test_tethered_run_writes_series_metadata_plots_and_summary(tmp_path):
     assert set(values) == SUMMARY_KEYS
     assert set(values["thorax_amplitude_mm"]) == {"x", "y", "z"}
     assert values["thorax_amplitude_mm"] == {"x": 0.0, "y": 0.0, "z": 0.0}   # tethered
+    assert values["thorax_excursion_mm"] == {"x": 0.0, "y": 0.0, "z": 0.0}
     assert values["sim_time_s"] == 0.04 or math.isclose(values["sim_time_s"], 0.04, rel_tol=1e-9)
     assert math.isclose(values["real_time_factor"], values["sim_time_s"] / values["wall_time_s"], rel_tol=1e-9)
     assert values["peak_stroke_torque_Nm"] > 0 and values["mean_power_per_wing_W"] > 0

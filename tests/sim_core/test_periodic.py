@@ -1,0 +1,174 @@
+"""Periodic orbits by shooting (sim/periodic.py): closed forms, identities and the flapper's hover."""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from sim.config import load_toml
+from sim.laws import ViscoElastic
+from sim.model import CallableBaseMotion, ModelBuilder
+from sim.periodic import ShootingCoordinates, newton_shooting, periodic_orbit, trimmed_orbit
+from sim.robots import build_robot
+from sim.simulation import Simulation
+from sim.spatial import pose, spatial_inertia
+
+FLAPPER = Path(__file__).resolve().parents[2] / "configs" / "robots" / "flapper.toml"
+
+# forced damped oscillator m x'' + c x' + k x = F cos(w t) (kg, N s/m, N/m, N, rad/s)
+MASS, DAMPING, STIFFNESS, FORCE, OMEGA = 0.3, 0.4, 12.0, 0.7, 4.0
+PERIOD = 2.0 * math.pi / OMEGA
+
+
+def oscillator_period_map(state: np.ndarray) -> np.ndarray:
+    """Exact period map: the forcing is the state (cos w t, sin w t) of a harmonic oscillator appended to
+    (x, v), so one matrix exponential carries the whole period."""
+    A = np.array([[0.0, 1.0, 0.0, 0.0],
+                  [-STIFFNESS / MASS, -DAMPING / MASS, FORCE / MASS, 0.0],
+                  [0.0, 0.0, 0.0, -OMEGA],
+                  [0.0, 0.0, OMEGA, 0.0]])
+    return (scipy.linalg.expm(A * PERIOD) @ np.array([state[0], state[1], 1.0, 0.0]))[:2]
+
+
+@pytest.mark.parametrize("guess", [(0.0, 0.0), (1.5, -3.0), (-20.0, 40.0)])
+def test_forced_damped_oscillator_orbit_and_multipliers_match_closed_form(guess):
+    result = newton_shooting(oscillator_period_map, np.array(guess))
+    response = FORCE / (STIFFNESS - MASS * OMEGA ** 2 + 1j * DAMPING * OMEGA)   # x = Re(response e^{i w t})
+    expected = np.array([response.real, (1j * OMEGA * response).real])
+    assert result.converged
+    np.testing.assert_allclose(result.x, expected, rtol=0.0, atol=1e-10)
+    roots = np.roots([MASS, DAMPING, STIFFNESS])                                # free motion's exponents
+    expected_multipliers = np.exp(roots * PERIOD)
+    np.testing.assert_allclose(np.sort_complex(result.multipliers), np.sort_complex(expected_multipliers),
+                               rtol=1e-8)
+
+
+# compound pendulum hinged on a base driven horizontally: x_base = a sin(w t)
+ROD_MASS, ROD_LENGTH, ROD_I_CYY, G = 0.8, 0.35, 2.5e-3, 9.81        # kg, m, kg m^2, m/s^2
+HINGE_INERTIA = ROD_I_CYY + ROD_MASS * ROD_LENGTH ** 2                  # kg m^2 about the hinge
+HINGE_DAMPING = 0.05                                                     # N m s/rad
+DRIVE_AMPLITUDE, DRIVE_OMEGA = 0.02, 7.0                                 # m, rad/s
+STEPS_PER_DRIVE_PERIOD = 250
+
+
+def driven_pendulum():
+    def motion(t):
+        x = DRIVE_AMPLITUDE * math.sin(DRIVE_OMEGA * t)
+        v = DRIVE_AMPLITUDE * DRIVE_OMEGA * math.cos(DRIVE_OMEGA * t)
+        a = -DRIVE_OMEGA ** 2 * x
+        return pose(p=[x, 0.0, 0.0]), np.array([v, 0, 0, 0, 0, 0.0]), np.array([a, 0, 0, 0, 0, 0.0])
+
+    builder = ModelBuilder("support", spatial_inertia(3.0, [0, 0, 0.1], np.eye(3) * 0.01), base_mode="imposed",
+                           gravity=(0.0, 0.0, -G),
+                           base_motion=CallableBaseMotion(motion))
+    builder.add_body("rod", "support", joint_name="hinge", axis=[0, 1, 0], placement=pose(p=[0.0, 0.0, 0.0]),
+                     inertia=spatial_inertia(ROD_MASS, [0, 0, -ROD_LENGTH], np.diag([ROD_I_CYY, ROD_I_CYY, 1e-5])),
+                     joint_law=ViscoElastic(0.0, HINGE_DAMPING, 0.0))
+    return builder.build()
+
+
+def test_pendulum_driven_at_its_base_orbit_is_periodic_and_obeys_liouville():
+    """The hinge's phase-space volume contracts at the constant rate mu / I (the only dissipation is the hinge's
+    linear damper and the inertia about the hinge is constant), so det(monodromy) = exp(-mu T / I) exactly for
+    the flow; the RK4 map at 250 steps per period agrees to its own error (2.1e-9 measured)."""
+    period = 2.0 * math.pi / DRIVE_OMEGA
+    sim = Simulation(driven_pendulum(), "rk4", period / STEPS_PER_DRIVE_PERIOD)
+    orbit = periodic_orbit(sim, period, np.array([0.3, 0.0]))
+    assert orbit.shooting.converged and orbit.shooting.residual < 1e-10
+    assert abs(orbit.initial_state["q:hinge"]) > 1e-3          # a real swing, not the rest state
+    liouville = math.exp(-HINGE_DAMPING * period / HINGE_INERTIA)
+    assert np.linalg.det(orbit.shooting.monodromy) == pytest.approx(liouville, rel=1e-8)   # measured 2.1e-9
+    # stable (both multipliers inside the unit circle): 10 periods from the orbit stay on it
+    assert np.abs(orbit.shooting.multipliers).max() < 1.0
+    ShootingCoordinates(sim).start(orbit.shooting.x)
+    sim.advance(10 * period)
+    np.testing.assert_allclose(sim.y[13:], orbit.shooting.x, rtol=0.0, atol=1e-9)
+
+
+def test_tethered_flapper_orbit_is_the_limit_of_a_long_run():
+    """Held thorax: the wings' passive joints are strongly damped (multipliers < 0.1), so the state after many
+    periods of a plain run is the periodic orbit; shooting finds it in a few iterations."""
+    model = build_robot(load_toml(FLAPPER), FLAPPER).replace(base_mode="fixed")
+    period = model.metadata["period_s"]
+    sim = Simulation(model, "rosw", 4e-4, jacobian_every=0)
+    orbit = periodic_orbit(sim, period)
+    assert orbit.shooting.converged and orbit.shooting.iterations <= 4
+    assert np.abs(orbit.shooting.multipliers).max() < 0.1
+    sim.reset()
+    sim.advance(15 * period)
+    np.testing.assert_allclose(sim.y[13:], orbit.shooting.x, rtol=0.0,
+                               atol=1e-7 * np.abs(orbit.shooting.x).max())
+
+
+def test_flapper_hover_trimmed_by_stroke_offset_and_amplitude():
+    """Free flight: with the stroke's mean angle and amplitude as unknowns beside the state, the orbit has no net
+    translation (a hover). It is unstable, and 40 periods from it diverge at the rate of the largest multiplier.
+    The Rosenbrock integrator keeps its Jacobian from rest (jacobian_every=0): a refresh would add the rounding
+    of its own finite differences (~1e-7) to the period map."""
+    config = load_toml(FLAPPER)
+
+    def simulation_for(values):
+        changed = copy.deepcopy(config)
+        changed["stroke"]["offset_deg"], changed["stroke"]["amplitude_deg"] = map(float, values)
+        return Simulation(build_robot(changed, FLAPPER), "rosw", 4e-4, jacobian_every=0)
+
+    period = 1.0 / config["stroke"]["frequency_hz"]
+    hover = trimmed_orbit(simulation_for, ["offset_deg", "amplitude_deg"], np.array([-20.0, 41.3]), period)
+    assert hover.solve.converged and hover.solve.residual < 1e-9
+    np.testing.assert_allclose(hover.orbit.mean_velocity_m_s, 0.0, atol=1e-7)
+    assert abs(hover.orbit.initial_state["roll_rad"]) < 1e-9               # left-right symmetric
+    # docs/periodic.md's ROSW column (deterministic figures: the bands allow for another platform's rounding)
+    assert hover.parameters["offset_deg"] == pytest.approx(-23.36, abs=0.02)
+    assert hover.parameters["amplitude_deg"] == pytest.approx(53.39, abs=0.02)
+    assert math.degrees(-hover.orbit.initial_state["pitch_rad"]) == pytest.approx(4.4, abs=0.05)
+    growth = np.abs(hover.orbit.shooting.multipliers).max()
+    assert growth > 1.0
+    sim, coordinates = hover.orbit.coordinates.sim, hover.orbit.coordinates
+    coordinates.start(hover.orbit.shooting.x)
+    deviation = []
+    for _ in range(40):
+        sim.advance(period)
+        state = coordinates.from_state(sim.y)
+        deviation.append(np.max(np.abs(state - hover.orbit.shooting.x) / np.maximum(1.0, np.abs(state))))
+    rate = (deviation[39] / deviation[19]) ** (1.0 / 20)
+    assert growth == pytest.approx(1.371, abs=0.002)
+    assert rate == pytest.approx(growth, rel=0.03), (rate, growth)
+    # a periodic orbit without net motion returns the momentum: the mean aerodynamic force is the weight, up to the
+    # integrator's error (RK4 at 0.1 ms: 2e-6; this Rosenbrock step with its Jacobian from rest: 0.66 %)
+    coordinates.start(hover.orbit.shooting.x)
+    first = sim.outputs()["ext_wrench"]
+    _, out = sim.record(int(round(period / sim.dt)), 1)
+    wrenches = np.vstack([first, out["ext_wrench"]])[:-1]           # one whole period, uniform samples
+    lift_over_weight = wrenches[:, 2].mean() / sim.model.metadata["weight_N"]
+    assert lift_over_weight == pytest.approx(1.0066, abs=0.001), lift_over_weight
+
+
+def test_mms_sim_periodic_starts_on_the_orbit_and_reports_it(tmp_path):
+    """`mms sim --periodic` on the tethered flapper: the run starts on the orbit (its first and last recorded
+    states over a whole number of periods agree), and the summary carries the orbit's figures."""
+    import json
+    import subprocess
+    import sys
+
+    summary_path = tmp_path / "summary.json"
+    done = subprocess.run([sys.executable, "-m", "hil.cli", "sim", str(FLAPPER), "--base", "tethered", "--periodic",
+                           "--periods", "2", "--integrator", "rosw", "--dt", "4e-4", "--no-plots", "--quiet",
+                           "--out", str(tmp_path / "run"), "--summary", str(summary_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "periodic orbit found" in done.stderr
+    summary = json.loads(summary_path.read_text())
+    assert summary["periodic_converged"] is True and summary["floquet_stable"] is True
+    assert max(summary["floquet_multipliers"]) < 0.1
+    positions = {k.split(":", 1)[1] for k in summary["initial_state"] if k.startswith("q:")}
+    rates = {k.split(":", 1)[1] for k in summary["initial_state"] if k.startswith("qd:")}
+    assert positions == rates and len(positions) + len(rates) == len(summary["initial_state"]) == 28
+    series = np.load(tmp_path / "run" / "timeseries.npz")
+    np.testing.assert_allclose(series["q"][-1], series["q"][0], atol=1e-6)
+    refused = subprocess.run([sys.executable, "-m", "hil.cli", "sim", str(FLAPPER), "--trim", "--no-plots"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--trim" in refused.stderr and "--periodic" in refused.stderr
