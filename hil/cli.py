@@ -15,6 +15,7 @@ from sim.config import ConfigError
 #: command name -> (module implementing it, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("sim.cli_sim", "run a robot simulation offline, write its time series, plots and summary"),
+    "check": ("sim.cli_check", "compare the hybrid algorithm with the TMT engine on a robot's states"),
     "sweep": ("sim.cli_sweep", "sweep a robot's actuation parameters and tabulate the steady results"),
     "serve": ("sim.server", "run a simulation in real time and publish its state over ZeroMQ"),
     "emulate": ("firmware_interface.emulator", "emulate a rig's firmware on a pseudo-terminal"),
