@@ -136,11 +136,17 @@ def test_energy_of_a_conservative_tmt_run_is_constant():
     assert abs(energy(run.y[:, -1]) - energy(start)) < 1e-8 * abs(energy(start))
 
 
+#: docs/tmt.md's table, largest relative difference of the joint accelerations with `mms check`'s default states
+#: (deterministic: seed 0): flapper 6.4e-11, RayBot 7.8e-15, pendulum 3.5e-15; the bounds allow another platform's
+#: rounding (a factor of about 1.5) and the docs state them
+DOCUMENTED_AGREEMENT = {"flapper": 1e-10, "raybot": 1e-13, "pendulum": 1e-14}
+
+
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "robots").glob("*.toml")), ids=lambda p: p.stem)
 def test_mms_check_agrees_on_every_robot_config(config):
-    done = subprocess.run([sys.executable, "-m", "hil.cli", "check", str(config), "--random-states", "8",
-                           "--run-states", "5"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "hil.cli", "check", str(config)], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "-> agree" in done.stdout
-    worst = [float(x) for x in done.stdout.split("joint accelerations ")[1].split(",")[0].split()]
-    assert worst[0] < ENGINES_RTOL
+    worst = float(done.stdout.split("joint accelerations ")[1].split(",")[0])
+    assert worst < DOCUMENTED_AGREEMENT.get(config.stem, ENGINES_RTOL), done.stdout
