@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from firmware_interface import protocol as p  # noqa: E402
 from firmware_interface.link import DeviceLink  # noqa: E402
-from firmware_interface.rig import load_rig  # noqa: E402
+from firmware_interface.rigs.mcu import load_rig  # noqa: E402
 
 SETPOINT_AMPLITUDE_RAD = 0.3
 SETPOINT_FREQUENCY_HZ = 2.0

@@ -6,7 +6,7 @@ the driver restarts it) -> `mms record`, for ``--minutes``. Then, from the recor
 
 - gaps: seq gaps per topic as the recorder counted them, against the file (messages + gaps = last seq + 1 - first
   seq: every message published while recording was either written or counted missing), and the telemetry
-  silences outside the unplugs (hil/health.py's link disturbances);
+  silences outside the unplugs (hil/validation/health.py's link disturbances);
 - memory: each process's resident set sampled every ``--sample`` s, its least-squares slope over the second half
   of the run (after start-up) in MiB per minute;
 - the link: frames the driver sent vs frames the emulator received, and the reverse, from the driver's last
@@ -30,8 +30,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hil.demo import write_demo_robot, RIGS  # noqa: E402
-from hil.supervisor import Supervisor, mms_argv  # noqa: E402
+from hil.experiment.demo import write_demo_robot, RIGS  # noqa: E402
+from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
 from sim.network import write_loopback_network  # noqa: E402
 
 #: fault injection: a 190-byte telemetry frame has 1 520 bits; one flipped bit per frame with this probability is
@@ -121,9 +121,9 @@ def main() -> int:
 
 
 def report(recording: Path, memory: dict, stats: Path, args) -> None:
-    from hil.health import HealthCriteria, assess
-    from hil.mcap_io import read_recording
-    from hil.series import build_tables
+    from hil.validation.health import HealthCriteria, assess
+    from hil.recording.mcap_io import read_recording
+    from hil.recording.series import build_tables
 
     raw = read_recording(recording)
     recorder = json.loads(raw.metadata.get("recorder_stats", {}).get("topics", "{}"))

@@ -1,4 +1,4 @@
-"""Benchmark of one ``mms drive`` owning both devices of the Dynamixel rig (hil/driver_composite.py).
+"""Benchmark of one ``mms drive`` owning both devices of the Dynamixel rig (hil/drive/links/composite.py).
 
 Real processes: a sim/state publisher (a sinusoidal stroke at 500 Hz on a real ZeroMQ socket), ``mms drive
 --emulate --autoactivate`` and its emulators on ptys. Two runs of --seconds each, in the same session:
@@ -28,8 +28,8 @@ import tomli_w
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from firmware_interface.dynamixel_emulator import load_dxl_rig  # noqa: E402
-from firmware_interface.rig import load_rig  # noqa: E402
+from firmware_interface.rigs.dynamixel import load_dxl_rig  # noqa: E402
+from firmware_interface.rigs.mcu import load_rig  # noqa: E402
 from hil.testing import Stack, write_network  # noqa: E402
 from sim.config import load_toml  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Validation speed: `mms validate` of a 10 min, 1 kHz, 64-channel run (issue 8 target: <= 30 s).
 
-The run is synthesised as `mms record` writes it (hil.mcap_io.RecordingWriter): sim/state at 1 kHz for a
+The run is synthesised as `mms record` writes it (hil.recording.mcap_io.RecordingWriter): sim/state at 1 kHz for a
 32-joint robot, and hw/telemetry at 1 kHz in frames of 10 samples carrying 64 measured channels -- 32 servo
 angles, 26 strain gauges and a 6-axis load cell -- each the simulated signal (q, strain, base_wrench) delayed,
 scaled and noised. The pairs come from the channel names (servo = joint name, gauge = joint name, load fx..mz).
@@ -29,7 +29,7 @@ from mcap.reader import make_reader
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hil.mcap_io import RecordingWriter  # noqa: E402
+from hil.recording.mcap_io import RecordingWriter  # noqa: E402
 
 MMS = Path(sys.executable).parent / "mms"
 RATE_HZ = 1000.0

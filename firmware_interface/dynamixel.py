@@ -2,7 +2,7 @@
 
 Protocol reference: ROBOTIS e-Manual, "DYNAMIXEL Protocol 2.0" (packet layout, byte stuffing, CRC-16, status
 error byte) and "XM430-W350" (control table). No I/O here: the emulator (firmware_interface/dynamixel_emulator.py)
-and the driver backend (hil/driver_dynamixel.py) own the transport.
+and the driver backend (hil/drive/links/dynamixel.py) own the transport.
 
 Packet on the wire (all multi-byte fields little-endian)::
 

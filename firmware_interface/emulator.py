@@ -39,8 +39,8 @@ from firmware_interface import protocol as p
 from firmware_interface.plant import make_plant
 from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_log_argument, line_fault,
                                            open_applied_log, serve)
-from firmware_interface.rig import Rig, load_rig
-from firmware_interface.rig_schema import MAX_SAMPLE_RATE_HZ
+from firmware_interface.rigs.mcu import Rig, load_rig
+from firmware_interface.rigs.schema import MAX_SAMPLE_RATE_HZ
 
 #: Most the loop sleeps without checking the port, s.
 MAX_IDLE_S = 2e-3
@@ -450,8 +450,9 @@ def _check_rate(name: str, value: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from firmware_interface import dynamixel_emulator
+    from firmware_interface.rigs.dynamixel import rig_kind
 
-    if dynamixel_emulator.rig_kind(args.rig) == "dynamixel":
+    if rig_kind(args.rig) == "dynamixel":
         return dynamixel_emulator.run(args)
     for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):
         _check_rate(name.replace("_", "-"), getattr(args, name))

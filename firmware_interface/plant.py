@@ -28,7 +28,7 @@ import numpy as np
 from sim.config import ConfigError, load_toml
 from sim.realtime import warm_up
 
-from firmware_interface.rig import Rig, deep_merge
+from firmware_interface.rigs.mcu import Rig, deep_merge
 
 
 class KinematicPlant:

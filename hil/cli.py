@@ -19,13 +19,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sim.cli_sweep", "sweep a robot's actuation parameters and tabulate the steady results"),
     "serve": ("sim.server", "run a simulation in real time and publish its state over ZeroMQ"),
     "emulate": ("firmware_interface.emulator", "emulate a rig's firmware on a pseudo-terminal"),
-    "drive": ("hil.driver", "servo driver: simulator states to the rig, telemetry back, rig kept safe"),
+    "drive": ("hil.drive.driver", "servo driver: simulator states to the rig, telemetry back, rig kept safe"),
     "dash": ("gui.dashboard", "live dashboard: simulated vs measured torques, strains and tracking"),
-    "record": ("hil.recorder", "record every topic to an MCAP file"),
-    "export": ("hil.export", "export a recording to .mat, HDF5 or CSV"),
-    "validate": ("hil.validate", "compare measured against simulated signals and write a report"),
+    "record": ("hil.recording.recorder", "record every topic to an MCAP file"),
+    "export": ("hil.recording.export", "export a recording to .mat, HDF5 or CSV"),
+    "validate": ("hil.validation.validate", "compare measured against simulated signals and write a report"),
     "keys": ("hil.keys", "create ZeroMQ CURVE keys: needed to bind beyond loopback (docs/security.md)"),
-    "demo": ("hil.demo", "run a whole tethered HIL experiment on an emulated rig and validate it"),
+    "demo": ("hil.experiment.demo", "run a whole tethered HIL experiment on an emulated rig and validate it"),
 }
 
 

@@ -298,10 +298,10 @@ class Stack:
 
 
 def driver_args(rig: Path, *extra: str):
-    """The ``mms drive`` options (hil/driver.py ``add_arguments``) parsed from ``--rig RIG`` and ``extra``."""
+    """The ``mms drive`` options (hil/drive/driver.py ``add_arguments``) parsed from ``--rig RIG`` and ``extra``."""
     import argparse
 
-    from hil.driver import add_arguments
+    from hil.drive.driver import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -309,7 +309,7 @@ def driver_args(rig: Path, *extra: str):
 
 
 class LiveDriver:
-    """A real :class:`hil.driver.Driver` (its sockets bound on the network file) on a real emulator: the rig's
+    """A real :class:`hil.drive.driver.Driver` (its sockets bound on the network file) on a real emulator: the rig's
     :class:`firmware_interface.emulator.Emulator` in a thread on a pty, writing ``applied_log``. The test calls
     the driver's handlers itself (no loop thread: nothing races with it); :meth:`step` does one pass of the
     driver's loop without the wait. ``extra``: more ``mms drive`` options."""
@@ -317,8 +317,8 @@ class LiveDriver:
     def __init__(self, rig_path: Path, network: Path, applied_log: Path, *extra: str):
         from firmware_interface.emulator import Emulator
         from firmware_interface.pty_device import AppliedLog
-        from firmware_interface.rig import load_rig
-        from hil.driver import Driver
+        from firmware_interface.rigs.mcu import load_rig
+        from hil.drive.driver import Driver
 
         self.rig = load_rig(rig_path)
         self.applied_log = applied_log

@@ -66,7 +66,7 @@ SCHEMAS: dict[str, dict] = {
          "warmup": _object({"first_call_s": _num, "rtf": _num}, ["first_call_s", "rtf"])},
         ["v", "seq", "t", "stamp_ns", "mode", "state", "rtf", "step_us", "deadline_misses",
          "state_rate_hz", "robot", "joint_names", "actuated"]),
-    # The hw/* schemas are owned by the driver (hil/driver.py, docs/driver.md); the required keys are the core
+    # The hw/* schemas are owned by the driver (hil/drive/driver.py, docs/driver.md); the required keys are the core
     # every tool may rely on, the other listed keys are what the driver publishes besides.
     TOPIC_HW_COMMAND: _object(
         {**_common, "t": _num, "sim_seq": _int, "channels": _names, "setpoint_rad": _vec(),

@@ -104,7 +104,7 @@ class Case:
 
 
 #: Every robot set-up the product runs: the flapper free and tethered (configs/robots/flapper.toml), the demo's
-#: live flapper (hil/demo.py: two sections per wing, 0.5 ms step, base fixed, 5 Hz stroke), RayBot free and
+#: live flapper (hil/experiment/demo.py: two sections per wing, 0.5 ms step, base fixed, 5 Hz stroke), RayBot free and
 #: tethered, the URDF pendulum.
 CASES = (
     Case("flapper, free flight", "configs/robots/flapper.toml", {"robot": {"base": "floating"}}),

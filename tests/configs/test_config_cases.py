@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from firmware_interface.dynamixel_emulator import load_dxl_rig
-from firmware_interface.rig import load_rig
-from firmware_interface.rig_schema import MAX_LINK_LOSS_S
+from firmware_interface.rigs.dynamixel import load_dxl_rig
+from firmware_interface.rigs.mcu import load_rig
+from firmware_interface.rigs.schema import MAX_LINK_LOSS_S
 from sim.config import ConfigError, load_toml
 from sim.robots import load_robot
 from sim.server_control import ControlError, with_value
@@ -95,7 +95,7 @@ def test_dynamixel_rig_file_mistakes(tmp_path, old, new, key, says):
 
 
 def test_the_link_loss_bound_is_the_drivers_link_timeout():
-    from hil.driver import DEFAULT_LINK_TIMEOUT_S
+    from hil.drive.driver import DEFAULT_LINK_TIMEOUT_S
     assert MAX_LINK_LOSS_S == DEFAULT_LINK_TIMEOUT_S
 
 

@@ -11,8 +11,8 @@ import tomli_w
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from firmware_interface.dynamixel_emulator import load_dxl_rig
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.dynamixel import load_dxl_rig
+from firmware_interface.rigs.mcu import load_rig
 from sim.config import ConfigError, load_toml
 from sim.robots import load_robot
 

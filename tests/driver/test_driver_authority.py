@@ -18,8 +18,8 @@ import numpy as np
 
 from firmware_interface import protocol as p
 from firmware_interface.pty_device import read_applied_log
-from firmware_interface.rig import load_rig
-from hil.driver_inputs import SetpointLimits
+from firmware_interface.rigs.mcu import load_rig
+from hil.drive.inputs import SetpointLimits
 
 JOINTS = ["stroke_r", "stroke_l"]
 

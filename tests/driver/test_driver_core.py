@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hil.driver_core import DriverCore
-from hil.driver_lifecycle import Lifecycle, State, TransitionError
-from hil.driver_mapping import ChannelMap, MappingError, ServoMap, apply_limits
-from hil.driver_messages import HwPublisherSeq, command_payload
-from hil.driver_safety import EStop, Mode, Rejection, StateCheck, watchdog_mode
+from hil.drive.core import DriverCore
+from hil.drive.lifecycle import Lifecycle, State, TransitionError
+from hil.drive.mapping import ChannelMap, MappingError, ServoMap, apply_limits
+from hil.drive.messages import HwPublisherSeq, command_payload
+from hil.drive.safety import EStop, Mode, Rejection, StateCheck, watchdog_mode
 from sim.messages import TOPIC_HW_COMMAND, validate
 
 PERIOD = 0.002  # s, 500 Hz
@@ -234,8 +234,8 @@ def test_reconnect_never_replays_a_state_from_before():
 def test_servo_map_from_rig_agrees_with_the_rig_files_own_calibration(tmp_path):
     from pathlib import Path
 
-    from firmware_interface.rig import load_rig
-    from hil.driver_mapping import servo_map_from_rig
+    from firmware_interface.rigs.mcu import load_rig
+    from hil.drive.mapping import servo_map_from_rig
     from sim.config import ConfigError
 
     root = Path(__file__).resolve().parents[2]

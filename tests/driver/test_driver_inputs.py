@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from firmware_interface import protocol as p
 from firmware_interface.pty_device import read_applied_log
-from hil.driver_inputs import SetpointLimits
-from hil.driver_safety import Mode
+from hil.drive.inputs import SetpointLimits
+from hil.drive.safety import Mode
 from hil.testing import DEADLINE_S, LiveDriver, wait_for
 from sim.messages import encode
 
@@ -310,7 +310,7 @@ def telemetry_with(rig, servo: tuple[float, ...], k: int = 3) -> p.Packet:
 
 
 def test_wrong_channel_counts_in_a_valid_frame_are_refused(live):
-    """hil/driver.py ~l.501 crashed on these (the counts were only checked at the handshake)."""
+    """hil/drive/driver.py ~l.501 crashed on these (the counts were only checked at the handshake)."""
     d, rig = live.driver, live.rig
     for servo in ((1500.0,), (1500.0, 1500.0, 1500.0), ()):
         d.handle_packet(telemetry_with(rig, servo), time.monotonic())
@@ -519,7 +519,7 @@ def test_without_the_option_only_a_local_confirmation_resets_and_never_while_the
 def test_a_lagging_plant_is_in_health_and_said_once_per_ten_seconds(live, capsys):
     """The emulator child's statistics file as `serve` writes it (firmware_interface.pty_device.write_stats)."""
     from firmware_interface.pty_device import write_stats
-    from hil.driver import PLANT_LAG_WARN_EVERY_S, EmulatorChild
+    from hil.drive.driver import PLANT_LAG_WARN_EVERY_S, EmulatorChild
 
     d = live.driver
     d.emulator = EmulatorChild(live.rig.path, [])

@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 import zmq
 
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.mcu import load_rig
 
 STATE_TIMEOUT_S, HOLD_S = 0.050, 0.200      # the driver's defaults (docs/driver.md)
 #: how much later than designed an event may come on a busy two-core machine

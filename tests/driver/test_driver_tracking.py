@@ -1,7 +1,7 @@
 """Setpoints reach the emulated servos through the rig's mapping and limits; telemetry comes back calibrated.
 
 Real processes and sockets: a sim/state publisher (this process, or `mms serve`), `mms drive --emulate`,
-and the `mms emulate` child it starts. The references are the rig file through firmware_interface.rig's own
+and the `mms emulate` child it starts. The references are the rig file through firmware_interface.rigs.mcu's own
 calibration functions and its emulator section (the kinematic plant's coefficients), not the driver's code.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.mcu import load_rig
 from sim.messages import validate
 
 HIGH, LOW, HALF_PERIOD = 0.4, -0.3, 0.7   # rad, rad, s: a square wave inside the limits; its steps are rate limited

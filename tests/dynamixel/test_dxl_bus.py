@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from firmware_interface import dynamixel as dxl
-from firmware_interface.dynamixel_emulator import RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, Bus, load_dxl_rig
+from firmware_interface.dynamixel_emulator import Bus
+from firmware_interface.rigs.dynamixel import RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, load_dxl_rig
 
 RIG = Path(__file__).resolve().parents[2] / "configs" / "rigs" / "flapper_dynamixel_rig.toml"
 BAUD = 1_000_000

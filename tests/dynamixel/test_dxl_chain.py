@@ -22,8 +22,8 @@ import numpy as np
 import tomli_w
 
 from firmware_interface import protocol as p
-from firmware_interface.dynamixel_emulator import TICKS_PER_RAD, load_dxl_rig
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.dynamixel import TICKS_PER_RAD, load_dxl_rig
+from firmware_interface.rigs.mcu import load_rig
 from sim.config import load_toml
 
 RIG = Path(__file__).resolve().parents[2] / "configs" / "rigs" / "flapper_dynamixel_rig.toml"
@@ -51,7 +51,7 @@ GAUGES = {"root_twist_r": "stroke_right", "root_twist_l": "stroke_left"}
 def test_serve_drive_dynamixel_emulator_chain(stack):
     dxl_rig = load_dxl_rig(RIG)
     sensor_rig = load_rig(dxl_rig.microcontroller)
-    # the flapper as `mms demo` serves it (hil/demo.py), lighter still: tethered, one section per wing, and a
+    # the flapper as `mms demo` serves it (hil/experiment/demo.py), lighter still: tethered, one section per wing, and a
     # stroke slow enough for the servos' rate limit
     robot = load_toml(stack.root / "configs" / "robots" / "flapper.toml")
     robot["robot"]["base"] = "fixed"

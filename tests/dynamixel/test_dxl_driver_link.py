@@ -1,6 +1,6 @@
-"""The driver's Dynamixel backend (hil/driver_dynamixel.py) against the emulator on a real pty.
+"""The driver's Dynamixel backend (hil/drive/links/dynamixel.py) against the emulator on a real pty.
 
-It is driven the way hil/driver.py drives its link: open, handshake_step until up, send(SETPOINTS /
+It is driven the way hil/drive/driver.py drives its link: open, handshake_step until up, send(SETPOINTS /
 HEARTBEAT / ESTOP / ESTOP_RESET) on its clocks, receive() whenever the port has bytes.
 """
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 from dynamixel_sdk import COMM_SUCCESS, PacketHandler, PortHandler
 
 from firmware_interface import protocol as p
-from hil.driver_dynamixel import DynamixelLink, load_driver_rig
-from hil.driver_link import LinkError
-from hil.driver_mapping import servo_map_from_rig
+from hil.drive.links.dynamixel import DynamixelLink
+from firmware_interface.rigs.host import load_driver_rig
+from hil.drive.links.serial import LinkError
+from hil.drive.mapping import servo_map_from_rig
 
 ROOT = Path(__file__).resolve().parents[2]
 RIG = ROOT / "configs" / "rigs" / "flapper_dynamixel_rig.toml"

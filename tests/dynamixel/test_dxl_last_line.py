@@ -1,7 +1,7 @@
 """The last line before the port on the Dynamixel paths: the bus link's goal positions and the composite link's
 mirrored setpoints to the sensor microcontroller. Both emulators run in threads on real ptys and write their
 applied logs; setpoints far outside the limits, not finite or of the wrong count are sent through a real
-:class:`hil.driver_composite.CompositeLink`, and the logs show what the devices were given."""
+:class:`hil.drive.links.composite.CompositeLink`, and the logs show what the devices were given."""
 from __future__ import annotations
 
 import math
@@ -15,10 +15,10 @@ from firmware_interface import protocol as p
 from firmware_interface.dynamixel_emulator import DynamixelEmulator
 from firmware_interface.emulator import Emulator
 from firmware_interface.pty_device import AppliedLog, read_applied_log
-from firmware_interface.rig import load_rig
-from hil.driver_composite import CompositeLink
-from hil.driver_dynamixel import limit_ticks, load_driver_rig
-from hil.driver_inputs import SetpointLimits
+from firmware_interface.rigs.mcu import load_rig
+from hil.drive.links.composite import CompositeLink
+from firmware_interface.rigs.host import limit_ticks, load_driver_rig
+from hil.drive.inputs import SetpointLimits
 from hil.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""One ``mms drive`` owning both serial devices of the Dynamixel rig (hil/driver_composite.py), real processes
+"""One ``mms drive`` owning both serial devices of the Dynamixel rig (hil/drive/links/composite.py), real processes
 on real ptys: the Dynamixel emulator (servo bus) and ``mms emulate`` (sensor microcontroller), both children of
 the driver, fed by a sim/state sinusoid on a real ZeroMQ socket.
 
@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from firmware_interface import protocol as p
-from firmware_interface.dynamixel_emulator import load_dxl_rig
+from firmware_interface.rigs.dynamixel import load_dxl_rig
 
 RIG = Path(__file__).resolve().parents[2] / "configs" / "rigs" / "flapper_dynamixel_rig.toml"
 JOINTS = ["stroke_r", "stroke_l"]

@@ -19,10 +19,10 @@ import serial
 
 from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p
-from firmware_interface.dynamixel_emulator import load_dxl_rig
+from firmware_interface.rigs.dynamixel import load_dxl_rig
 from firmware_interface.link import DeviceLink
 from firmware_interface.pty_device import AppliedLog, read_applied_log
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.mcu import load_rig
 
 ROOT = Path(__file__).resolve().parents[2]
 RAYBOT = ROOT / "configs" / "rigs" / "raybot_rig.toml"

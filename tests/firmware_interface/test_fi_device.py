@@ -12,7 +12,7 @@ from firmware_interface import protocol as p
 from firmware_interface.emulator import Emulator, Device, ESTOP_NACK_INTERVAL_S
 from firmware_interface.link import DeviceLink
 from firmware_interface.plant import KinematicPlant
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.mcu import load_rig
 
 ROOT = Path(__file__).resolve().parents[2]
 RAYBOT = ROOT / "configs" / "rigs" / "raybot_rig.toml"

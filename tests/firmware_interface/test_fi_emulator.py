@@ -22,7 +22,7 @@ from cobs import cobs
 from firmware_interface import protocol as p
 from firmware_interface.emulator import Emulator
 from firmware_interface.link import DeviceLink
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.mcu import load_rig
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAPPER = ROOT / "configs" / "rigs" / "flapper_rig.toml"

@@ -19,7 +19,7 @@ from scipy.optimize import brentq
 
 from firmware_interface import protocol as p
 from firmware_interface.link import DeviceLink
-from firmware_interface.rig import load_rig
+from firmware_interface.rigs.mcu import load_rig
 
 ROOT = Path(__file__).resolve().parents[2]
 PENDULUM = ROOT / "configs" / "robots" / "pendulum.toml"

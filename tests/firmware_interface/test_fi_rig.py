@@ -1,4 +1,4 @@
-"""Rig files (firmware_interface/rig.py, docs/rigs.md): the shipped rigs load, bad files fail in one line."""
+"""Rig files (firmware_interface/rigs/mcu.py, docs/rigs.md): the shipped rigs load, bad files fail in one line."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from firmware_interface import protocol as p
-from firmware_interface.rig import RIG_KIND, load_rig
+from firmware_interface.rigs.mcu import RIG_KIND, load_rig
 from sim.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

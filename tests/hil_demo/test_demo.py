@@ -164,7 +164,7 @@ def test_demo_on_the_two_device_dynamixel_rig(tmp_path):
     assert 0.8 < stroke["amplitude_ratio"] < 1.25 and 0.0 < stroke["phase_lag_deg"] < 90.0, stroke
     assert stroke["residual_rms"] < 0.2 * stroke["amplitude_simulated"], stroke
     # the gauges were compared (their signal is mostly the wing's vibration under the emulated servos' setpoint
-    # steps at this slow stroke, hil/demo.py: no verdict on their shape is asserted; test_dxl_chain.py shows the
+    # steps at this slow stroke, hil/experiment/demo.py: no verdict on their shape is asserted; test_dxl_chain.py shows the
     # microcontroller's strains following the mirrored stroke)
     bend = channels["root_bend_r"]
     assert bend["status"] in ("pass", "fail") and bend["metrics"]["amplitude_measured"] > 0, bend

@@ -1,10 +1,10 @@
-"""The demo's narrative (hil/narrative.py) is computed from the run's numbers: figures that contradict what the rig's
+"""The demo's narrative (hil/validation/narrative.py) is computed from the run's numbers: figures that contradict what the rig's
 truth predicts are said to contradict it, and an invalid run is said to support no conclusion."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from hil.demo import RIGS, flapper_claims
+from hil.experiment.demo import RIGS, flapper_claims
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_figures_that_contradict_the_expectation_are_said_to_contradict_it():
 
 def test_an_invalid_run_is_said_to_support_no_conclusion_first():
     live, _ = _claims()
-    from hil.narrative import narrate
+    from hil.validation.narrative import narrate
 
     lines = narrate(_document(0.93, 32.0, 0.77, 36.0, valid=False, reasons=["simulator stalled 21.9 s"]), live,
                     "live run")
@@ -61,7 +61,7 @@ def test_an_invalid_run_is_said_to_support_no_conclusion_first():
 
 def test_a_missing_channel_cannot_be_checked_and_is_not_called_agreement():
     live, _ = _claims()
-    from hil.narrative import narrate
+    from hil.validation.narrative import narrate
 
     document = _document(0.93, 32.0, 0.77, 36.0)
     document["channels"] = document["channels"][:1]
@@ -71,6 +71,6 @@ def test_a_missing_channel_cannot_be_checked_and_is_not_called_agreement():
 
 
 def narrate_both(live_document, replay_document, live, replay):
-    from hil.narrative import narrate
+    from hil.validation.narrative import narrate
 
     return narrate(live_document, live, "live run") + narrate(replay_document, replay, "replay")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from hil.supervisor import ChildDied, Supervisor
+from hil.experiment.supervisor import ChildDied, Supervisor
 from hil.testing import process_alive
 
 SLEEPER = [sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.05)"]
@@ -68,7 +68,7 @@ def test_no_orphans_when_the_supervisor_is_killed(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from hil.supervisor import Supervisor
+        from hil.experiment.supervisor import Supervisor
         supervisor = Supervisor(Path({str(tmp_path)!r}), say=lambda _: None)
         for name in ("a", "b"):
             supervisor.start(name, {SLEEPER!r}, capture_first_line=True)

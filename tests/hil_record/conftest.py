@@ -213,7 +213,7 @@ def kit():
     return sys.modules[__name__]
 
 
-#: a rig in the format of configs/rigs (firmware_interface/rig.py): one servo on tail_yaw through a 2:1 gain,
+#: a rig in the format of configs/rigs (firmware_interface/rigs/mcu.py): one servo on tail_yaw through a 2:1 gain,
 #: two strain gauges reading q (physics plant sources) and a load cell reading -base_wrench fx
 TEST_RIG = """
 [rig]
@@ -281,7 +281,7 @@ def write_synthetic_run(path, *, frequency_hz: float = 2.0, amplitude: float = 0
     """
     import numpy as np
 
-    from hil.mcap_io import RecordingWriter
+    from hil.recording.mcap_io import RecordingWriter
 
     rng = np.random.default_rng(seed)
     q = lambda t: amplitude * np.sin(2 * np.pi * frequency_hz * t) + 0.2 * amplitude * np.sin(
@@ -340,7 +340,7 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
     """
     import numpy as np
 
-    from hil.mcap_io import RecordingWriter
+    from hil.recording.mcap_io import RecordingWriter
 
     rng = np.random.default_rng(seed)
     w = np.arange(int(duration_s * rate_hz)) / rate_hz

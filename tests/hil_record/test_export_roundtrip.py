@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.io import loadmat
 
-from hil.mcap_io import RecordingWriter
+from hil.recording.mcap_io import RecordingWriter
 
 JOINTS = ["tail_yaw", "tail_pitch"]
 N_STATES, FRAME = 60, 4
@@ -122,8 +122,8 @@ def test_export_refuses_a_missing_file_in_one_line(tmp_path, kit):
 def test_parallel_decode_in_worker_processes_equals_the_sequential_one(run, monkeypatch):
     """Large recordings are decoded in forked workers, in ranges of messages joined in order: the tables must be
     the same as in-process."""
-    from hil import series
-    from hil.mcap_io import read_recording
+    from hil.recording import series
+    from hil.recording.mcap_io import read_recording
 
     path, _states, _frames = run
     recording = read_recording(path)

@@ -1,4 +1,4 @@
-"""Run health (hil/health.py): a stall, a lagging plant or a driver hold is cut from what `mms validate` analyses,
+"""Run health (hil/validation/health.py): a stall, a lagging plant or a driver hold is cut from what `mms validate` analyses,
 and a run without enough healthy data is declared invalid, before any channel's verdict."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hil import validate
-from hil.health import HealthCriteria
+from hil.validation import validate
+from hil.validation.health import HealthCriteria
 
 STROKE = "tail vs q[tail_yaw]"
 GAUGE = "fin_ray_left vs q[tail_yaw]"

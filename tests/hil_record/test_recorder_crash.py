@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcap.reader import make_reader
 
-from hil.mcap_io import MAGIC, RecordingError, RecordingWriter, read_recording, recover, scan_layout
+from hil.recording.mcap_io import MAGIC, RecordingError, RecordingWriter, read_recording, recover, scan_layout
 
 #: the bound the issue sets: a kill -9 loses at most the last second of messages
 MAX_LOSS_S = 1.0

@@ -12,9 +12,9 @@ from mcap.records import Chunk, Message
 from mcap.stream_reader import StreamReader, breakup_chunk
 from mcap.writer import CompressionType
 
-from hil.export import EXIT_DATA_LOST
-from hil.mcap_io import RecordingWriter, read_recording
-from hil.mcap_salvage import BAD_RECORD, CRC_MISMATCH, DECOMPRESSION_ERROR, TRUNCATED
+from hil.recording.export import EXIT_DATA_LOST
+from hil.recording.mcap_io import RecordingWriter, read_recording
+from hil.recording.salvage import BAD_RECORD, CRC_MISMATCH, DECOMPRESSION_ERROR, TRUNCATED
 
 #: small chunks so that a recording of a few thousand messages has dozens of them
 CHUNK_BYTES = 8 * 1024

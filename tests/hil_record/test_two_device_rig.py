@@ -9,10 +9,10 @@ from pathlib import Path
 
 from mcap.reader import make_reader
 
-from firmware_interface.dynamixel_emulator import TICKS_PER_RAD, load_dxl_rig
-from firmware_interface.rig import load_rig
-from hil import validate
-from hil.rigs import host_rig_from_texts, load_host_rig, sensor_rig_path
+from firmware_interface.rigs.dynamixel import TICKS_PER_RAD, load_dxl_rig
+from firmware_interface.rigs.mcu import load_rig
+from hil.validation import validate
+from firmware_interface.rigs.host import host_rig_from_texts, load_host_rig, sensor_rig_path
 
 RIGS = Path(__file__).resolve().parents[2] / "configs" / "rigs"
 DXL_RIG, SENSOR_RIG = RIGS / "flapper_dynamixel_rig.toml", RIGS / "flapper_rig.toml"

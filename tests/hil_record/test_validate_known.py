@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from hil.analysis import compare, dominant_frequency, phase_average, xcorr_lag
+from hil.validation.analysis import compare, dominant_frequency, phase_average, xcorr_lag
 
 #: tolerances of the known-answer checks (stated in docs/validation.md)
 LAG_TOL_S = 0.5e-3            # a quarter of a 500 Hz sample
@@ -206,7 +206,7 @@ def test_a_run_recorded_by_mms_record_validates_with_the_rigs_mapping(tmp_path, 
 
 def test_comparison_in_worker_processes_equals_the_in_process_one(tmp_path, kit, monkeypatch):
     """Many channels are compared (and drawn) in forked workers: same metrics, same figures, as in-process."""
-    from hil import validate
+    from hil.validation import validate
 
     run = tmp_path / "run.mcap"
     kit.write_synthetic_run(run, duration_s=6.0)

@@ -9,8 +9,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from hil import validate
-from hil.analysis import NO_PREDICTION_FRACTION, compare, no_prediction
+from hil.validation import validate
+from hil.validation.analysis import NO_PREDICTION_FRACTION, compare, no_prediction
 from hil.cli import main as mms_main
 
 FREQUENCY_HZ = 2.0
@@ -35,7 +35,7 @@ def write_run(path, kit, *, side_amplitude: float = 0.0, side_noise: float = SID
     ``fy`` vs ``base_wrench``). Simulated: ``q``, ``fx`` as above, ``fy = side_amplitude sin(2 pi f t)``. Measured
     (frames of ``frame`` samples): each delayed by LAG_S; the servo with SERVO_NOISE_RAD of noise, ``fy`` with
     ``side_noise``."""
-    from hil.mcap_io import RecordingWriter
+    from hil.recording.mcap_io import RecordingWriter
 
     rng = np.random.default_rng(seed)
     fy = lambda t: side_amplitude * np.sin(2 * np.pi * FREQUENCY_HZ * t)

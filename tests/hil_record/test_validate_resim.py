@@ -1,4 +1,4 @@
-"""``mms validate --sim``: the model re-simulated offline, driven by the measured servo angles (hil/resim.py).
+"""``mms validate --sim``: the model re-simulated offline, driven by the measured servo angles (hil/validation/resim.py).
 
 Known answer: the rig is the double pendulum of configs/robots/pendulum.toml (its elbow damped more, so that the
 start-up transient dies within the re-simulation's warm-up) whose shoulder servo lags the commanded motion by
@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from hil import validate
+from hil.validation import validate
 from hil.cli import main as mms_main
 from sim.config import ConfigError, load_toml
 from sim.laws import Sinusoid
@@ -76,7 +76,7 @@ def _state(seq: int, t: float, row: dict, joints: list[str], actuated: list[bool
 
 
 def write_recording(path: Path, robot: Path) -> None:
-    from hil.mcap_io import RecordingWriter
+    from hil.recording.mcap_io import RecordingWriter
 
     rng = np.random.default_rng(5)
     t, commanded, joints, passive = _run(robot, 0.0)
@@ -158,8 +158,8 @@ def test_the_recorded_robot_config_and_the_command_line(tmp_path, run, robot, ca
 
 
 def test_a_recording_without_a_robot_config_or_servo_angles(tmp_path, kit):
-    from hil.mcap_io import RecordingWriter
-    from hil.resim import load_config
+    from hil.recording.mcap_io import RecordingWriter
+    from hil.validation.resim import load_config
 
     with pytest.raises(ConfigError, match="--sim: recorded: the recording holds no robot config"):
         load_config("recorded", {})
@@ -184,7 +184,7 @@ def test_a_recording_without_a_robot_config_or_servo_angles(tmp_path, kit):
 def test_a_joint_moved_through_a_mechanism_is_driven_through_its_source():
     """RayBot's tail joint is ``ratio * servo(t)`` and its caudal fin's spring reads the same servo law: the replay
     drives that source, so the tail moves as measured and the spring follows the same spline."""
-    from hil.resim import _drive_with_splines
+    from hil.validation.resim import _drive_with_splines
 
     raybot_path = PENDULUM.parent / "raybot.toml"
     model = build_robot(load_toml(raybot_path), raybot_path)

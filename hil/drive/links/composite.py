@@ -2,9 +2,9 @@
 sensors (docs/dynamixel.md, "Two devices, one `mms drive`").
 
 A rig file of ``kind = "dynamixel"`` with a ``[microcontroller]`` table (configs/rigs/flapper_dynamixel_rig.toml)
-moves its servos over the bus (:class:`hil.driver_dynamixel.DynamixelLink`) and reads its strain gauges and
-tether sensor over the microcontroller's link (:class:`hil.driver_link.SerialLink`, docs/protocol.md).
-:class:`CompositeLink` gives the driver (hil/driver.py) one link with the usual interface, so the driver's
+moves its servos over the bus (:class:`hil.drive.links.dynamixel.DynamixelLink`) and reads its strain gauges and
+tether sensor over the microcontroller's link (:class:`hil.drive.links.serial.SerialLink`, docs/protocol.md).
+:class:`CompositeLink` gives the driver (hil/drive/driver.py) one link with the usual interface, so the driver's
 lifecycle, limits, watchdogs and e-stop work unchanged:
 
 * **telemetry**: one TELEMETRY per sensor frame (the microcontroller's clock, ``device_us``), each sample
@@ -19,7 +19,7 @@ lifecycle, limits, watchdogs and e-stop work unchanged:
 * **silence of either device** is silence of the link: ``last_rx_s`` is the older of the two, so the driver's
   link-silence rule trips when either goes quiet, and a port error on either takes the whole link down (the
   bus then turns the servos' torque off);
-* the driver's rig is :func:`hil.rigs.two_device_rig` of the two rig files;
+* the driver's rig is :func:`firmware_interface.rigs.host.two_device_rig` of the two rig files;
 * with ``--emulate`` the composite owns the microcontroller's emulator (``mms emulate --rig <its rig file>``),
   started when the link opens and stopped when it closes; the driver owns the bus's.
 """
@@ -30,12 +30,12 @@ import select
 import time
 
 from firmware_interface import protocol as p
-from firmware_interface.dynamixel_emulator import DxlRig
-from firmware_interface.rig import Rig
-from hil.driver_dynamixel import DynamixelLink
-from hil.driver_link import SerialLink
+from firmware_interface.rigs.dynamixel import DxlRig
+from firmware_interface.rigs.mcu import Rig
+from hil.drive.links.dynamixel import DynamixelLink
+from hil.drive.links.serial import SerialLink
 
-#: ``[microcontroller] servo_channels`` (firmware_interface.dynamixel_emulator.load_dxl_rig checks it): "mirror"
+#: ``[microcontroller] servo_channels`` (firmware_interface.rigs.dynamixel.load_dxl_rig checks it): "mirror"
 #: sends the bus servos' joint angles, "neutral" the channels' neutral values
 MIRROR = "mirror"
 
@@ -81,7 +81,7 @@ class CompositeLink:
         self.sensor = SerialLink(sensor_rig)
         self.mirror = ServoMirror(bus_rig, sensor_rig, servo_channels)
         self.sensor_port = sensor_port or sensor_rig.port
-        self.sensor_emulator = sensor_emulator          # hil.driver.EmulatorChild or None
+        self.sensor_emulator = sensor_emulator          # hil.drive.driver.EmulatorChild or None
         self.totals = self.bus.totals                   # the driver's reconnect, loss and NACK totals
         self.state = "closed"
         self.device_stats: p.LinkStats | None = None    # the microcontroller's own counters

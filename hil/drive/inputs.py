@@ -36,7 +36,7 @@ class MeasurementRanges:
 
 
 def measurement_ranges(rig) -> MeasurementRanges:
-    """The :class:`MeasurementRanges` of a :class:`firmware_interface.rig.Rig`."""
+    """The :class:`MeasurementRanges` of a :class:`firmware_interface.rigs.mcu.Rig`."""
     sensors = [*rig.strain, *rig.load]
     return MeasurementRanges(
         servo_lo=np.array([s.min_raw for s in rig.servos], dtype=float),

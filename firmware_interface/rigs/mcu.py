@@ -16,7 +16,7 @@ from sim.integrators import INTEGRATORS
 from sim.robots import check_robot
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
-from firmware_interface.rig_schema import DEFAULT_HEARTBEAT_HZ, check_mcu_rig
+from firmware_interface.rigs.schema import DEFAULT_HEARTBEAT_HZ, check_mcu_rig
 
 _positive = (lambda v: v > 0, "a positive number")
 _non_negative = (lambda v: v >= 0, "a number >= 0")

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 import msgpack
 import numpy as np
 
-from hil.mcap_io import RawRecording, gc_paused
+from hil.recording.mcap_io import RawRecording, gc_paused
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 _JOINT_ARRAYS = ("q", "qd", "qdd", "tau", "strain", "actuated")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import serial
 
 from firmware_interface import protocol as p
-from firmware_interface.rig import Rig
-from hil.driver_inputs import SetpointLimits
+from firmware_interface.rigs.mcu import Rig
+from hil.drive.inputs import SetpointLimits
 
 #: how long the device has to answer HELLO, then CONFIGURE (s); each is resent every HELLO_RETRY_S meanwhile
 HANDSHAKE_TIMEOUT_S = 1.0

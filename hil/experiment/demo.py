@@ -3,7 +3,7 @@
 The pipeline (architecture.md, "The loop"):
 ``mms serve`` (real time) -> ``mms drive --emulate`` (which starts ``mms emulate`` with the rig's physics plant,
 whose truth parameters differ from the model) -> ``mms record`` -> ``mms validate`` on the recording.
-One :class:`hil.supervisor.Supervisor` starts them, watches them, stops all of them if one dies (naming it),
+One :class:`hil.experiment.supervisor.Supervisor` starts them, watches them, stops all of them if one dies (naming it),
 stops them in order at the end (the driver first, so the servos go to neutral while the simulator still
 runs), and leaves no process behind.
 """
@@ -19,8 +19,8 @@ from typing import Callable
 
 import zmq
 
-from hil.narrative import Claim, narrate
-from hil.supervisor import ChildDied, Supervisor, mms_argv
+from hil.validation.narrative import Claim, narrate
+from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
 from sim.network import open_socket, write_loopback_network
 
@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     for line in story:
         say(line)
     (report_dir / "narrative.md").write_text("# What this run shows\n\n" + "".join(f"- {line}\n" for line in story))
-    from hil.validate import EXIT_INVALID
+    from hil.validation.validate import EXIT_INVALID
 
     return EXIT_INVALID if metrics["health"]["valid"] is False else 0
 
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
 def _validate(recording: Path, robot: Path, rig: Path, out: Path, say, replay: bool = False) -> dict | None:
     """One validation of the demo's run (``replay``: against the model driven by the measured servo motion); its
     metrics.json, its summary said; None (and an error printed) when it wrote none."""
-    from hil import validate
+    from hil.validation import validate
 
     code = validate.main_for_demo(recording, robot, rig, out, resim=validate.Resim("recorded") if replay else None)
     metrics_path = out / "metrics.json"

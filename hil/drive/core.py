@@ -1,13 +1,13 @@
 """The servo driver's decisions, without any I/O: what to send on each command tick.
 
 :class:`DriverCore` takes simulator states, measured servo angles and lifecycle/e-stop requests, and on each
-tick returns the :class:`Command` to send (or ``None``: send nothing). hil/driver.py wraps it with the serial
+tick returns the :class:`Command` to send (or ``None``: send nothing). hil/drive/driver.py wraps it with the serial
 port, the ZeroMQ sockets and the clock; the tests drive it directly with made-up times.
 
 The rules (docs/driver.md, "Safety"):
 - only ``active`` and not e-stopped tracks the simulator; every setpoint passes the position and rate limits;
-- a state is used only if it passes :func:`hil.driver_safety.state_shape_error` (types, counts, finite) and
-  :class:`hil.driver_safety.StateCheck` (newer, not too old, not from the future) and arrived after the last
+- a state is used only if it passes :func:`hil.drive.safety.state_shape_error` (types, counts, finite) and
+  :class:`hil.drive.safety.StateCheck` (newer, not too old, not from the future) and arrived after the last
   (re)activation or reconnect, so nothing from before a link loss is ever replayed;
 - no fresh state for ``state_timeout_s``: hold; ``hold_s`` later: ramp to neutral at the rate limits; the same
   when the device's measurements have been faulty for ``state_timeout_s`` (:meth:`DriverCore.on_measurement_fault`);
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hil.driver_lifecycle import Lifecycle, State, TransitionError
-from hil.driver_mapping import MappingError, ServoMap, apply_limits, move_toward
-from hil.driver_safety import (DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, EStop, Mode, Rejection, StateCheck,
+from hil.drive.lifecycle import Lifecycle, State, TransitionError
+from hil.drive.mapping import MappingError, ServoMap, apply_limits, move_toward
+from hil.drive.safety import (DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, EStop, Mode, Rejection, StateCheck,
                                joint_names_ok, watchdog_mode)
 
 #: the longest interval the rate limiter credits between two sends (in command periods): after a scheduling

@@ -1,7 +1,7 @@
 """``mms drive``: the servo driver, the only code that moves hardware (docs/driver.md).
 
 Simulator states (``sim/state``) become servo setpoints through the rig's joint-to-servo map and limits
-(hil/driver_mapping.py, hil/driver_core.py); device telemetry comes back calibrated on ``hw/telemetry``;
+(hil/drive/mapping.py, hil/drive/core.py); device telemetry comes back calibrated on ``hw/telemetry``;
 ``hw/command`` says what was actually sent and ``hw/status`` the lifecycle, link counters, watchdog, e-stop
 and latencies. One thread runs one loop: it polls the SUB socket, the control socket and the serial port,
 and ticks the command clock at the rig's ``command_hz``.
@@ -11,7 +11,7 @@ estop / reset_estop / status / shutdown. SIGINT and SIGTERM deactivate to neutra
 ``--emulate`` the driver starts ``mms emulate --rig RIG`` as a child, reads the pty path from its first
 stdout line, restarts it when it dies (that is the emulated unplug/replug) and always terminates it on exit.
 
-Every input is checked where it enters (hil/driver_safety.py for sim/state, hil/driver_inputs.py for telemetry
+Every input is checked where it enters (hil/drive/safety.py for sim/state, hil/drive/inputs.py for telemetry
 and the last line before the port, :meth:`Driver.handle_control` for requests); what fails is counted by reason
 in hw/status ``health`` and dropped. An e-stop reset needs local authority: SIGUSR1 to this process, or
 ``reset_estop`` on the control socket when started with ``--allow-remote-reset``; either is refused while the
@@ -39,15 +39,15 @@ import numpy as np
 import zmq
 
 from firmware_interface import protocol as p
-from firmware_interface.rig import Rig, load_rig
-from hil.driver_core import DriverCore
-from hil.driver_inputs import measurement_fault, measurement_ranges, telemetry_error
-from hil.driver_lifecycle import State, TransitionError
-from hil.driver_link import LinkError, SerialLink, now_us
-from hil.driver_mapping import servo_map_from_rig
-from hil.driver_messages import HwPublisherSeq, command_payload, telemetry_payload
-from hil.driver_safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
-from hil.supervisor import die_with_parent, mms_argv
+from firmware_interface.rigs.mcu import Rig, load_rig
+from hil.drive.core import DriverCore
+from hil.drive.inputs import measurement_fault, measurement_ranges, telemetry_error
+from hil.drive.lifecycle import State, TransitionError
+from hil.drive.links.serial import LinkError, SerialLink, now_us
+from hil.drive.mapping import servo_map_from_rig
+from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
+from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
+from hil.experiment.supervisor import die_with_parent, mms_argv
 from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
@@ -966,11 +966,11 @@ def run_until_signalled(driver: "Driver") -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firmware_interface.dynamixel_emulator import rig_kind
+    from firmware_interface.rigs.dynamixel import rig_kind
 
     check_options(args)
-    if rig_kind(args.rig) == "dynamixel":       # same options, the Dynamixel link (hil/driver_dynamixel.py)
-        from hil import driver_dynamixel
+    if rig_kind(args.rig) == "dynamixel":       # same options, the Dynamixel link (hil/drive/links/dynamixel.py)
+        from hil.drive.links import dynamixel as driver_dynamixel
 
         return driver_dynamixel.run(args)
     rig = load_rig(args.rig)

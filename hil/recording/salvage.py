@@ -18,7 +18,7 @@ trustworthy. Where the record structure is lost (an overwritten header, a length
 restarts at the next offset the summary knows (a chunk, its message indexes, a metadata record, the data end) or,
 without a summary, at the next position where a self-consistent Chunk record starts.
 
-A damage entry is a dict (the contract of ``hil.mcap_io.RawRecording.damage``): ``offset`` (file offset of the
+A damage entry is a dict (the contract of ``hil.recording.mcap_io.RawRecording.damage``): ``offset`` (file offset of the
 damaged record or of the first byte that could not be read, bytes), ``kind`` (one of :data:`KINDS`),
 ``messages_lost`` (int, or None when the file no longer says), ``detail`` (one line).
 """

@@ -11,7 +11,7 @@
 - active: setpoints follow the simulator (through the limits and the watchdog).
 - finalized: the driver has left the servos at neutral and is exiting.
 
-The e-stop is orthogonal (hil/driver_safety.EStop): it forces ``active`` down to ``inactive`` and refuses
+The e-stop is orthogonal (hil/drive/safety.EStop): it forces ``active`` down to ``inactive`` and refuses
 ``activate`` until it is reset.
 """
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Dynamixel backend of the servo driver: a Protocol 2.0 servo bus behind the driver's link interface.
 
-``mms drive`` talks to its device through :class:`hil.driver_link.SerialLink` (open / handshake_step / send /
+``mms drive`` talks to its device through :class:`hil.drive.links.serial.SerialLink` (open / handshake_step / send /
 receive / close, plus counters). :class:`DynamixelLink` offers the same interface for a rig file of
 ``kind = "dynamixel"`` and translates the driver's messages (firmware_interface.protocol) to bus transactions:
 
 * handshake (configure): PING every servo (model number checked against the rig), torque off, the rig's EEPROM
   values and position limits written, the Bus Watchdog set to the rig's watchdog timeout;
-* SETPOINTS (raw = goal ticks): through the last line (:class:`hil.driver_inputs.SetpointLimits`, the limit
+* SETPOINTS (raw = goal ticks): through the last line (:class:`hil.drive.inputs.SetpointLimits`, the limit
   ticks; a frame with a value that is not finite is not written), rounded to ticks, torque enabled on the first one (after the goal, so nothing jumps), then
   one SYNC_WRITE of goal positions and one SYNC_READ of present current, velocity and position; the status
   packets become a TELEMETRY packet (servo = present position ticks) for the driver;
@@ -21,7 +21,7 @@ receive / close, plus counters). :class:`DynamixelLink` offers the same interfac
 * close (cleanup, shutdown): torque off on every servo, read back to confirm (the driver ramps to neutral
   first).
 
-The driver needs a :class:`firmware_interface.rig.Rig`; :func:`driver_rig` makes one from the Dynamixel rig
+The driver needs a :class:`firmware_interface.rigs.mcu.Rig`; :func:`driver_rig` makes one from the Dynamixel rig
 (servo raw unit = ticks, no strain/load channels on this link). docs/dynamixel.md describes the hook in the
 driver that selects this backend.
 """
@@ -35,18 +35,17 @@ import serial
 
 from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p
-from firmware_interface.dynamixel_emulator import RAD_S_PER_VELOCITY_UNIT, TICKS_PER_RAD, DxlRig, load_dxl_rig
-from firmware_interface.rig import EmulatorConfig, Rig, ServoChannel
-from hil.driver_inputs import SetpointLimits
-from hil.driver_link import LinkError, LinkTotals, open_port
+from firmware_interface.rigs.dynamixel import RAD_S_PER_VELOCITY_UNIT, DxlRig
+from firmware_interface.rigs.host import limit_ticks, load_driver_rig
+from firmware_interface.rigs.mcu import Rig
+from hil.drive.inputs import SetpointLimits
+from hil.drive.links.serial import LinkError, LinkTotals, open_port
 
 #: Each handshake transaction waits this long for its status packet, s (a servo answers within its return
 #: delay, <= 0.5 ms; the margin is for a loaded host or emulator, and only an absent servo ever waits it out).
 TRANSACTION_TIMEOUT_S = 0.5
 #: A cycle's status packets not all back within this are counted as a read timeout, s.
 READ_TIMEOUT_S = 0.05
-#: Telemetry rate while no setpoints flow (the driver's heartbeat clock drives the reads), Hz.
-IDLE_TELEMETRY_HZ = 50.0
 READ_ADDRESS, READ_BYTES = 126, 10          # present current (2), velocity (4), position (4)
 #: Every this often (and after a status with the alert bit) the cycle reads addresses 70..98 instead:
 #: Hardware Error Status (70) and Bus Watchdog (98), s.
@@ -56,35 +55,6 @@ A_TORQUE, A_HW_ERROR, A_BUS_WATCHDOG, A_PROFILE_VELOCITY, A_GOAL = 64, 70, 98, 1
 A_MAX_POSITION, A_MIN_POSITION = 48, 52
 #: At close, the torque-off write is read back; each attempt waits this long for the servos' replies, s.
 TORQUE_OFF_WAIT_S, TORQUE_OFF_ATTEMPTS = 0.05, 3
-
-
-def load_driver_rig(path) -> tuple[DxlRig, Rig]:
-    """The Dynamixel rig file and the driver's view of it."""
-    dxl_rig = load_dxl_rig(path)
-    return dxl_rig, driver_rig(dxl_rig)
-
-
-def limit_ticks(servo) -> tuple[int, int]:
-    a, b = servo.to_ticks(servo.min_rad), servo.to_ticks(servo.max_rad)
-    return min(a, b), max(a, b)
-
-
-def driver_rig(r: DxlRig) -> Rig:
-    """A :class:`Rig` for the driver: one ``"ticks"`` channel per servo (``raw = center + direction * 651.9 *
-    angle``), the bus's raw limits the position limits' ticks, telemetry one sample per command cycle."""
-    servos = []
-    for s in r.servos:
-        lo, hi = limit_ticks(s)
-        servos.append(ServoChannel(name=s.name, unit="ticks", center=float(s.center_ticks), gain=TICKS_PER_RAD,
-                                   direction=s.direction, min_raw=float(lo) - 1, max_raw=float(hi) + 1,
-                                   min_rad=s.min_rad, max_rad=s.max_rad, max_rate_rad_s=s.max_rate_rad_s,
-                                   neutral_rad=s.neutral_rad))
-    emulator = EmulatorConfig(plant="kinematic", seed=r.seed, firmware_version=(1, 0, 0), servo={}, sensors={},
-                              kinematic={}, physics=None)
-    return Rig(path=r.path, name=r.name, protocol_version=p.PROTOCOL_VERSION, port=r.port, baud=r.baud,
-               command_hz=r.command_hz, telemetry_hz=max(1, int(round(r.command_hz))), samples_per_frame=1,
-               heartbeat_hz=IDLE_TELEMETRY_HZ, watchdog_timeout_s=r.watchdog_timeout_s, servos=servos,
-               joints=r.joints, strain=[], load=[], emulator=emulator, raw=r.raw)
 
 
 @dataclass
@@ -99,7 +69,7 @@ class BusCounters:
 
 
 class DynamixelLink:
-    """A Protocol 2.0 bus with the interface of :class:`hil.driver_link.SerialLink` (``state``: closed ->
+    """A Protocol 2.0 bus with the interface of :class:`hil.drive.links.serial.SerialLink` (``state``: closed ->
     hello -> up; any port error -> closed)."""
 
     def __init__(self, dxl_rig: DxlRig, rig: Rig):
@@ -406,28 +376,28 @@ class DynamixelLink:
 
 # ---- `mms drive` for a Dynamixel rig ------------------------------------------------------------------------
 def add_arguments(parser) -> None:
-    """The servo driver's own options (hil/driver.py): the backend changes the link, not the driver."""
-    from hil.driver import add_arguments as driver_arguments
+    """The servo driver's own options (hil/drive/driver.py): the backend changes the link, not the driver."""
+    from hil.drive.driver import add_arguments as driver_arguments
     driver_arguments(parser)
 
 
 def run(args) -> int:
-    """``mms drive`` with this backend: the driver of hil/driver.py, its link a :class:`DynamixelLink`, or, for
+    """``mms drive`` with this backend: the driver of hil/drive/driver.py, its link a :class:`DynamixelLink`, or, for
     a rig with a ``[microcontroller]`` (the sensors on a second serial device), a
-    :class:`hil.driver_composite.CompositeLink` over both devices.
+    :class:`hil.drive.links.composite.CompositeLink` over both devices.
 
-    ``mms drive`` (hil/driver.py ``run``) comes here for a rig of ``kind = "dynamixel"``; also runnable as
-    ``python -m hil.driver_dynamixel --rig configs/rigs/flapper_dynamixel_rig.toml ...``. With ``--emulate`` the
+    ``mms drive`` (hil/drive/driver.py ``run``) comes here for a rig of ``kind = "dynamixel"``; also runnable as
+    ``python -m hil.drive.links.dynamixel --rig configs/rigs/flapper_dynamixel_rig.toml ...``. With ``--emulate`` the
     driver's child is the Dynamixel emulator instead of ``mms emulate``; a composite link starts the
     microcontroller's emulator itself.
     """
     import shlex
     import sys
 
-    from firmware_interface.rig import load_rig
-    from hil import driver as driver_module
-    from hil.driver_composite import CompositeLink
-    from hil.rigs import two_device_rig
+    from firmware_interface.rigs.mcu import load_rig
+    from hil.drive import driver as driver_module
+    from hil.drive.links.composite import CompositeLink
+    from firmware_interface.rigs.host import two_device_rig
     from sim.config import ConfigError
 
     dxl_rig, bus_rig = load_driver_rig(args.rig)
@@ -459,7 +429,7 @@ def run(args) -> int:
 def main(argv=None) -> int:
     from firmware_interface.command import module_main
 
-    return module_main("python -m hil.driver_dynamixel", "servo driver for a Dynamixel (Protocol 2.0) rig",
+    return module_main("python -m hil.drive.links.dynamixel", "servo driver for a Dynamixel (Protocol 2.0) rig",
                        add_arguments, run, "mms drive", argv)
 
 

@@ -3,7 +3,7 @@
 An emulated rig differs from the model on purpose (its "truth", e.g. wing roots 1.2x stiffer). Each such difference
 predicts figures of the validation — a :class:`Claim` — and :func:`narrate` says, for the run at hand, whether the
 measured figure agrees with the prediction within the claim's tolerance, or contradicts it. A run whose health is not
-valid (hil/health.py) supports no conclusion, and the narrative says that first.
+valid (hil/validation/health.py) supports no conclusion, and the narrative says that first.
 """
 from __future__ import annotations
 

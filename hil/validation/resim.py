@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from scipy.signal import butter, sosfiltfilt
 
-from hil.analysis import dominant_frequency, median_rate
-from hil.series import WRENCH_NAMES, Table, Tables
+from hil.validation.analysis import dominant_frequency, median_rate
+from hil.recording.series import WRENCH_NAMES, Table, Tables
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
 
@@ -193,7 +193,7 @@ def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_h
 
 def _state_table(sim_t: np.ndarray, t0: float, rows: list[dict], joint_names: list[str], actuated,
                  origin_ns: int) -> Table:
-    """A sim/state :class:`Table` (hil/series.py layout) of the re-simulated outputs at simulation times ``sim_t``
+    """A sim/state :class:`Table` (hil/recording/series.py layout) of the re-simulated outputs at simulation times ``sim_t``
     (s), which start at ``t0`` on the recording's time axis (s from ``origin_ns``)."""
     table = Table(TOPIC_SIM_STATE)
     time_s = sim_t + t0

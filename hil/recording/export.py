@@ -1,6 +1,6 @@
 """``mms export``: a recording as named time series per topic for MATLAB (.mat), HDF5 and spreadsheets (CSV).
 
-Columns are those of :mod:`hil.series` (arrays flattened into ``<key>_<name>`` columns with the joint / channel
+Columns are those of :mod:`hil.recording.series` (arrays flattened into ``<key>_<name>`` columns with the joint / channel
 names, time columns ``time_s``, ``t``, ``stamp_ns``, ``log_time`` first). Layouts:
 
 - ``mat``: one file ``RUN.mat``; one struct per topic (``sim/state`` -> ``sim_state``), one field per column
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.mcap_io import RawRecording, RecordingError, read_recording
-from hil.series import TIME_COLUMNS, Table, build_tables
+from hil.recording.mcap_io import RawRecording, RecordingError, read_recording
+from hil.recording.series import TIME_COLUMNS, Table, build_tables
 
 FORMATS = ("mat", "h5", "csv")
 _MATLAB_NAME_MAX = 63

@@ -17,7 +17,7 @@ at least every ``flush_interval_s`` (0.5 s by default). A ``kill -9`` therefore 
 top-level record up to the last flush is complete, and :func:`iter_complete_records` reads it up to the last
 complete record with the mcap package's non-seeking :class:`mcap.stream_reader.StreamReader`;
 :func:`recover` rewrites those records into a valid, indexed file. :func:`read_recording` reads past damage
-anywhere in a file and reports it (:mod:`hil.mcap_salvage`).
+anywhere in a file and reports it (:mod:`hil.recording.salvage`).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from mcap.records import Attachment, Channel, Footer, Message, Metadata, Schema
 from mcap.stream_reader import CRCValidationError, StreamReader
 from mcap.writer import CompressionType, Writer
 
-from hil import mcap_salvage as salvage
+from hil.recording import salvage as salvage
 from sim.messages import SCHEMAS
 
 MESSAGE_ENCODING = "msgpack"
@@ -243,7 +243,7 @@ class RawRecording:
     payload), the payload a bytes-like object (a memoryview into its decompressed chunk).
 
     ``damage``: every damaged part of the file, in file order, as dicts ``{"offset": int (bytes), "kind": str
-    (``hil.mcap_salvage.KINDS``), "messages_lost": int or None (unknown), "detail": one-line str}``; empty for an
+    (``hil.recording.salvage.KINDS``), "messages_lost": int or None (unknown), "detail": one-line str}``; empty for an
     intact file. ``expected_messages``: per topic read, the messages the file held before the damage (the
     summary's statistics, else those read plus the losses the damage entries count; None when a loss is unknown).
     """
@@ -285,7 +285,7 @@ def gc_paused():
 def read_recording(path: str | Path, topics: set[str] | None = None, progress: bool = False) -> RawRecording:
     """Read a recording (complete, truncated by a crash, or damaged) into memory, grouped by topic, in file order.
 
-    Damaged parts are reported in ``damage`` and read past (:mod:`hil.mcap_salvage`); damaged data never raises.
+    Damaged parts are reported in ``damage`` and read past (:mod:`hil.recording.salvage`); damaged data never raises.
     Chunks are parsed here rather than through the mcap package's record objects (about ten times faster on
     large files); the record layout is the MCAP specification's (opcode u8, length u64, then for a Message:
     channel id u16, sequence u32, log_time u64, publish_time u64, data). Payloads are memoryviews into the

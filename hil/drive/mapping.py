@@ -132,7 +132,7 @@ def move_toward(current: np.ndarray, goal: np.ndarray, dt: float, max_rate: np.n
 
 
 def servo_map_from_rig(rig) -> ServoMap:
-    """The :class:`ServoMap` of a :class:`firmware_interface.rig.Rig`: one channel per servo, in the rig's order.
+    """The :class:`ServoMap` of a :class:`firmware_interface.rigs.mcu.Rig`: one channel per servo, in the rig's order.
 
     The rig's calibration ``raw = center + direction * gain * angle`` becomes ``raw_at_zero = center`` and
     ``raw_per_rad = direction * gain``; its joint map ``angle = offset + direction * gain * q`` is taken as is.

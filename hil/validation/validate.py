@@ -1,7 +1,7 @@
 """``mms validate``: measured against simulated signals of a recorded run; report, plots and metrics.json.
 
 The simulated reference is the ``sim/*`` stream recorded in the same run, or with ``--sim CONFIG`` an offline
-re-simulation of the model driven by the measured servo angles (hil/resim.py). Which measured channel is
+re-simulation of the model driven by the measured servo angles (hil/validation/resim.py). Which measured channel is
 compared with which simulated one is a *pair* (docs/validation.md)::
 
     [[pair]]
@@ -15,7 +15,7 @@ Without pairs in the config, they are derived from the rig file stored in the re
 ``[[joints]]`` map gives servo angle vs ``q`` (scale = direction * gain, offset = offset_rad); each strain or load
 channel with an ``[emulator.physics.sensors]`` source gives that simulated signal (scale from it); otherwise a
 strain channel named as a joint is compared with that joint's ``strain`` and a load channel named fx..mz with
-``base_wrench``. Analysis method: :mod:`hil.analysis`.
+``base_wrench``. Analysis method: :mod:`hil.validation.analysis`.
 
 A channel with no prediction (its expected signal varies by at most NO_PREDICTION_FRACTION of the measured one's,
 e.g. a side force that the model's symmetry makes zero) is judged by its RMS error on the measured samples
@@ -37,11 +37,11 @@ from typing import Any
 
 import numpy as np
 
-from hil.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
-from hil.health import Health, HealthCriteria, assess
-from hil.mcap_io import RecordingError, read_recording
-from hil.rigs import host_rig_from_texts, load_host_rig
-from hil.series import WRENCH_NAMES, Tables, build_tables
+from hil.validation.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
+from hil.validation.health import Health, HealthCriteria, assess
+from hil.recording.mcap_io import RecordingError, read_recording
+from firmware_interface.rigs.host import host_rig_from_texts, load_host_rig
+from hil.recording.series import WRENCH_NAMES, Tables, build_tables
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -121,7 +121,7 @@ class Settings:
     #: [channel.<name>] criteria: for the pairs of that name or whose measured channel has that name
     channel_pass: dict[str, list[Criterion]] = field(default_factory=dict)
     path: str | None = None   # the thresholds file, for errors found once the pairs are known
-    #: [health]: what counts as a healthy stretch of the run (hil/health.py)
+    #: [health]: what counts as a healthy stretch of the run (hil/validation/health.py)
     health: HealthCriteria = field(default_factory=HealthCriteria)
     #: the run's healthy window the channels are compared in (s, recording clock); None: the whole overlap
     window: tuple[float, float] | None = None
@@ -235,7 +235,7 @@ def apply_channel_criteria(pairs: list[Pair], settings: Settings) -> list[Pair]:
 
 
 def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]:
-    """Default pairs from a :class:`firmware_interface.rig.Rig` (see the module docstring)."""
+    """Default pairs from a :class:`firmware_interface.rigs.mcu.Rig` (see the module docstring)."""
     pairs = []
     for joint in rig.joints:
         pairs.append(Pair(f"{joint.servo} vs q[{joint.joint}]", SignalRef(TOPIC_HW_TELEMETRY, "servo_rad", joint.servo),
@@ -631,7 +631,7 @@ def _topics_needed(pairs: list[Pair]) -> set[str]:
 @dataclass(frozen=True)
 class Resim:
     """``--sim``: re-simulate this robot config (a file, or "recorded") driven by the measured servo angles
-    (hil/resim.py) instead of using the recorded sim/* stream; ``cutoff_hz``, ``warmup_s`` None: the defaults."""
+    (hil/validation/resim.py) instead of using the recorded sim/* stream; ``cutoff_hz``, ``warmup_s`` None: the defaults."""
     config: str
     cutoff_hz: float | None = None
     warmup_s: float | None = None
@@ -668,7 +668,7 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
     settings = replace(settings, window=None if settings.whole_run else health.analysed)
     reference = RECORDED_REFERENCE
     if resim is not None:
-        from hil.resim import WARMUP_S, load_config, resimulate
+        from hil.validation.resim import WARMUP_S, load_config, resimulate
 
         config, config_path = load_config(resim.config, recording.metadata)
         try:
@@ -688,7 +688,7 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
 def cycle_frequency(pairs: list[Pair], tables: Tables, settings: Settings) -> float | None:
     """The run's cycle frequency (Hz): the configured one, else the dominant frequency of the first pair's
     simulated joint angle (the actuated stroke), as :func:`evaluate_pairs` takes it; None when there is none."""
-    from hil.analysis import dominant_frequency, median_rate, resample
+    from hil.validation.analysis import dominant_frequency, median_rate, resample
 
     if settings.frequency_hz is not None:
         return settings.frequency_hz

@@ -226,8 +226,8 @@ def _number(value: Any) -> float | None:
 
 def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: HealthCriteria,
            warnings: list[str] | None = None, cycle_hz: float | None = None) -> Health:
-    """The health of a run from its raw ``messages`` by topic (:class:`hil.mcap_io.RawRecording`) and its decoded
-    ``tables`` (:class:`hil.series.Tables`, whose ``sim/state`` and ``hw/telemetry`` give the sample times on the
+    """The health of a run from its raw ``messages`` by topic (:class:`hil.recording.mcap_io.RawRecording`) and its decoded
+    ``tables`` (:class:`hil.recording.series.Tables`, whose ``sim/state`` and ``hw/telemetry`` give the sample times on the
     recording clock). ``warnings``: what the reader already knows (damaged chunks, truncation, seq gaps).
     ``cycle_hz``: the run's cycle frequency (Hz), which turns ``latency_max_deg`` into seconds."""
     latency_max_s = (criteria.latency_max_deg / 360.0 / cycle_hz if cycle_hz and np.isfinite(cycle_hz)

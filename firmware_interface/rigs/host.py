@@ -1,8 +1,8 @@
-"""The host's view of a rig file, whatever its kind: one :class:`firmware_interface.rig.Rig` with the servo channels
+"""The host's view of a rig file, whatever its kind: one :class:`firmware_interface.rigs.mcu.Rig` with the servo channels
 and joint map the driver commands, the sensor channels it reads, and the emulator's truth behind them.
 
-* ``kind = "mcu"`` (docs/rigs.md): the rig file as it is (:func:`firmware_interface.rig.load_rig`);
-* ``kind = "dynamixel"`` (docs/dynamixel.md): the bus servos (:func:`hil.driver_dynamixel.driver_rig`, raw unit
+* ``kind = "mcu"`` (docs/rigs.md): the rig file as it is (:func:`firmware_interface.rigs.mcu.load_rig`);
+* ``kind = "dynamixel"`` (docs/dynamixel.md): the bus servos (:func:`driver_rig`, raw unit
   goal ticks); with a ``[microcontroller]``, its strain and load channels, telemetry rate and emulator too
   (:func:`two_device_rig`).
 
@@ -17,10 +17,44 @@ from pathlib import Path
 
 import tomli_w
 
-from firmware_interface.dynamixel_emulator import load_dxl_rig, rig_kind
-from firmware_interface.rig import Rig, load_rig
-from hil.driver_dynamixel import IDLE_TELEMETRY_HZ, driver_rig
 from sim.config import ConfigError, load_toml
+
+from firmware_interface import protocol as p
+from firmware_interface.rigs.dynamixel import TICKS_PER_RAD, DxlRig, load_dxl_rig, rig_kind
+from firmware_interface.rigs.mcu import EmulatorConfig, Rig, ServoChannel, load_rig
+
+
+#: Telemetry rate while no setpoints flow (the driver's heartbeat clock drives the reads), Hz.
+IDLE_TELEMETRY_HZ = 50.0
+
+
+def load_driver_rig(path) -> tuple[DxlRig, Rig]:
+    """The Dynamixel rig file and the driver's view of it."""
+    dxl_rig = load_dxl_rig(path)
+    return dxl_rig, driver_rig(dxl_rig)
+
+
+def limit_ticks(servo) -> tuple[int, int]:
+    a, b = servo.to_ticks(servo.min_rad), servo.to_ticks(servo.max_rad)
+    return min(a, b), max(a, b)
+
+
+def driver_rig(r: DxlRig) -> Rig:
+    """A :class:`Rig` for the driver: one ``"ticks"`` channel per servo (``raw = center + direction * 651.9 *
+    angle``), the bus's raw limits the position limits' ticks, telemetry one sample per command cycle."""
+    servos = []
+    for s in r.servos:
+        lo, hi = limit_ticks(s)
+        servos.append(ServoChannel(name=s.name, unit="ticks", center=float(s.center_ticks), gain=TICKS_PER_RAD,
+                                   direction=s.direction, min_raw=float(lo) - 1, max_raw=float(hi) + 1,
+                                   min_rad=s.min_rad, max_rad=s.max_rad, max_rate_rad_s=s.max_rate_rad_s,
+                                   neutral_rad=s.neutral_rad))
+    emulator = EmulatorConfig(plant="kinematic", seed=r.seed, firmware_version=(1, 0, 0), servo={}, sensors={},
+                              kinematic={}, physics=None)
+    return Rig(path=r.path, name=r.name, protocol_version=p.PROTOCOL_VERSION, port=r.port, baud=r.baud,
+               command_hz=r.command_hz, telemetry_hz=max(1, int(round(r.command_hz))), samples_per_frame=1,
+               heartbeat_hz=IDLE_TELEMETRY_HZ, watchdog_timeout_s=r.watchdog_timeout_s, servos=servos,
+               joints=r.joints, strain=[], load=[], emulator=emulator, raw=r.raw)
 
 
 def two_device_rig(bus_rig: Rig, sensor_rig: Rig) -> Rig:

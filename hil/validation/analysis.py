@@ -70,7 +70,7 @@ def common_grid(t_a: np.ndarray, t_b: np.ndarray, rate_hz: float, skip_s: float 
                 window: tuple[float, float] | None = None) -> np.ndarray:
     """Uniform times (m,) s at ``rate_hz`` over the overlap of ``t_a`` and ``t_b`` (both (n,) s, sorted),
     starting ``skip_s`` after the overlap begins (start-up transient left out), inside ``window`` (s) if given
-    (the run's healthy window, hil/health.py)."""
+    (the run's healthy window, hil/validation/health.py)."""
     start = max(t_a[0], t_b[0]) + skip_s
     stop = min(t_a[-1], t_b[-1])
     if window is not None:

@@ -3,7 +3,7 @@
 One SUB socket connects to the sim and driver PUB endpoints, subscribed to everything, with a high
 receive high-water mark so that bursts queue instead of being dropped; ``seq`` gaps are counted per topic
 (:class:`sim.messages.SeqTracker`) so a drop is never silent. Payload bytes are written exactly as received
-(:class:`hil.mcap_io.RecordingWriter`), with ``log_time`` = receive wall clock and ``publish_time`` = the
+(:class:`hil.recording.mcap_io.RecordingWriter`), with ``log_time`` = receive wall clock and ``publish_time`` = the
 payload's ``stamp_ns``. The writer closes a chunk and fsyncs at least every 0.5 s: a ``kill -9`` loses at most
 the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mcap`` rebuilds a valid file.
 
@@ -26,8 +26,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from hil.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
-from hil.rigs import sensor_rig_path
+from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
+from firmware_interface.rigs.host import sensor_rig_path
 from sim.config import ConfigError
 from sim.messages import SeqTracker
 from sim.network import Endpoints, load_endpoints, open_socket

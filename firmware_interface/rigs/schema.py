@@ -1,7 +1,7 @@
 """The JSON Schemas of rig files (configs/rigs/*.toml) and the limits of the devices they describe.
 
 Both rig loaders check a file here before reading it: :func:`check_mcu_rig` (``[rig] kind = "mcu"``,
-firmware_interface/rig.py, docs/rigs.md) and :func:`check_dxl_rig` (``kind = "dynamixel"``,
+firmware_interface/rigs/mcu.py, docs/rigs.md) and :func:`check_dxl_rig` (``kind = "dynamixel"``,
 firmware_interface/dynamixel_emulator.py, docs/dynamixel.md). A misspelt key, a wrong type or a value the
 device cannot honour is refused with one line naming the file and the key (``sim.config.ConfigError``), and a
 robot or network file given as a rig is named as such. The schemas are built from the document itself where
@@ -31,7 +31,7 @@ from firmware_interface import protocol as p
 
 #: Highest telemetry sample rate the firmware accepts, Hz (CONFIGURE with more is NACKed: docs/protocol.md).
 MAX_SAMPLE_RATE_HZ = 20_000
-#: Missed heartbeats after which the host declares the link lost (hil/driver.py's silence rule).
+#: Missed heartbeats after which the host declares the link lost (hil/drive/driver.py's silence rule).
 HEARTBEATS_TO_LINK_LOSS = 3
 #: Longest a lost link may go unnoticed, s: the driver's default --link-timeout.
 MAX_LINK_LOSS_S = 0.5

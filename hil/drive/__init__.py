@@ -1,0 +1,1 @@
+"""The servo driver (`mms drive`): simulator states to a rig, telemetry back, the rig kept safe."""

@@ -1,0 +1,1 @@
+"""Validation (`mms validate`): a recording's health, measured against simulated signals, and the report."""
