@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Model
-from .engine import TreeKinematics, mass_matrix_and_bias, tree_kinematics
+from .engine import TreeKinematics, cross, mass_matrix_and_bias, tree_kinematics
 
 #: Default Baumgarte frequency (1/s, or per unit of non-dimensional time): errors decay as t exp(-omega_b t).
 BAUMGARTE_OMEGA = 10.0
@@ -51,10 +51,10 @@ def point_kinematics(kin: TreeKinematics, point: PointOnBody, u: np.ndarray
     j = point.body
     rho = kin.R[j] @ np.asarray(point.offset, dtype=float)
     position = kin.origin[j] + rho
-    cross = np.array([[0.0, -rho[2], rho[1]], [rho[2], 0.0, -rho[0]], [-rho[1], rho[0], 0.0]])
-    jacobian = kin.T_origin[j, :3] - cross @ kin.T_origin[j, 3:]
+    rho_hat = np.array([[0.0, -rho[2], rho[1]], [rho[2], 0.0, -rho[0]], [-rho[1], rho[0], 0.0]])
+    jacobian = kin.T_origin[j, :3] - rho_hat @ kin.T_origin[j, 3:]
     omega = kin.omega[j]
-    convective = kin.acc_origin[j] + np.cross(kin.alpha[j], rho) + np.cross(omega, np.cross(omega, rho))
+    convective = kin.acc_origin[j] + cross(kin.alpha[j], rho) + cross(omega, cross(omega, rho))
     return position, jacobian, convective
 
 
@@ -113,8 +113,9 @@ def constrained_dynamics(model: Model, q: np.ndarray, u: np.ndarray, t: float, c
     A[:n, :n], A[:n, n:], A[n:, :n] = M, -Tc.T, Tc
     rhs = np.concatenate([d, -gamma - 2.0 * baumgarte * rate - baumgarte ** 2 * c])
     solution, _, rank, _ = np.linalg.lstsq(A, rhs, rcond=None)
+    # with M positive definite on the constraints' null space, rank(A) = n + rank(T_c)
     return ConstrainedResult(u_dot=solution[:n], multipliers=solution[n:], constraint=c, constraint_rate=rate,
-                             rank=int(np.linalg.matrix_rank(Tc)) if m else 0)
+                             rank=int(rank) - n)
 
 
 def project(model: Model, q: np.ndarray, u: np.ndarray, t: float, constraints: ConstraintSet

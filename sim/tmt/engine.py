@@ -18,6 +18,7 @@ contributes nothing. An imposed base is out of scope: it is a rheonomic constrai
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,23 @@ class TreeKinematics:
     T_origin: np.ndarray
     acc_origin: np.ndarray
     alpha: np.ndarray
+
+
+_INERTIAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def body_inertias(model: Model) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """(mass kg, centre of mass (3,) m in the body frame, inertia about it (3, 3) kg m^2) of every body, computed
+    once per model (the model does not change)."""
+    if model not in _INERTIAS:
+        _INERTIAS[model] = [inertia_parameters(model.inertia[j]) for j in range(model.n_bodies)]
+    return _INERTIAS[model]
+
+
+def cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a x b for 3-vectors (numpy's general ``np.cross`` costs ~20 times more on one pair: this engine makes
+    a dozen per body and evaluation)."""
+    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
 
 
 def _joint_motion(model: Model, j: int, r: float) -> tuple[np.ndarray, np.ndarray]:
@@ -80,7 +98,7 @@ def tree_kinematics(model: Model, base_pose: np.ndarray, q: np.ndarray, u: np.nd
     if floating:
         V, Omega = u[:3], u[3:6]
         omega[0] = R[0] @ Omega
-        acc_origin[0] = R[0] @ np.cross(Omega, V)
+        acc_origin[0] = R[0] @ cross(Omega, V)
         T_origin[0, :3, :3] = R[0]
         T_origin[0, 3:, 3:6] = R[0]
     for j in range(1, nb):
@@ -100,23 +118,24 @@ def tree_kinematics(model: Model, base_pose: np.ndarray, q: np.ndarray, u: np.nd
             T_origin[j, :3, offset + k] += a
             omega[j] = omega[i]
             alpha[j] = alpha[i]
-            acc_origin[j] = (acc_origin[i] + np.cross(alpha[i], d) + np.cross(omega[i], np.cross(omega[i], d))
-                             + 2.0 * np.cross(omega[i], a * rate))
+            acc_origin[j] = (acc_origin[i] + cross(alpha[i], d) + cross(omega[i], cross(omega[i], d))
+                             + 2.0 * cross(omega[i], a * rate))
         else:
             T_origin[j, 3:, offset + k] += a
             omega[j] = omega[i] + a * rate
-            alpha[j] = alpha[i] + np.cross(omega[i], a * rate)
-            acc_origin[j] = acc_origin[i] + np.cross(alpha[i], d) + np.cross(omega[i], np.cross(omega[i], d))
+            alpha[j] = alpha[i] + cross(omega[i], a * rate)
+            acc_origin[j] = acc_origin[i] + cross(alpha[i], d) + cross(omega[i], cross(omega[i], d))
     com = np.zeros((nb, 3))
     T = np.zeros((nb, 6, n_u))
     a_c = np.zeros((nb, 6))
+    inertias = body_inertias(model)
     for j in range(nb):
-        _, c_local, _ = inertia_parameters(model.inertia[j])
+        _, c_local, _ = inertias[j]
         rho = R[j] @ c_local
         com[j] = origin[j] + rho
         T[j, :3] = T_origin[j, :3] - hat(rho) @ T_origin[j, 3:]
         T[j, 3:] = T_origin[j, 3:]
-        a_c[j, :3] = acc_origin[j] + np.cross(alpha[j], rho) + np.cross(omega[j], np.cross(omega[j], rho))
+        a_c[j, :3] = acc_origin[j] + cross(alpha[j], rho) + cross(omega[j], cross(omega[j], rho))
         a_c[j, 3:] = alpha[j]
     return TreeKinematics(R=R, origin=origin, com=com, omega=omega, T=T, a_c=a_c, T_origin=T_origin,
                           acc_origin=acc_origin, alpha=alpha)
@@ -141,7 +160,7 @@ def _body_frame_terms(kin: TreeKinematics, j: int, u: np.ndarray) -> tuple[np.nd
     Rt = kin.R[j].T
     J = np.vstack([Rt @ kin.T_origin[j, :3], Rt @ kin.T_origin[j, 3:]])
     v_origin = kin.T_origin[j, :3] @ u
-    convective = np.concatenate([Rt @ (kin.acc_origin[j] - np.cross(kin.omega[j], v_origin)), Rt @ kin.alpha[j]])
+    convective = np.concatenate([Rt @ (kin.acc_origin[j] - cross(kin.omega[j], v_origin)), Rt @ kin.alpha[j]])
     return J, J @ u, convective
 
 
@@ -160,13 +179,12 @@ def mass_matrix_and_bias(model: Model, base_pose: np.ndarray, q: np.ndarray, u: 
     n_u = kin.T.shape[2]
     M = np.zeros((n_u, n_u))
     d = generalized_forces(model, q, u, tau, use_laws)
-    for j in range(model.n_bodies):
-        mass, _, I_local = inertia_parameters(model.inertia[j])
+    for j, (mass, _, I_local) in enumerate(body_inertias(model)):
         I_world = kin.R[j] @ I_local @ kin.R[j].T
         M_x = np.zeros((6, 6))
         M_x[:3, :3] = mass * np.eye(3)
         M_x[3:, 3:] = I_world
-        f = np.concatenate([mass * g, -np.cross(kin.omega[j], I_world @ kin.omega[j])])
+        f = np.concatenate([mass * g, -cross(kin.omega[j], I_world @ kin.omega[j])])
         T = kin.T[j]
         M += T.T @ M_x @ T
         d += T.T @ (f - M_x @ kin.a_c[j])
@@ -177,7 +195,7 @@ def mass_matrix_and_bias(model: Model, base_pose: np.ndarray, q: np.ndarray, u: 
             rhs = np.zeros(6) if wrench is None else np.asarray(wrench, dtype=float).copy()
             if extra is not None:
                 P = extra @ eta
-                rhs -= np.concatenate([np.cross(eta[3:], P[:3]), np.cross(eta[:3], P[:3]) + np.cross(eta[3:], P[3:])])
+                rhs -= np.concatenate([cross(eta[3:], P[:3]), cross(eta[:3], P[:3]) + cross(eta[3:], P[3:])])
                 rhs -= extra @ convective
                 M += J.T @ extra @ J
             d += J.T @ rhs
