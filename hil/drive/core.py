@@ -215,6 +215,8 @@ class DriverCore:
         else:
             angles = move_toward(start, self.map.neutral, dt, self.map.max_rate)
             if self.map.at_neutral(angles):
+                # arrived: neutral itself (the ramp's last step can end a rounding error away, c - step = 3e-17)
+                angles = self.map.neutral.copy()
                 mode = Mode.NEUTRAL
                 self.ramping = False
         self.previous = angles
