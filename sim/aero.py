@@ -36,6 +36,8 @@ import numpy as np
 from numba import njit
 
 from sim.forces import ForceModel
+from .plugins import (ParamLayout, float_array3, float_matrix, float_scalar, int_scalar, int_vector,
+                      register_force_kernel)
 from .warmup import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
@@ -153,9 +155,29 @@ def blade_aero_kernel(eta, f_ext, M_added, bodies, cp, chord, weight, t_dir, w_d
                       wrenches):
     """The whole plug-in in one numba call (for a numba-side stage loop): quasi-steady wrenches into
     ``wrenches`` (nb, 6), added to ``f_ext`` (N+1, 6), and the added-mass tensors (nb, 6, 6) added to
-    ``M_added`` (N+1, 6, 6). Arguments after M_added: :meth:`BladeAero.kernel_args`."""
+    ``M_added`` (N+1, 6, 6). Its packed form, registered for the fused stepper: :func:`blade_aero_packed`."""
     quasi_steady_wrenches(eta, bodies, cp, chord, weight, t_dir, w_dir, half_rho, fit, wrenches)
     add_blade_wrenches(f_ext, M_added, bodies, wrenches, added_mass)
+
+
+#: Parameters of :func:`blade_aero_packed` (see :func:`blade_aero_kernel` for their shapes and units).
+BLADE_AERO_LAYOUT = ParamLayout(
+    floats=(("cp", 3), ("chord", 2), ("weight", 2), ("t_dir", 2), ("w_dir", 2), ("half_rho", 0), ("added_mass", 3),
+            ("wrenches", 2)),
+    ints=(("bodies", 1), ("fit", 0)))
+_AERO = BLADE_AERO_LAYOUT.fields
+
+
+def blade_aero_packed(t, g, eta, f_ext, M_added, fpar, ipar):
+    """:func:`blade_aero_kernel` on packed parameters (sim/plugins.py: the force-kernel signature)."""
+    blade_aero_kernel(eta, f_ext, M_added, int_vector(ipar, _AERO.bodies), float_array3(fpar, ipar, _AERO.cp),
+                      float_matrix(fpar, ipar, _AERO.chord), float_matrix(fpar, ipar, _AERO.weight),
+                      float_matrix(fpar, ipar, _AERO.t_dir), float_matrix(fpar, ipar, _AERO.w_dir),
+                      float_scalar(fpar, ipar, _AERO.half_rho), int_scalar(ipar, _AERO.fit),
+                      float_array3(fpar, ipar, _AERO.added_mass), float_matrix(fpar, ipar, _AERO.wrenches))
+
+
+register_force_kernel("blade_aero", BLADE_AERO_LAYOUT, blade_aero_packed)
 
 
 def added_mass_tensor(cp: np.ndarray, chord: np.ndarray, weight: np.ndarray, w_dir: np.ndarray,
@@ -190,8 +212,7 @@ class BladeAero(ForceModel):
     """
 
     name = "aero"
-    #: Kernel protocol (docs/sim-api.md): sim/fused.py calls ``blade_aero_kernel(eta, f_ext, M_added,
-    #: *kernel_args())`` inside its compiled RK4 loop instead of :meth:`apply`.
+    #: Registered kernel (sim/plugins.py): :func:`blade_aero_packed`, in ``apply`` and in the fused stepper.
     fused_kernel = "blade_aero"
 
     def __init__(self, bodies, span_points, weights, chord, t_dir, w_dir, *, rho_air: float,
@@ -222,24 +243,20 @@ class BladeAero(ForceModel):
                 self.added_mass[b] = added_mass_tensor(self.cp[b], self.chord[b], self.weights[b],
                                                        self.w_dir[b], self.rho_air,
                                                        self.added_mass_coefficient)
-        # wrenches (nb, 6): last quasi-steady wrench on each blade, blade frame, N and N m.
-        self.wrenches = np.zeros((nb, 6))
+        self.pack(cp=self.cp, chord=self.chord, weight=self.weights, t_dir=self.t_dir, w_dir=self.w_dir,
+                  half_rho=0.5 * self.rho_air, added_mass=self.added_mass, wrenches=np.zeros((nb, 6)),
+                  bodies=self.bodies, fit=self.fit)
 
-    def kernel_args(self) -> tuple:
-        """Arguments of :func:`blade_aero_kernel` after (eta, f_ext, M_added), so that a numba stage loop can
-        run this plug-in without a Python call: ``blade_aero_kernel(eta, f_ext, M_added, *kernel_args())``."""
-        return (self.bodies, self.cp, self.chord, self.weights, self.t_dir, self.w_dir, 0.5 * self.rho_air,
-                self.fit, self.added_mass, self.wrenches)
+    @property
+    def wrenches(self) -> np.ndarray:
+        """(nb, 6) last quasi-steady wrench on each blade, blade frame, N and N m (written by the kernel)."""
+        return self.packed_view("wrenches")
 
     def compute(self, eta: np.ndarray) -> np.ndarray:
         """Quasi-steady wrenches (nb, 6) for body twists eta (N+1, 6); also kept in ``self.wrenches``."""
         quasi_steady_wrenches(eta, self.bodies, self.cp, self.chord, self.weights, self.t_dir, self.w_dir,
                               0.5 * self.rho_air, self.fit, self.wrenches)
         return self.wrenches
-
-    def apply(self, model, data, t: float) -> None:
-        blade_aero_kernel(data.eta, data.f_ext, data.M_added, self.bodies, self.cp, self.chord, self.weights,
-                          self.t_dir, self.w_dir, 0.5 * self.rho_air, self.fit, self.added_mass, self.wrenches)
 
     def summary(self, model, data) -> dict[str, float]:
         """Total quasi-steady aerodynamic force on the blades in the world frame (N)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .model import Data, Model
+from .model import DATA_DIMS, DATA_INDEX, DIM_BODIES, DIM_JOINTS, MODEL_DIMS, MODEL_INDEX, Data, Model
 from .warmup import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
@@ -317,45 +317,63 @@ def _recursions(parent, axis, inertia, actuated, law_k, law_mu, law_r0, q, qd, q
 
 
 @njit(cache=True)
+def _dim(code, nb, n):
+    """A dimension of a kernel layout (sim.model.kernel_dims): the size itself, or N+1 / n for their codes."""
+    if code == DIM_BODIES:
+        return nb
+    if code == DIM_JOINTS:
+        return n
+    return code
+
+
+@njit(cache=True)
+def _offsets(dims, nb, n):
+    """Start of every field of a layout (dims: sim.model.kernel_dims) in its flat buffer, and the end (fields + 1,)."""
+    o = np.zeros(len(dims) + 1, dtype=np.int64)
+    for i in range(len(dims)):
+        o[i + 1] = o[i] + _dim(dims[i][0], nb, n) * _dim(dims[i][1], nb, n) * _dim(dims[i][2], nb, n)
+    return o
+
+
+@njit(cache=True)
+def _view1(buf, o, dims, i, nb, n):
+    return buf[o[i]:o[i + 1]]
+
+
+@njit(cache=True)
+def _view2(buf, o, dims, i, nb, n):
+    return buf[o[i]:o[i + 1]].reshape((_dim(dims[i][0], nb, n), _dim(dims[i][1], nb, n)))
+
+
+@njit(cache=True)
+def _view3(buf, o, dims, i, nb, n):
+    return buf[o[i]:o[i + 1]].reshape((_dim(dims[i][0], nb, n), _dim(dims[i][1], nb, n), _dim(dims[i][2], nb, n)))
+
+
+@njit(cache=True)
 def _model_views(nb, n, mf):
-    """Views (placement (nb, 4, 4), axis (nb, 6), inertia (nb, 6, 6), k, mu, r0 (n,)) of Model.kernel_floats."""
-    o1 = nb * 16
-    o2 = o1 + nb * 6
-    o3 = o2 + nb * 36
-    return (mf[0:o1].reshape((nb, 4, 4)), mf[o1:o2].reshape((nb, 6)), mf[o2:o3].reshape((nb, 6, 6)),
-            mf[o3:o3 + n], mf[o3 + n:o3 + 2 * n], mf[o3 + 2 * n:o3 + 3 * n])
+    """Views (placement (nb, 4, 4), axis (nb, 6), inertia (nb, 6, 6), k, mu, r0 (n,)) of Model.kernel_floats
+    (layout: sim.model.MODEL_FIELDS)."""
+    d, m = MODEL_DIMS, MODEL_INDEX
+    o = _offsets(d, nb, n)
+    return (_view3(mf, o, d, m.joint_placement, nb, n), _view2(mf, o, d, m.joint_axis, nb, n),
+            _view3(mf, o, d, m.inertia, nb, n), _view1(mf, o, d, m.law_k, nb, n), _view1(mf, o, d, m.law_mu, nb, n),
+            _view1(mf, o, d, m.law_r0, nb, n))
 
 
 @njit(cache=True)
 def _data_views(nb, n, buf):
-    """Views of Data.buffer in the order of sim.model.data_layout."""
-    o = np.zeros(21, dtype=np.int64)
-    sizes = (nb * 16, nb * 6, nb * 16, nb * 36, nb * 6, nb * 6, nb * 6, nb * 36, nb * 36, nb * 6, nb, nb * 6,
-             n, n, n, n, 16, 6, 6, 6)
-    for i in range(20):
-        o[i + 1] = o[i] + sizes[i]
-    g = buf[o[0]:o[1]].reshape((nb, 4, 4))
-    eta = buf[o[1]:o[2]].reshape((nb, 6))
-    Xj = buf[o[2]:o[3]].reshape((nb, 4, 4))
-    AdJ = buf[o[3]:o[4]].reshape((nb, 6, 6))
-    zeta = buf[o[4]:o[5]].reshape((nb, 6))
-    f_ext = buf[o[5]:o[6]].reshape((nb, 6))
-    f_gravity = buf[o[6]:o[7]].reshape((nb, 6))
-    M_added = buf[o[7]:o[8]].reshape((nb, 6, 6))
-    Mstar = buf[o[8]:o[9]].reshape((nb, 6, 6))
-    Pistar = buf[o[9]:o[10]].reshape((nb, 6))
-    H = buf[o[10]:o[11]]
-    eta_d = buf[o[11]:o[12]].reshape((nb, 6))
-    q = buf[o[12]:o[13]]
-    qd = buf[o[13]:o[14]]
-    qdd = buf[o[14]:o[15]]
-    tau = buf[o[15]:o[16]]
-    base_pose = buf[o[16]:o[17]].reshape((4, 4))
-    base_twist = buf[o[17]:o[18]]
-    base_acc = buf[o[18]:o[19]]
-    base_wrench = buf[o[19]:o[20]]
-    return (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
-            base_pose, base_twist, base_acc, base_wrench)
+    """Views of Data.buffer (layout: sim.model.DATA_FIELDS), in its order."""
+    d, x = DATA_DIMS, DATA_INDEX
+    o = _offsets(d, nb, n)
+    return (_view3(buf, o, d, x.g, nb, n), _view2(buf, o, d, x.eta, nb, n), _view3(buf, o, d, x.Xj, nb, n),
+            _view3(buf, o, d, x.AdJ, nb, n), _view2(buf, o, d, x.zeta, nb, n), _view2(buf, o, d, x.f_ext, nb, n),
+            _view2(buf, o, d, x.f_gravity, nb, n), _view3(buf, o, d, x.M_added, nb, n),
+            _view3(buf, o, d, x.Mstar, nb, n), _view2(buf, o, d, x.Pistar, nb, n), _view1(buf, o, d, x.H, nb, n),
+            _view2(buf, o, d, x.eta_d, nb, n), _view1(buf, o, d, x.q, nb, n), _view1(buf, o, d, x.qd, nb, n),
+            _view1(buf, o, d, x.qdd, nb, n), _view1(buf, o, d, x.tau, nb, n), _view2(buf, o, d, x.base_pose, nb, n),
+            _view1(buf, o, d, x.base_twist, nb, n), _view1(buf, o, d, x.base_acc, nb, n),
+            _view1(buf, o, d, x.base_wrench, nb, n))
 
 
 @njit(cache=True)

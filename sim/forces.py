@@ -14,14 +14,34 @@ import numpy as np
 
 
 class ForceModel:
-    """Base class of the force plug-ins. Subclasses implement :meth:`apply`; :meth:`summary` is optional."""
+    """Base class of the force plug-ins. A Python-only plug-in implements :meth:`apply`; a compiled one
+    (docs/extending.md) sets ``fused_kernel`` to the name of a kernel registered in sim/plugins.py and calls
+    :meth:`pack` with its parameters once: :meth:`apply` then runs that kernel (the fused stepper runs the same
+    kernel inside its compiled loop). :meth:`summary` is optional."""
 
     #: Short name used in outputs and logs.
     name = "force"
+    #: Name of the registered kernel (sim.plugins.register_force_kernel), None for a Python-only plug-in.
+    fused_kernel: str | None = None
+    #: (fpar, ipar): the parameters packed by :meth:`pack` (the kernel's last two arguments).
+    packed: tuple | None = None
+
+    def pack(self, **values) -> None:
+        """Pack the parameters (by the name of each field of the kernel's layout) into ``self.packed``."""
+        from .plugins import force_kernel
+        self.packed = force_kernel(self.fused_kernel).layout.pack(**values)
+
+    def packed_view(self, name: str) -> np.ndarray:
+        """A packed field as a numpy view: an output the kernel writes (e.g. the last wrenches) or a parameter."""
+        from .plugins import force_kernel
+        return force_kernel(self.fused_kernel).layout.view(*self.packed, name)
 
     def apply(self, model, data, t: float) -> None:
         """Add this model's wrenches to ``data.f_ext`` and added inertia to ``data.M_added`` at time t (s)."""
-        raise NotImplementedError
+        if self.fused_kernel is None or self.packed is None:
+            raise NotImplementedError(f"{type(self).__name__} has neither apply() nor a packed kernel")
+        from .plugins import force_kernel
+        force_kernel(self.fused_kernel).kernel(t, data.g, data.eta, data.f_ext, data.M_added, *self.packed)
 
     def summary(self, model, data) -> dict[str, float]:
         """Scalar figures for the outputs (e.g. lift in N); empty by default."""

@@ -1,9 +1,10 @@
 """Fused time stepping: whole RK4 or ROS34PW2 steps (kinematics, force-model kernels, recursions, state update) in one
 compiled call, for the models whose every ingredient has a numba form (docs/sim-core.md, "Fused stepping").
 
-Same numbers as the Python-orchestrated path of :class:`sim.simulation.Simulation` (same kernels, same
-operation order; compared to ~1e-12 in tests/sim_core/test_sim_core_fused.py), without the Python around
-each RK stage (which costs as much as the kernels for a 17-body flapper).
+Same numbers as the Python-orchestrated path of :class:`sim.simulation.Simulation` (the same kernels: the force
+models' registered kernels, the integrators' arithmetic of sim/integrators.py; compared to ~1e-12 in
+tests/sim_core/test_sim_core_fused.py), without the Python around each RK stage (which costs as much as the kernels
+for a 17-body flapper).
 
 A model qualifies (:func:`fused_unsupported` returns None) when
 - the integrator is "rk4" or "rosw" (sim/integrators.py);
@@ -14,12 +15,11 @@ A model qualifies (:func:`fused_unsupported` returns None) when
   step), or has a method ``fused_form()`` returning such an equivalent law, or is a :class:`ScaledMotion`
   (``ratio * source(t)``, the kernel multiplying its row by ratio) of a law that qualifies;
 - every passive joint law is :class:`ViscoElastic` / :class:`Free` (kernel arrays of the model) or a
-  :class:`TrackingSpring` (spring about ``ratio * source(t)``) or has ``fused_form()`` returning one, whose
-  source law qualifies as above;
-- every force model implements the kernel protocol (docs/sim-api.md): a class attribute
-  ``fused_kernel`` naming one of :data:`KERNEL_KINDS` and a method ``kernel_args()`` returning the arguments
-  of that kernel other than the workspace arrays; at most one force model of each kind (BladeAero and the
-  four hydrodynamic plug-ins of sim/hydro.py implement it).
+  :class:`sim.laws.TrackingSpring` (spring about ``ratio * source(t)``) or has ``fused_form()`` returning one,
+  whose source law qualifies as above;
+- every force model runs a kernel registered in sim/plugins.py (``fused_kernel`` names it, its parameters are
+  packed): the stepper calls them in the model's order through an integer switch over the registry's slots
+  (docs/extending.md). Adding a force model is one file; this module does not change.
 Otherwise :class:`Simulation` keeps its Python path.
 
 The derivative of the last call's final state is kept (first-same-as-last): the next call reuses it as its
@@ -27,31 +27,33 @@ first stage when the inputs did not change (time, state, applied torques, held l
 kernel), so a call of n steps costs 4 n evaluations and leaves ``Data`` holding the evaluation at the final
 state, which makes ``Simulation.outputs()`` free.
 
-Why kinds and not function arguments: numba cannot cache (``cache=True``) a function that receives another
-compiled function as an argument (the dispatcher's type is per process), so the kernels a fused step may
-call are the fixed set below, each with one argument slot (an empty slot does nothing).
+Why a switch and not function arguments: numba cannot cache (``cache=True``) a function that receives another
+compiled function as an argument (the dispatcher's type is per process), and first-class function values cost
+milliseconds per call to pass from Python. So the kernels that call the force models are compiled against the
+registry (:func:`bound_kernels`), keyed on its fingerprint.
 """
 from __future__ import annotations
 
 import math
+import types as pytypes
 
 import numpy as np
 from numba import njit
 
-from .aero import blade_aero_kernel
 from .dynamics import _data_views, _kinematics_packed, _recursions_packed
-from .hydro import added_mass_kernel, buoyancy_kernel, drag_kernel, lift_kernel
-from .integrators import JACOBIAN_FD_STEP, PASSIVE_OFFSET, ROSW_ALPHA, ROSW_B, ROSW_C, ROSW_GAMMA, ROSW_GAMMA_DIAG
-from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid
+from .integrators import (PASSIVE_OFFSET, ROSW_GAMMA_DIAG, invert_w, jacobian_shift, jacobian_store, rk4_stage_input,
+                          rk4_update, rosw_stage_input, rosw_stage_solve, rosw_update)
+from .laws import (Constant, ExternalMotion, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid,
+                   TrackingSpring)
 from .model import Model, StaticBase
+from .plugins import FORCE_KERNEL_SIGNATURE, MAX_FORCE_KERNELS, force_kernel_table
 from .spatial import quat_derivative, quat_to_matrix
 from .warmup import discard_stale_kernels
 
-discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
+# the force models' kernels register on import: a model built from them needs them in the registry
+from . import aero, hydro  # noqa: E402,F401  (isort: skip)
 
-#: Force-model kernels a fused step can call (value of a plug-in's ``fused_kernel`` attribute), in the order
-#: the fused step applies them (f_ext sums in another order differ by rounding only).
-KERNEL_KINDS = ("blade_aero", "buoyancy", "added_mass", "drag", "lift")
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: Motion-law codes in the kernel: held (values read once per call), sinusoid, polynomial, ramped sinusoid.
 LAW_HELD, LAW_SINUSOID, LAW_POLYNOMIAL, LAW_RAMPED_SINUSOID = 0, 1, 2, 3
@@ -168,63 +170,7 @@ def _motion_laws(t, index, law_kind, law_par, poly, poly_len, law_scale, row0, q
         qdd[k] = scale * r_dd
 
 
-@njit(cache=True)
-def _force_kernels(g, eta, f_ext, M_added, forces):
-    """The force-model kernels (KERNEL_KINDS order) on their argument slots (an empty slot acts on no body)."""
-    aero, buoy, added, drag, lift = forces
-    blade_aero_kernel(eta, f_ext, M_added, *aero)
-    buoyancy_kernel(g, buoy[0], buoy[1], buoy[2], buoy[3], buoy[4], buoy[5], buoy[6], f_ext, buoy[7])
-    added_mass_kernel(added[0], added[1], M_added)
-    drag_kernel(g, eta, drag[0], drag[1], drag[2], drag[3], drag[4], drag[5], drag[6], f_ext, drag[7])
-    lift_kernel(g, eta, lift[0], lift[1], lift[2], lift[3], lift[4], lift[5], lift[6], lift[7], lift[8],
-                lift[9], lift[10], f_ext, lift[11])
-
-
-# ----------------------------------------------------------------------------------------- one evaluation
-@njit(cache=True)
-def _evaluate(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-              held_pose, held_twist, acc_in, has_forces, forces):
-    """dy/dt (Simulation state layout) at (t, y) with the hybrid algorithm (Porez et al. 2014, section III):
-    motion laws -> kinematics -> force-model kernels -> tracking springs -> recursions, all results left in
-    the Data buffer. laws: see FusedStepper.laws; scratch: (qdd_in (n,), tau_eff (n,), source r, r_d, r_dd
-    (n_s,)); held_pose (4, 4), held_twist (6,), acc_in (6,): base of a fixed / static imposed base."""
-    nb = parent.shape[0]
-    n = nb - 1
-    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
-     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
-    act_index, law_kind, law_par, poly, poly_len, spring_index, spring_par, source_index, law_scale = laws
-    qdd_in, tau_eff, src_r, src_rd, src_rdd = scratch
-    floating = base_mode == 0
-    _state_to_inputs(y, passive, floating, q, qd, base_pose, base_twist)
-    _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, law_scale, 0, q, qd, qdd_in)
-    if not floating:
-        for a in range(4):
-            for b in range(4):
-                base_pose[a, b] = held_pose[a, b]
-        for a in range(6):
-            base_twist[a] = held_twist[a]
-    _kinematics_packed(parent, mf, buf)
-    if has_forces:
-        f_ext[:] = 0.0
-        f_gravity[:] = 0.0
-        M_added[:] = 0.0
-        _force_kernels(g, eta, f_ext, M_added, forces)
-    tau_passive = tau_in
-    if spring_index.shape[0] > 0:
-        # TrackingSpring.torque, added to the applied torques as hybrid_step does for Python joint laws.
-        _motion_laws(t, source_index, law_kind, law_par, poly, poly_len, law_scale, act_index.shape[0], src_r,
-                     src_rd, src_rdd)
-        for k in range(n):
-            tau_eff[k] = tau_in[k]
-        for i in range(spring_index.shape[0]):
-            k = spring_index[i]
-            stiffness, damping, ratio = spring_par[i, 0], spring_par[i, 1], spring_par[i, 2]
-            tau_eff[k] += -stiffness * (q[k] - ratio * src_r[i]) - damping * (qd[k] - ratio * src_rd[i])
-        tau_passive = tau_eff
-    _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_passive, gravity, base_mode, acc_in, True)
-    _state_derivative(y, passive, floating, base_acc, qdd, dy)
-
-
+# ----------------------------------------------------------------------------------------- step bookkeeping
 @njit(cache=True)
 def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
     """Whether the kept evaluation (cache_t = (t s, valid flag)) was made at time t, state y, applied torques
@@ -245,20 +191,6 @@ def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
 
 
 @njit(cache=True)
-def _first_stage(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode,
-                 passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
-    """k1 = f(t, y): the kept derivative when the inputs match (first-same-as-last), else a new evaluation;
-    returns the number of evaluations made (0 or 1)."""
-    if inputs_match(cache_t, t, work[4], y, cache_tau, tau_in, cache_par, laws[2]):
-        for i in range(y.shape[0]):
-            k1[i] = fsal[i]
-        return 0
-    _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-              held_pose, held_twist, acc_in, has_forces, forces)
-    return 1
-
-
-@njit(cache=True)
 def _end_of_step(y, tmp):
     """Renormalise the quaternion of the new state y (as ``Simulation._normalize``) and copy y into tmp (the
     state of the evaluation that ends the step)."""
@@ -267,185 +199,6 @@ def _end_of_step(y, tmp):
         y[i] /= norm
     for i in range(y.shape[0]):
         tmp[i] = y[i]
-
-
-@njit(cache=True)
-def _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
-               scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
-    """n_steps RK4 steps from (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion
-    renormalised after every step, as :func:`sim.integrators.rk4_step` + ``Simulation._normalize``). On return
-    ``buf`` holds the evaluation at the final state, fsal its derivative (= work[0] when n_steps == 0);
-    returns t_end (s). One evaluation call site (stages 2-4, then the next step's first stage at the new state):
-    numba inlines every site, and each costs compile time."""
-    ny = y.shape[0]
-    half = 0.5 * dt
-    sixth = dt / 6.0
-    for step in range(n_steps):
-        if step > 0:
-            for i in range(ny):
-                work[0, i] = fsal[i]
-        for stage in range(1, 5):
-            if stage < 4:
-                coef = dt if stage == 3 else half
-                for i in range(ny):
-                    tmp[i] = y[i] + coef * work[stage - 1, i]
-                t_stage = t + coef
-                target = work[stage]
-            else:
-                for i in range(ny):
-                    y[i] = y[i] + sixth * (work[0, i] + 2.0 * work[1, i] + 2.0 * work[2, i] + work[3, i])
-                _end_of_step(y, tmp)
-                t = t + dt
-                t_stage = t
-                target = fsal
-            _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
-                      tau_in, held_pose, held_twist, acc_in, has_forces, forces)
-    if n_steps == 0:
-        for i in range(ny):
-            fsal[i] = work[0, i]
-    return t
-
-
-@njit(cache=True)
-def _refresh_jacobian(t, y, f0, J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf, actuated, gravity,
-                      base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
-    """:func:`sim.integrators.refresh_jacobian` of J at (t, y) (f0 = f(t, y)) and W_inv = (I - dt gamma J)^-1,
-    in place, with the same operations; returns the evaluations made."""
-    ny = y.shape[0]
-    o = PASSIVE_OFFSET
-    n_p = branch.shape[0]
-    for g in range(groups.shape[0]):
-        for i in range(ny):
-            tmp[i] = y[i]
-        for c in range(groups.shape[1]):
-            if groups[g, c] >= 0:
-                tmp[o + groups[g, c]] += JACOBIAN_FD_STEP
-        _evaluate(t, tmp, column, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, has_forces, forces)
-        for c in range(groups.shape[1]):
-            a = groups[g, c]
-            if a < 0:
-                continue
-            for r in range(n_p):
-                if branch[r] == branch[a % n_p]:
-                    J[n_p + r, a] = (column[o + n_p + r] - f0[o + n_p + r]) / JACOBIAN_FD_STEP
-    _invert_w(J, dt * ROSW_GAMMA_DIAG, W_inv)
-    return groups.shape[0]
-
-
-@njit(cache=True)
-def _invert_w(J, h_gamma, out):
-    """out = (I - h_gamma J)^-1 by Gauss-Jordan elimination with partial pivoting (J (m, m); W is close to the
-    identity for the small steps and diagonally dominant for the stiff ones, so pivoting on rows is enough).
-    numba's np.linalg.inv would do, at several times the compile time."""
-    m = J.shape[0]
-    W = np.empty((m, m))
-    for a in range(m):
-        for b in range(m):
-            W[a, b] = (1.0 if a == b else 0.0) - h_gamma * J[a, b]
-            out[a, b] = 1.0 if a == b else 0.0
-    for c in range(m):
-        pivot = c
-        for r in range(c + 1, m):
-            if abs(W[r, c]) > abs(W[pivot, c]):
-                pivot = r
-        if pivot != c:
-            for b in range(m):
-                W[c, b], W[pivot, b] = W[pivot, b], W[c, b]
-                out[c, b], out[pivot, b] = out[pivot, b], out[c, b]
-        scale = 1.0 / W[c, c]
-        for b in range(m):
-            W[c, b] *= scale
-            out[c, b] *= scale
-        for r in range(m):
-            if r != c and W[r, c] != 0.0:
-                factor = W[r, c]
-                for b in range(m):
-                    W[r, b] -= factor * W[c, b]
-                    out[r, b] -= factor * out[c, b]
-
-
-@njit(cache=True)
-def _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated,
-                gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
-    """n_steps ROS34PW2 steps (:func:`sim.integrators.rosw_step`, same operation order) from (t, y), with
-    work[0] already f(t, y); J, W_inv (2 n_p, 2 n_p) the passive block's Jacobian and (I - h gamma J)^-1;
-    refresh (3,) int64: (steps since J was refreshed, steps between refreshes (0: never), evaluations spent
-    refreshing, added to); groups, branch: see :func:`sim.integrators.column_groups`. Same contract as
-    :func:`_rk4_steps` otherwise."""
-    ny = y.shape[0]
-    o = PASSIVE_OFFSET
-    n2 = ny - o
-    k = work[0:4]
-    coupling = np.empty(n2)
-    rhs = np.empty(n2)
-    column = np.empty(ny)
-    for step in range(n_steps):
-        if step > 0:
-            for a in range(ny):
-                k[0, a] = fsal[a]
-        if refresh[1] > 0 and refresh[0] >= refresh[1]:
-            refresh[2] += _refresh_jacobian(t, y, k[0], J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf,
-                                            actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
-                                            held_twist, acc_in, has_forces, forces)
-            refresh[0] = 0
-        refresh[0] += 1
-        for i in range(5):
-            # stage i (0: k[0] is f(t, y) already), then (i == 4) the update and the evaluation at the new state
-            if i == 4:
-                for a in range(ny):
-                    acc = 0.0
-                    for j in range(4):
-                        acc += ROSW_B[j] * k[j, a]
-                    y[a] = y[a] + dt * acc
-                _end_of_step(y, tmp)
-                t = t + dt
-                t_stage = t
-                target = fsal
-            elif i > 0:
-                for a in range(ny):
-                    acc = y[a]
-                    for j in range(i):
-                        acc += (dt * ROSW_ALPHA[i, j]) * k[j, a]
-                    tmp[a] = acc
-                t_stage = t + ROSW_C[i] * dt
-                target = k[i]
-            if i > 0:       # one evaluation call site (each inlined copy costs compile time)
-                _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
-                          scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
-            if i == 4:
-                break
-            for a in range(n2):
-                acc = 0.0
-                for j in range(i):
-                    acc += ROSW_GAMMA[i, j] * k[j, o + a]
-                coupling[a] = acc
-            for a in range(n2):
-                acc = 0.0
-                for b in range(n2):
-                    acc += J[a, b] * coupling[b]
-                rhs[a] = k[i, o + a] + dt * acc
-            for a in range(n2):
-                acc = 0.0
-                for b in range(n2):
-                    acc += W_inv[a, b] * rhs[b]
-                k[i, o + a] = acc
-    if n_steps == 0:
-        for a in range(ny):
-            fsal[a] = work[0, a]
-    return t
-
-
-@njit(cache=True)
-def _steps(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf, actuated,
-           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces):
-    """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
-    if method == METHOD_ROSW:
-        return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
-                           actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist,
-                           acc_in, has_forces, forces)
-    return _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
-                      laws, scratch, tau_in, held_pose, held_twist, acc_in, has_forces, forces)
 
 
 @njit(cache=True)
@@ -463,38 +216,293 @@ def _keep_inputs(t, y, work, tau_in, law_par, cache_t, cache_tau, cache_par):
     cache_t[1] = 1.0
 
 
-@njit(cache=True)
-def fused_run(method, every, pack, t, dt, y, J, W_inv, refresh, groups, branch, times, out, q_rest, work, fsal,
-              cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
-              tau_in, held_pose, held_twist, acc_in, has_forces, forces):
-    """times.shape[0] records of ``every`` steps of dt (s) of the method (METHOD_*) from (t, y), y updated in
-    place; after each record's last step its time (s) goes to times (records,) and, when ``pack``, the outputs
-    (:func:`pack_outputs`) to out (records, output size): what a Python loop of ``step()`` + ``outputs()``
-    gives, in one call (``advance`` is one record, unpacked). Returns (t_end, evaluations).
+# ----------------------------------------------------------------------------------------- the stepping kernels
+@njit(FORCE_KERNEL_SIGNATURE, cache=True)
+def _no_force(t, g, eta, f_ext, M_added, fpar, ipar):
+    """The kernel of an empty slot of the force switch (never called: no force model has its kind)."""
 
-    J, W_inv, refresh, groups, branch: see :func:`_rosw_steps` (empty for RK4). work (5, ny) scratch; fsal
-    (ny,): f(t, y) of the previous call's end, reused as the first stage when cache_t[0] (s) == t, cache_t[1]
-    == 1 (valid), y unchanged (fsal's state is work[4]), tau_in == cache_tau and law_par == cache_par. On return
-    ``buf`` holds the evaluation at (t_end, y_end) and fsal its derivative. The evaluations of Jacobian
-    refreshes are counted in refresh[2], not in the returned number. One entry kernel for both uses: each
-    entry compiles the whole step again."""
-    tmp = np.empty(y.shape[0])
-    evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated,
-                               gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
-                               has_forces, forces)
-    for r in range(times.shape[0]):
-        if r > 0:
+
+def _stepper_templates(fingerprint):
+    """The stepping kernels that call the force-model kernels, as plain functions: :func:`bound_kernels` compiles
+    them against one registry (the globals ``_FORCE_0`` .. ``_FORCE_15`` set to its kernels). Each names the
+    registry's ``fingerprint``, its only closure variable: numba keys a cached closure on the values of its
+    closure variables, so the code compiled for one registry is never loaded for another, and a process with the
+    shipped registry loads the code the warm-up compiled. They call one another by their global names (the bound
+    dispatchers), never as closure variables."""
+
+    def _apply_forces_(t, g, eta, f_ext, M_added, forces):
+        """Every force model of the model, in its order: forces = (kinds (m,) slots in the registry, fpar, ipar
+        (all models' packed parameters, concatenated), offsets (m + 1, 2) start of each model's in fpar, ipar)."""
+        fingerprint
+        kinds, fpar, ipar, offsets = forces
+        for m in range(kinds.shape[0]):
+            fp = fpar[offsets[m, 0]:offsets[m + 1, 0]]
+            ip = ipar[offsets[m, 1]:offsets[m + 1, 1]]
+            kind = kinds[m]
+            if kind == 0:
+                _FORCE_0(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 1:
+                _FORCE_1(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 2:
+                _FORCE_2(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 3:
+                _FORCE_3(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 4:
+                _FORCE_4(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 5:
+                _FORCE_5(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 6:
+                _FORCE_6(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 7:
+                _FORCE_7(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 8:
+                _FORCE_8(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 9:
+                _FORCE_9(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 10:
+                _FORCE_10(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 11:
+                _FORCE_11(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 12:
+                _FORCE_12(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 13:
+                _FORCE_13(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 14:
+                _FORCE_14(t, g, eta, f_ext, M_added, fp, ip)
+            elif kind == 15:
+                _FORCE_15(t, g, eta, f_ext, M_added, fp, ip)
+
+    def _evaluate_(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                   held_pose, held_twist, acc_in, forces):
+        """dy/dt (Simulation state layout) at (t, y) with the hybrid algorithm (Porez et al. 2014, section III):
+        motion laws -> kinematics -> force-model kernels -> tracking springs -> recursions, all results left in
+        the Data buffer. laws: see FusedStepper.laws; scratch: (qdd_in (n,), tau_eff (n,), source r, r_d, r_dd
+        (n_s,)); held_pose (4, 4), held_twist (6,), acc_in (6,): base of a fixed / static imposed base; forces:
+        see _apply_forces."""
+        fingerprint
+        nb = parent.shape[0]
+        n = nb - 1
+        (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
+         base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+        act_index, law_kind, law_par, poly, poly_len, spring_index, spring_par, source_index, law_scale = laws
+        qdd_in, tau_eff, src_r, src_rd, src_rdd = scratch
+        floating = base_mode == 0
+        _state_to_inputs(y, passive, floating, q, qd, base_pose, base_twist)
+        _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, law_scale, 0, q, qd, qdd_in)
+        if not floating:
+            for a in range(4):
+                for b in range(4):
+                    base_pose[a, b] = held_pose[a, b]
+            for a in range(6):
+                base_twist[a] = held_twist[a]
+        _kinematics_packed(parent, mf, buf)
+        if forces[0].shape[0] > 0:
+            f_ext[:] = 0.0
+            f_gravity[:] = 0.0
+            M_added[:] = 0.0
+            _apply_forces(t, g, eta, f_ext, M_added, forces)
+        tau_passive = tau_in
+        if spring_index.shape[0] > 0:
+            # TrackingSpring.torque, added to the applied torques as hybrid_step does for Python joint laws.
+            _motion_laws(t, source_index, law_kind, law_par, poly, poly_len, law_scale, act_index.shape[0], src_r,
+                         src_rd, src_rdd)
+            for k in range(n):
+                tau_eff[k] = tau_in[k]
+            for i in range(spring_index.shape[0]):
+                k = spring_index[i]
+                stiffness, damping, ratio = spring_par[i, 0], spring_par[i, 1], spring_par[i, 2]
+                tau_eff[k] += -stiffness * (q[k] - ratio * src_r[i]) - damping * (qd[k] - ratio * src_rd[i])
+            tau_passive = tau_eff
+        _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_passive, gravity, base_mode, acc_in, True)
+        _state_derivative(y, passive, floating, base_acc, qdd, dy)
+
+    def _first_stage_(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity,
+                      base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+        """k1 = f(t, y): the kept derivative when the inputs match (first-same-as-last), else a new evaluation;
+        returns the number of evaluations made (0 or 1)."""
+        fingerprint
+        if inputs_match(cache_t, t, work[4], y, cache_tau, tau_in, cache_par, laws[2]):
             for i in range(y.shape[0]):
-                work[0, i] = fsal[i]
-        t = _steps(method, every, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
-                   actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
-                   has_forces, forces)
-        times[r] = t
-        if pack:
-            pack_outputs(parent, buf, q_rest, passive, out[r])
-        evaluations += 4 * every
-    _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
-    return t, evaluations
+                k1[i] = fsal[i]
+            return 0
+        _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                  held_pose, held_twist, acc_in, forces)
+        return 1
+
+    def _rk4_steps_(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
+                    laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+        """n_steps RK4 steps (sim.integrators: rk4_stage_input, rk4_update, the arithmetic of rk4_step) from
+        (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion renormalised after every step, as
+        ``Simulation._normalize``). On return ``buf`` holds the evaluation at the final state, fsal its derivative
+        (= work[0] when n_steps == 0); returns t_end (s). One evaluation call site (stages 2-4, then the next
+        step's first stage at the new state): numba inlines every site, and each costs compile time."""
+        fingerprint
+        ny = y.shape[0]
+        for step in range(n_steps):
+            if step > 0:
+                for i in range(ny):
+                    work[0, i] = fsal[i]
+            for stage in range(1, 5):
+                if stage < 4:
+                    t_stage = rk4_stage_input(stage, t, dt, y, work, tmp)
+                    target = work[stage]
+                else:
+                    rk4_update(y, dt, work, y)
+                    _end_of_step(y, tmp)
+                    t = t + dt
+                    t_stage = t
+                    target = fsal
+                _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+                          scratch, tau_in, held_pose, held_twist, acc_in, forces)
+        if n_steps == 0:
+            for i in range(ny):
+                fsal[i] = work[0, i]
+        return t
+
+    def _refresh_jacobian_(t, y, f0, J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf, actuated,
+                           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+        """:func:`sim.integrators.refresh_jacobian` of J at (t, y) (f0 = f(t, y)) and W_inv = (I - dt gamma J)^-1,
+        in place, with the same kernels; returns the evaluations made."""
+        fingerprint
+        for g in range(groups.shape[0]):
+            jacobian_shift(y, groups[g], tmp)
+            _evaluate(t, tmp, column, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
+                      tau_in, held_pose, held_twist, acc_in, forces)
+            jacobian_store(J, groups[g], branch, column, f0)
+        invert_w(J, dt * ROSW_GAMMA_DIAG, W_inv)
+        return groups.shape[0]
+
+    def _rosw_steps_(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                     actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                     forces):
+        """n_steps ROS34PW2 steps (sim.integrators: rosw_stage_input, rosw_stage_solve, rosw_update, the
+        arithmetic of rosw_step) from (t, y), with work[0] already f(t, y); J, W_inv (2 n_p, 2 n_p) the passive
+        block's Jacobian and (I - h gamma J)^-1; refresh (3,) int64: (steps since J was refreshed, steps between
+        refreshes (0: never), evaluations spent refreshing, added to); groups, branch: see
+        :func:`sim.integrators.column_groups`. Same contract as :func:`_rk4_steps` otherwise."""
+        fingerprint
+        ny = y.shape[0]
+        n2 = ny - PASSIVE_OFFSET
+        k = work[0:4]
+        coupling = np.empty(n2)
+        rhs = np.empty(n2)
+        column = np.empty(ny)
+        for step in range(n_steps):
+            if step > 0:
+                for a in range(ny):
+                    k[0, a] = fsal[a]
+            if refresh[1] > 0 and refresh[0] >= refresh[1]:
+                refresh[2] += _refresh_jacobian(t, y, k[0], J, W_inv, dt, groups, branch, tmp, column, parent, mf,
+                                                buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
+                                                held_pose, held_twist, acc_in, forces)
+                refresh[0] = 0
+            refresh[0] += 1
+            for i in range(5):
+                # stage i (0: k[0] is f(t, y) already), then (i == 4) the update and the evaluation at the new state
+                if i == 4:
+                    rosw_update(y, dt, k, y)
+                    _end_of_step(y, tmp)
+                    t = t + dt
+                    t_stage = t
+                    target = fsal
+                elif i > 0:
+                    t_stage = rosw_stage_input(i, t, dt, y, k, tmp)
+                    target = k[i]
+                if i > 0:       # one evaluation call site (each inlined copy costs compile time)
+                    _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+                              scratch, tau_in, held_pose, held_twist, acc_in, forces)
+                if i == 4:
+                    break
+                rosw_stage_solve(i, dt, J, W_inv, k, coupling, rhs)
+        if n_steps == 0:
+            for a in range(ny):
+                fsal[a] = work[0, a]
+        return t
+
+    def _steps_(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+        """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
+        fingerprint
+        if method == METHOD_ROSW:
+            return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf,
+                               buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
+                               held_twist, acc_in, forces)
+        return _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode,
+                          passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces)
+
+    def fused_run_(method, every, pack, t, dt, y, J, W_inv, refresh, groups, branch, times, out, q_rest, work, fsal,
+                   cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
+                   scratch, tau_in, held_pose, held_twist, acc_in, forces):
+        """times.shape[0] records of ``every`` steps of dt (s) of the method (METHOD_*) from (t, y), y updated in
+        place; after each record's last step its time (s) goes to times (records,) and, when ``pack``, the outputs
+        (:func:`pack_outputs`) to out (records, output size): what a Python loop of ``step()`` + ``outputs()``
+        gives, in one call (``advance`` is one record, unpacked). Returns (t_end, evaluations).
+
+        J, W_inv, refresh, groups, branch: see :func:`_rosw_steps` (empty for RK4). work (5, ny) scratch; fsal
+        (ny,): f(t, y) of the previous call's end, reused as the first stage when cache_t[0] (s) == t, cache_t[1]
+        == 1 (valid), y unchanged (fsal's state is work[4]), tau_in == cache_tau and law_par == cache_par. On
+        return ``buf`` holds the evaluation at (t_end, y_end) and fsal its derivative. The evaluations of Jacobian
+        refreshes are counted in refresh[2], not in the returned number. One entry kernel for both uses: each
+        entry compiles the whole step again."""
+        fingerprint
+        tmp = np.empty(y.shape[0])
+        evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf,
+                                   actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
+                                   held_twist, acc_in, forces)
+        for r in range(times.shape[0]):
+            if r > 0:
+                for i in range(y.shape[0]):
+                    work[0, i] = fsal[i]
+            t = _steps(method, every, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
+                       actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
+                       forces)
+            times[r] = t
+            if pack:
+                pack_outputs(parent, buf, q_rest, passive, out[r])
+            evaluations += 4 * every
+        _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
+        return t, evaluations
+
+    return (_apply_forces_, _evaluate_, _first_stage_, _rk4_steps_, _refresh_jacobian_, _rosw_steps_, _steps_,
+            fused_run_)
+
+
+# The names the templates call: placeholders here (for the reader and the linter); bound_kernels() gives each
+# registry its own namespace where they are the compiled kernels (the _FORCE_* slots: the registered kernels).
+_apply_forces = _evaluate = _first_stage = _rk4_steps = _refresh_jacobian = _rosw_steps = _steps = None
+_FORCE_0 = _FORCE_1 = _FORCE_2 = _FORCE_3 = _FORCE_4 = _FORCE_5 = _FORCE_6 = _FORCE_7 = _no_force
+_FORCE_8 = _FORCE_9 = _FORCE_10 = _FORCE_11 = _FORCE_12 = _FORCE_13 = _FORCE_14 = _FORCE_15 = _no_force
+
+#: fingerprint of a force-kernel registry -> {name: its stepping kernels compiled against it}
+_BOUND: dict[str, dict] = {}
+
+
+def bound_kernels() -> dict:
+    """{name: numba dispatcher} of the stepping kernels (``fused_run`` the entry) compiled against the force
+    kernels registered now (sim.plugins.force_kernel_table), and "slots": {kernel name: its kind in the switch};
+    made once per registry content and process."""
+    kernels, slots, fingerprint = force_kernel_table()
+    bound = _BOUND.get(fingerprint)
+    if bound is not None:
+        return bound
+    namespace = dict(globals())
+    for slot in range(MAX_FORCE_KERNELS):
+        namespace[f"_FORCE_{slot}"] = kernels[slot] if slot < len(kernels) else _no_force
+    if f"_FORCE_{MAX_FORCE_KERNELS - 1}" not in _stepper_templates(fingerprint)[0].__code__.co_names:
+        raise RuntimeError(f"the force switch of sim/fused.py has fewer than MAX_FORCE_KERNELS = {MAX_FORCE_KERNELS}")
+    bound = {"slots": slots}
+    for template in _stepper_templates(fingerprint):
+        if template.__code__.co_freevars != ("fingerprint",):
+            raise RuntimeError(f"{template.__name__}: closure variables {template.__code__.co_freevars}, expected "
+                               "the fingerprint only")
+        name = template.__name__[:-1]
+        function = pytypes.FunctionType(template.__code__, namespace, name, template.__defaults__,
+                                        (pytypes.CellType(fingerprint),))
+        function.__qualname__ = template.__qualname__
+        function.__doc__ = template.__doc__
+        namespace[name] = bound[name] = njit(cache=True)(function)
+    _BOUND[fingerprint] = bound
+    return bound
 
 
 # ----------------------------------------------------------------------------------------- outputs
@@ -585,26 +593,6 @@ def pack_outputs(parent, buf, q_rest, passive, out):
 
 
 # ----------------------------------------------------------------------------------------- planning
-class TrackingSpring(JointLaw):
-    """Spring-damper about a moving reference: ``tau = -k (r - ratio theta(t)) - mu (r_d - ratio theta_d(t))``
-    (N m or N), with (theta, theta_d) from the motion law ``source`` (e.g. a fin driven through a linkage by
-    a servo: k N m/rad, mu N m s/rad, ratio rad/rad). A Python joint law everywhere, evaluated in the kernel
-    by the fused path when ``source`` has a kernel form."""
-
-    def __init__(self, source: MotionLaw, ratio: float, k: float, mu: float):
-        self.source = source
-        self.ratio = float(ratio)
-        self.k = float(k)
-        self.mu = float(mu)
-
-    def torque(self, t: float, r: float, r_d: float) -> float:
-        theta, theta_d, _ = self.source.evaluate(t)
-        return -self.k * (r - self.ratio * theta) - self.mu * (r_d - self.ratio * theta_d)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.source!r}, ratio={self.ratio}, k={self.k}, mu={self.mu})"
-
-
 def _kernel_motion_law(law):
     """(kernel-form law, scale) of a motion law: the law itself or its ``fused_form()`` if that has a kernel
     form, with scale 1.0; for a :class:`ScaledMotion` the kernel form of its source and scale = ratio (the
@@ -633,18 +621,6 @@ def _kernel_joint_law(law):
     return None
 
 
-def _empty_force_args() -> tuple:
-    """Empty argument slots (no body) with the types of the plug-ins' ``kernel_args()``, KERNEL_KINDS order."""
-    i0, f1, f2, f3 = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 3)), np.zeros((0, 3, 3)))
-    aero = (i0, np.zeros((0, 1, 3)), np.zeros((0, 1)), np.zeros((0, 1)), f2, f2, 0.0, 0, np.zeros((0, 6, 6)),
-            np.zeros((0, 6)))
-    buoyancy = (i0, f1, f2, f1, 0.0, np.zeros(3), 0.0, f2)
-    added_mass = (i0, np.zeros((0, 6, 6)))
-    drag = (i0, f3, f2, f1, np.zeros((0, 6)), np.zeros((0, 6)), 0.0, np.zeros((0, 6)))
-    lift = (i0, f2, f2, f2, f1, f1, f1, f1, f1, 0.0, 0.0, np.zeros((0, 6)))
-    return aero, buoyancy, added_mass, drag, lift
-
-
 def fused_unsupported(model: Model, integrator: str) -> str | None:
     """Why ``model`` cannot take the fused path with ``integrator`` (one line), or None if it can."""
     if integrator not in FUSED_METHODS:
@@ -657,15 +633,28 @@ def fused_unsupported(model: Model, integrator: str) -> str | None:
     for k, law in model.python_laws:
         if _kernel_joint_law(law) is None:
             return f"joint {model.joint_names[k]}: joint law {type(law).__name__} has no kernel form"
-    kinds = []
+    slots = bound_kernels()["slots"]
     for force_model in model.force_models:
-        kind = getattr(force_model, "fused_kernel", None)
-        if kind not in KERNEL_KINDS or not hasattr(force_model, "kernel_args"):
-            return f"force model {type(force_model).__name__} has no fused kernel"
-        if kind in kinds:
-            return f"two force models of kernel kind {kind!r}"
-        kinds.append(kind)
+        if getattr(force_model, "fused_kernel", None) not in slots or getattr(force_model, "packed", None) is None:
+            return f"force model {type(force_model).__name__} has no registered kernel with packed parameters"
     return None
+
+
+def _gather_forces(force_models, slots: dict[str, int]) -> tuple:
+    """The fused kernels' ``forces`` argument: (kinds (m,) int64 slots, fpar, ipar (every model's packed parameters,
+    concatenated), offsets (m + 1, 2) int64 start of each model's in fpar and ipar). Each force model's packed
+    arrays become views into these (its outputs, e.g. the last wrenches, then show the steps of this stepper, as
+    they show those of ``apply``)."""
+    m = len(force_models)
+    kinds = np.array([slots[fm.fused_kernel] for fm in force_models], dtype=np.int64)
+    offsets = np.zeros((m + 1, 2), dtype=np.int64)
+    for i, fm in enumerate(force_models):
+        offsets[i + 1] = offsets[i] + (fm.packed[0].size, fm.packed[1].size)
+    fpar = np.concatenate([fm.packed[0] for fm in force_models] + [np.zeros(0)])
+    ipar = np.concatenate([fm.packed[1] for fm in force_models] + [np.zeros(0, dtype=np.int64)])
+    for i, fm in enumerate(force_models):
+        fm.packed = (fpar[offsets[i, 0]:offsets[i + 1, 0]], ipar[offsets[i, 1]:offsets[i + 1, 1]])
+    return kinds, fpar, ipar, offsets
 
 
 class FusedStepper:
@@ -735,13 +724,9 @@ class FusedStepper:
             self.held_pose = np.array(fixed_pose, dtype=float)
             self.held_twist = np.zeros(6)
             self.acc_in = np.zeros(6)
-        self.has_forces = bool(model.force_models)
-        slots = list(_empty_force_args())
-        for force_model in model.force_models:
-            slot = KERNEL_KINDS.index(force_model.fused_kernel)
-            slots[slot] = tuple(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a
-                                for a in force_model.kernel_args())
-        self.forces = tuple(slots)
+        bound = bound_kernels()
+        self._run = bound["fused_run"]
+        self.forces = _gather_forces(model.force_models, bound["slots"])
         self.cache_t = np.zeros(2)                 # (t of fsal s, valid flag)
         self.cache_tau = np.zeros(model.n)
         self.cache_par = np.zeros_like(self.law_par)
@@ -792,10 +777,10 @@ class FusedStepper:
         returns (t_end s, evaluations)."""
         self._prepare(t, y)
         model = self.model
-        t_end, evaluations = fused_run(
+        t_end, evaluations = self._run(
             self.method, every, pack, t, dt, y, self.J, self.W_inv, self.refresh, self.groups, self.branch, times,
             out, model.q_rest, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
             model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive, self.laws,
-            self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.has_forces, self.forces)
+            self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.forces)
         self.data.t = t_end
         return t_end, evaluations

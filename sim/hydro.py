@@ -25,6 +25,8 @@ import numpy as np
 from numba import njit
 
 from sim.forces import ForceModel
+from .plugins import (ParamLayout, float_array3, float_matrix, float_scalar, float_vector, int_vector,
+                      register_force_kernel)
 from .warmup import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
@@ -110,6 +112,22 @@ def buoyancy_kernel(g, bodies, volume, centre, height, rho, gravity, surface_z, 
         f_ext[j, 5] += c[0] * fy - c[1] * fx
 
 
+BUOYANCY_LAYOUT = ParamLayout(floats=(("volume", 1), ("centre", 2), ("height", 1), ("rho", 0), ("gravity", 1),
+                                       ("surface_z", 0), ("last_force_world", 2)), ints=(("bodies", 1),))
+_BUOY = BUOYANCY_LAYOUT.fields
+
+
+def buoyancy_packed(t, g, eta, f_ext, M_added, fpar, ipar):
+    """:func:`buoyancy_kernel` on packed parameters (sim/plugins.py: the force-kernel signature)."""
+    buoyancy_kernel(g, int_vector(ipar, _BUOY.bodies), float_vector(fpar, ipar, _BUOY.volume),
+                    float_matrix(fpar, ipar, _BUOY.centre), float_vector(fpar, ipar, _BUOY.height),
+                    float_scalar(fpar, ipar, _BUOY.rho), float_vector(fpar, ipar, _BUOY.gravity),
+                    float_scalar(fpar, ipar, _BUOY.surface_z), f_ext, float_matrix(fpar, ipar, _BUOY.last_force_world))
+
+
+register_force_kernel("buoyancy", BUOYANCY_LAYOUT, buoyancy_packed)
+
+
 class Buoyancy(ForceModel):
     """Buoyancy of the displaced volume, at the centre of buoyancy, with a prismatic free-surface model.
 
@@ -117,7 +135,7 @@ class Buoyancy(ForceModel):
     vertical extent used at the free surface; rho kg/m^3; gravity (3,) world m/s^2; surface_z m (world)."""
 
     name = "buoyancy"
-    #: Kernel protocol (docs/sim-api.md): sim/fused.py runs :func:`buoyancy_kernel` in its compiled RK4 loop.
+    #: Registered kernel (sim/plugins.py): :func:`buoyancy_packed`, in ``apply`` and in the fused stepper.
     fused_kernel = "buoyancy"
 
     def __init__(self, bodies, volume, centre, height, rho=RHO_FRESH_WATER, gravity=(0.0, 0.0, -9.81),
@@ -130,16 +148,13 @@ class Buoyancy(ForceModel):
         self.rho = float(rho)
         self.gravity = np.asarray(gravity, dtype=float).reshape(3)
         self.surface_z = float(surface_z)
-        self.last_force_world = np.zeros((k, 3))  # (k, 3) last buoyancy forces, world frame, N
+        self.pack(volume=self.volume, centre=self.centre, height=self.height, rho=self.rho, gravity=self.gravity,
+                  surface_z=self.surface_z, last_force_world=np.zeros((k, 3)), bodies=self.bodies)
 
-    def kernel_args(self) -> tuple:
-        """Arguments of :func:`buoyancy_kernel` other than the workspace arrays (g, eta, f_ext, M_added), in order."""
-        return (self.bodies, self.volume, self.centre, self.height, self.rho, self.gravity, self.surface_z,
-                self.last_force_world)
-
-    def apply(self, model, data, t: float) -> None:
-        buoyancy_kernel(data.g, self.bodies, self.volume, self.centre, self.height, self.rho, self.gravity,
-                        self.surface_z, data.f_ext, self.last_force_world)
+    @property
+    def last_force_world(self) -> np.ndarray:
+        """(k, 3) last buoyancy forces, world frame, N (written by the kernel)."""
+        return self.packed_view("last_force_world")
 
     def summary(self, model, data) -> dict[str, float]:
         return {"buoyancy_N": float(self.last_force_world[:, 2].sum())}
@@ -200,6 +215,18 @@ def added_mass_kernel(bodies, matrices, M_added):
                 M_added[j, r, c] += matrices[i, r, c]
 
 
+ADDED_MASS_LAYOUT = ParamLayout(floats=(("matrices", 3),), ints=(("bodies", 1),))
+_ADDED = ADDED_MASS_LAYOUT.fields
+
+
+def added_mass_packed(t, g, eta, f_ext, M_added, fpar, ipar):
+    """:func:`added_mass_kernel` on packed parameters (sim/plugins.py: the force-kernel signature)."""
+    added_mass_kernel(int_vector(ipar, _ADDED.bodies), float_array3(fpar, ipar, _ADDED.matrices), M_added)
+
+
+register_force_kernel("added_mass", ADDED_MASS_LAYOUT, added_mass_packed)
+
+
 class AddedMass(ForceModel):
     """Constant added-mass matrices (6, 6) per body (body frame, about O_j), put into ``data.M_added``; the core
     adds them to the articulated inertia and their Kirchhoff velocity product ``-ad^T(M_A eta)`` itself.
@@ -207,19 +234,13 @@ class AddedMass(ForceModel):
     bodies (k,) indices; matrices (k, 6, 6) kg, kg m, kg m^2 (symmetric, positive semi-definite)."""
 
     name = "added_mass"
-    #: Kernel protocol (docs/sim-api.md): sim/fused.py runs :func:`added_mass_kernel` in its compiled RK4 loop.
+    #: Registered kernel (sim/plugins.py): :func:`added_mass_packed`, in ``apply`` and in the fused stepper.
     fused_kernel = "added_mass"
 
     def __init__(self, bodies, matrices):
         self.bodies = np.asarray(bodies, dtype=np.int64).reshape(-1)
         self.matrices = np.asarray(matrices, dtype=float).reshape(self.bodies.size, 6, 6)
-
-    def kernel_args(self) -> tuple:
-        """Arguments of :func:`added_mass_kernel` other than the workspace arrays (g, eta, f_ext, M_added), in order."""
-        return (self.bodies, self.matrices)
-
-    def apply(self, model, data, t: float) -> None:
-        added_mass_kernel(self.bodies, self.matrices, data.M_added)
+        self.pack(matrices=self.matrices, bodies=self.bodies)
 
 
 # ----------------------------------------------------------------------------------------- bulk drag
@@ -265,6 +286,22 @@ def drag_kernel(g, eta, bodies, rotation, centre, height, linear, quadratic, sur
             out_wrench[i, 3 + r] = mj[r]
 
 
+DRAG_LAYOUT = ParamLayout(floats=(("rotation", 3), ("centre", 2), ("height", 1), ("linear", 2), ("quadratic", 2),
+                                   ("surface_z", 0), ("last_wrench", 2)), ints=(("bodies", 1),))
+_DRAG = DRAG_LAYOUT.fields
+
+
+def drag_packed(t, g, eta, f_ext, M_added, fpar, ipar):
+    """:func:`drag_kernel` on packed parameters (sim/plugins.py: the force-kernel signature)."""
+    drag_kernel(g, eta, int_vector(ipar, _DRAG.bodies), float_array3(fpar, ipar, _DRAG.rotation),
+                float_matrix(fpar, ipar, _DRAG.centre), float_vector(fpar, ipar, _DRAG.height),
+                float_matrix(fpar, ipar, _DRAG.linear), float_matrix(fpar, ipar, _DRAG.quadratic),
+                float_scalar(fpar, ipar, _DRAG.surface_z), f_ext, float_matrix(fpar, ipar, _DRAG.last_wrench))
+
+
+register_force_kernel("drag", DRAG_LAYOUT, drag_packed)
+
+
 class Drag(ForceModel):
     """Bulk drag per body: linear + quadratic per axis of a drag frame (see :func:`drag_kernel`).
 
@@ -273,7 +310,7 @@ class Drag(ForceModel):
     N m s/rad, N m s^2/rad^2); surface_z m."""
 
     name = "drag"
-    #: Kernel protocol (docs/sim-api.md): sim/fused.py runs :func:`drag_kernel` in its compiled RK4 loop.
+    #: Registered kernel (sim/plugins.py): :func:`drag_packed`, in ``apply`` and in the fused stepper.
     fused_kernel = "drag"
 
     def __init__(self, bodies, rotation, centre, height, linear, quadratic, surface_z=math.inf):
@@ -285,16 +322,13 @@ class Drag(ForceModel):
         self.linear = np.asarray(linear, dtype=float).reshape(k, 6)
         self.quadratic = np.asarray(quadratic, dtype=float).reshape(k, 6)
         self.surface_z = float(surface_z)
-        self.last_wrench = np.zeros((k, 6))  # (k, 6) last drag wrenches, body frame about O_j, N | N m
+        self.pack(rotation=self.rotation, centre=self.centre, height=self.height, linear=self.linear,
+                  quadratic=self.quadratic, surface_z=self.surface_z, last_wrench=np.zeros((k, 6)), bodies=self.bodies)
 
-    def kernel_args(self) -> tuple:
-        """Arguments of :func:`drag_kernel` other than the workspace arrays (g, eta, f_ext, M_added), in order."""
-        return (self.bodies, self.rotation, self.centre, self.height, self.linear, self.quadratic, self.surface_z,
-                self.last_wrench)
-
-    def apply(self, model, data, t: float) -> None:
-        drag_kernel(data.g, data.eta, self.bodies, self.rotation, self.centre, self.height, self.linear,
-                    self.quadratic, self.surface_z, data.f_ext, self.last_wrench)
+    @property
+    def last_wrench(self) -> np.ndarray:
+        """(k, 6) last drag wrenches, body frame about O_j, N | N m (written by the kernel)."""
+        return self.packed_view("last_wrench")
 
 
 # ----------------------------------------------------------------------------------------- lift
@@ -360,6 +394,25 @@ def lift_kernel(g, eta, bodies, chord, normal, cp, area, cn0, ct0, delta_stall, 
         out_wrench[i, 5] = m2
 
 
+LIFT_LAYOUT = ParamLayout(floats=(("chord", 2), ("normal", 2), ("cp", 2), ("area", 1), ("cn0", 1), ("ct0", 1),
+                                   ("delta_stall", 1), ("height", 1), ("rho", 0), ("surface_z", 0),
+                                   ("last_wrench", 2)), ints=(("bodies", 1),))
+_LIFT = LIFT_LAYOUT.fields
+
+
+def lift_packed(t, g, eta, f_ext, M_added, fpar, ipar):
+    """:func:`lift_kernel` on packed parameters (sim/plugins.py: the force-kernel signature)."""
+    lift_kernel(g, eta, int_vector(ipar, _LIFT.bodies), float_matrix(fpar, ipar, _LIFT.chord),
+                float_matrix(fpar, ipar, _LIFT.normal), float_matrix(fpar, ipar, _LIFT.cp),
+                float_vector(fpar, ipar, _LIFT.area), float_vector(fpar, ipar, _LIFT.cn0),
+                float_vector(fpar, ipar, _LIFT.ct0), float_vector(fpar, ipar, _LIFT.delta_stall),
+                float_vector(fpar, ipar, _LIFT.height), float_scalar(fpar, ipar, _LIFT.rho),
+                float_scalar(fpar, ipar, _LIFT.surface_z), f_ext, float_matrix(fpar, ipar, _LIFT.last_wrench))
+
+
+register_force_kernel("lift", LIFT_LAYOUT, lift_packed)
+
+
 class ControlSurfaceLift(ForceModel):
     """Quasi-steady normal and chordwise force on control surfaces (fins, tail plates, disc) with the paper's
     stall model, at the centre of pressure (see :func:`surface_force`).
@@ -369,7 +422,7 @@ class ControlSurfaceLift(ForceModel):
     cn0, ct0 (k,) coefficients; delta_stall (k,) rad; height (k,) m (free surface); rho kg/m^3; surface_z m."""
 
     name = "lift"
-    #: Kernel protocol (docs/sim-api.md): sim/fused.py runs :func:`lift_kernel` in its compiled RK4 loop.
+    #: Registered kernel (sim/plugins.py): :func:`lift_packed`, in ``apply`` and in the fused stepper.
     fused_kernel = "lift"
 
     def __init__(self, bodies, chord, normal, cp, area, cn0, ct0, delta_stall, height, rho=RHO_FRESH_WATER,
@@ -390,17 +443,14 @@ class ControlSurfaceLift(ForceModel):
         self.height = np.asarray(height, dtype=float).reshape(k)
         self.rho = float(rho)
         self.surface_z = float(surface_z)
-        self.last_wrench = np.zeros((k, 6))  # (k, 6) last lift wrenches, body frame about O_j, N | N m
+        self.pack(chord=self.chord, normal=self.normal, cp=self.cp, area=self.area, cn0=self.cn0, ct0=self.ct0,
+                  delta_stall=self.delta_stall, height=self.height, rho=self.rho, surface_z=self.surface_z,
+                  last_wrench=np.zeros((k, 6)), bodies=self.bodies)
 
-    def kernel_args(self) -> tuple:
-        """Arguments of :func:`lift_kernel` other than the workspace arrays (g, eta, f_ext, M_added), in order."""
-        return (self.bodies, self.chord, self.normal, self.cp, self.area, self.cn0, self.ct0, self.delta_stall,
-                self.height, self.rho, self.surface_z, self.last_wrench)
-
-    def apply(self, model, data, t: float) -> None:
-        lift_kernel(data.g, data.eta, self.bodies, self.chord, self.normal, self.cp, self.area, self.cn0,
-                    self.ct0, self.delta_stall, self.height, self.rho, self.surface_z, data.f_ext,
-                    self.last_wrench)
+    @property
+    def last_wrench(self) -> np.ndarray:
+        """(k, 6) last lift wrenches, body frame about O_j, N | N m (written by the kernel)."""
+        return self.packed_view("last_wrench")
 
 
 #: |chord . normal| above this is not an orthogonal pair of unit vectors.

@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from numba import njit
+
+from .warmup import discard_stale_kernels
+
+discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
 #: the integrators a Simulation runs, by name (sim/simulation.py): the one list every config and option checks
 INTEGRATORS = ("rk4", "rk45", "rosw")
@@ -27,13 +32,37 @@ INTEGRATORS = ("rk4", "rk45", "rosw")
 Derivative = Callable[[float, np.ndarray], np.ndarray]
 
 
+# The arithmetic of the fixed-step methods is written once, in these kernels: the Python path (the functions
+# below, stages evaluated by a Python f) and the fused path (sim/fused.py, stages evaluated in the kernel) call
+# the same ones, so both give the same numbers.
+@njit(cache=True)
+def rk4_stage_input(stage, t, dt, y, k, out):
+    """State of RK4 stage ``stage`` (1..3) into out (ny,): y + c dt k[stage - 1] (c = 1/2, 1/2, 1); returns the
+    stage time (s)."""
+    coef = dt if stage == 3 else 0.5 * dt
+    for i in range(y.shape[0]):
+        out[i] = y[i] + coef * k[stage - 1, i]
+    return t + coef
+
+
+@njit(cache=True)
+def rk4_update(y, dt, k, out):
+    """out (ny,) = y + dt/6 (k1 + 2 k2 + 2 k3 + k4) for the stages k (4, ny); out may be y."""
+    sixth = dt / 6.0
+    for i in range(y.shape[0]):
+        out[i] = y[i] + sixth * (k[0, i] + 2.0 * k[1, i] + 2.0 * k[2, i] + k[3, i])
+
+
 def rk4_step(f: Derivative, t: float, y: np.ndarray, dt: float) -> np.ndarray:
     """One classical RK4 step of size dt (s) from (t, y); returns y(t + dt)."""
-    k1 = f(t, y)
-    k2 = f(t + 0.5 * dt, y + (0.5 * dt) * k1)
-    k3 = f(t + 0.5 * dt, y + (0.5 * dt) * k2)
-    k4 = f(t + dt, y + dt * k3)
-    return y + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+    k = np.empty((4, y.shape[0]))
+    state = np.empty(y.shape[0])
+    k[0] = f(t, y)
+    for stage in range(1, 4):
+        k[stage] = f(rk4_stage_input(stage, t, dt, y, k, state), state)
+    out = np.empty(y.shape[0])
+    rk4_update(y, dt, k, out)
+    return out
 
 
 # Dormand-Prince 5(4) tableau.
@@ -175,31 +204,124 @@ def passive_jacobian(f: Derivative, t: float, y: np.ndarray, branch: np.ndarray)
     return J
 
 
+@njit(cache=True)
+def jacobian_shift(y, group, out):
+    """out (ny,) = y with the passive-block columns of ``group`` (-1: none) moved by JACOBIAN_FD_STEP."""
+    for i in range(y.shape[0]):
+        out[i] = y[i]
+    for c in range(group.shape[0]):
+        if group[c] >= 0:
+            out[PASSIVE_OFFSET + group[c]] += JACOBIAN_FD_STEP
+
+
+@njit(cache=True)
+def jacobian_store(J, group, branch, column, f0):
+    """The forward differences (column - f0) / JACOBIAN_FD_STEP into the acceleration rows of J for the columns
+    of ``group``, each keeping the response of its own branch only."""
+    o = PASSIVE_OFFSET
+    n_p = branch.shape[0]
+    for c in range(group.shape[0]):
+        a = group[c]
+        if a < 0:
+            continue
+        for r in range(n_p):
+            if branch[r] == branch[a % n_p]:
+                J[n_p + r, a] = (column[o + n_p + r] - f0[o + n_p + r]) / JACOBIAN_FD_STEP
+
+
 def refresh_jacobian(f: Derivative, t: float, y: np.ndarray, f0: np.ndarray, J: np.ndarray, groups: np.ndarray,
                      branch: np.ndarray) -> None:
     """Recompute in place the acceleration rows of J by forward differences at (t, y), f0 = f(t, y), one
     evaluation per group of columns (:func:`column_groups`): a group perturbs one column of every branch, and
     each column keeps only the response of its own branch (the coupling between branches through a floating
     base is left out: a W-method needs an approximate Jacobian only)."""
-    o = PASSIVE_OFFSET
-    n_p = branch.size
+    shifted = np.empty(y.shape[0])
     for group in groups:
-        shifted = y.copy()
-        for a in group:
-            if a >= 0:
-                shifted[o + a] += JACOBIAN_FD_STEP
-        column = f(t, shifted)
-        for a in group:
-            if a < 0:
-                continue
-            for r in range(n_p):
-                if branch[r] == branch[a % n_p]:
-                    J[n_p + r, a] = (column[o + n_p + r] - f0[o + n_p + r]) / JACOBIAN_FD_STEP
+        jacobian_shift(y, group, shifted)
+        jacobian_store(J, group, branch, f(t, shifted), f0)
+
+
+@njit(cache=True)
+def invert_w(J, h_gamma, out):
+    """out = (I - h_gamma J)^-1 by Gauss-Jordan elimination with partial pivoting (J (m, m); W is close to the
+    identity for the small steps and diagonally dominant for the stiff ones, so pivoting on rows is enough).
+    numba's np.linalg.inv would do, at several times the compile time."""
+    m = J.shape[0]
+    W = np.empty((m, m))
+    for a in range(m):
+        for b in range(m):
+            W[a, b] = (1.0 if a == b else 0.0) - h_gamma * J[a, b]
+            out[a, b] = 1.0 if a == b else 0.0
+    for c in range(m):
+        pivot = c
+        for r in range(c + 1, m):
+            if abs(W[r, c]) > abs(W[pivot, c]):
+                pivot = r
+        if pivot != c:
+            for b in range(m):
+                W[c, b], W[pivot, b] = W[pivot, b], W[c, b]
+                out[c, b], out[pivot, b] = out[pivot, b], out[c, b]
+        scale = 1.0 / W[c, c]
+        for b in range(m):
+            W[c, b] *= scale
+            out[c, b] *= scale
+        for r in range(m):
+            if r != c and W[r, c] != 0.0:
+                factor = W[r, c]
+                for b in range(m):
+                    W[r, b] -= factor * W[c, b]
+                    out[r, b] -= factor * out[c, b]
 
 
 def rosw_matrix(J: np.ndarray, h: float) -> np.ndarray:
     """(I - h gamma J)^-1 (2 n_p, 2 n_p) for the passive-block Jacobian J and the step h (s)."""
-    return np.linalg.inv(np.eye(J.shape[0]) - (h * ROSW_GAMMA_DIAG) * J)
+    out = np.empty(J.shape)
+    invert_w(np.ascontiguousarray(J, dtype=float), h * ROSW_GAMMA_DIAG, out)
+    return out
+
+
+@njit(cache=True)
+def rosw_stage_input(i, t, h, y, k, out):
+    """State of ROS34PW2 stage i (1..3) into out (ny,): y + h sum_j<i ALPHA[i, j] k[j]; returns its time (s)."""
+    for a in range(y.shape[0]):
+        acc = y[a]
+        for j in range(i):
+            acc += (h * ROSW_ALPHA[i, j]) * k[j, a]
+        out[a] = acc
+    return t + ROSW_C[i] * h
+
+
+@njit(cache=True)
+def rosw_stage_solve(i, h, J, W_inv, k, coupling, rhs):
+    """Stage i's linear solve on the passive block, in place in k[i] (which holds f at the stage state):
+    k_i = W^-1 (f_i + h J sum_j<i GAMMA[i, j] k_j); coupling, rhs (2 n_p,) scratch."""
+    o = PASSIVE_OFFSET
+    n2 = coupling.shape[0]
+    for a in range(n2):
+        acc = 0.0
+        for j in range(i):
+            acc += ROSW_GAMMA[i, j] * k[j, o + a]
+        coupling[a] = acc
+    for a in range(n2):
+        acc = 0.0
+        for b in range(n2):
+            acc += J[a, b] * coupling[b]
+        rhs[a] = k[i, o + a] + h * acc
+    for a in range(n2):
+        acc = 0.0
+        for b in range(n2):
+            acc += W_inv[a, b] * rhs[b]
+        k[i, o + a] = acc
+
+
+@njit(cache=True)
+def rosw_update(y, h, k, out):
+    """out (ny,) = y + h sum_j B[j] k[j] for the stages k (4, ny); out may be y."""
+    for a in range(y.shape[0]):
+        acc = 0.0
+        for j in range(4):
+            acc += ROSW_B[j] * k[j, a]
+        out[a] = y[a] + h * acc
 
 
 def rosw_step(f: Derivative, t: float, y: np.ndarray, h: float, J: np.ndarray, W_inv: np.ndarray,
@@ -207,19 +329,20 @@ def rosw_step(f: Derivative, t: float, y: np.ndarray, h: float, J: np.ndarray, W
     """One ROS34PW2 step of size h (s) from (t, y) with the passive-block Jacobian J and W_inv =
     :func:`rosw_matrix` (J, h) (the base block's Jacobian is taken as zero); returns y(t + h). ``refresh``:
     (groups, branch) to first recompute J at (t, y) and W_inv in place (:func:`refresh_jacobian`)."""
-    o = PASSIVE_OFFSET
-    k = []
+    ny = y.shape[0]
+    k = np.empty((4, ny))
+    state = np.empty(ny)
+    coupling = np.empty(ny - PASSIVE_OFFSET)
+    rhs = np.empty(ny - PASSIVE_OFFSET)
     for i in range(4):
-        state = y.copy()
-        coupling = np.zeros(y.size - o)
-        for j in range(i):
-            state += (h * ROSW_ALPHA[i, j]) * k[j]
-            coupling += ROSW_GAMMA[i, j] * k[j][o:]
-        rhs = f(t + ROSW_C[i] * h, state)
-        if i == 0 and refresh is not None:
-            refresh_jacobian(f, t, y, rhs, J, *refresh)
-            W_inv[:] = rosw_matrix(J, h)
-        rhs[o:] += h * (J @ coupling)
-        rhs[o:] = W_inv @ rhs[o:]
-        k.append(rhs)
-    return y + h * sum(b * ks for b, ks in zip(ROSW_B, k))
+        if i == 0:
+            k[0] = f(t, y)
+            if refresh is not None:
+                refresh_jacobian(f, t, y, k[0], J, *refresh)
+                invert_w(J, h * ROSW_GAMMA_DIAG, W_inv)
+        else:
+            k[i] = f(rosw_stage_input(i, t, h, y, k, state), state)
+        rosw_stage_solve(i, h, J, W_inv, k, coupling, rhs)
+    out = np.empty(ny)
+    rosw_update(y, h, k, out)
+    return out

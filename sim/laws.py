@@ -207,6 +207,26 @@ class Free(ViscoElastic):
         return "Free()"
 
 
+class TrackingSpring(JointLaw):
+    """Spring-damper about a moving reference: ``tau = -k (r - ratio theta(t)) - mu (r_d - ratio theta_d(t))``
+    (N m or N), with (theta, theta_d) from the motion law ``source`` (e.g. a fin driven through a linkage by
+    a servo: k N m/rad, mu N m s/rad, ratio rad/rad). A Python joint law everywhere, evaluated in the kernel
+    by the fused path (sim/fused.py) when ``source`` has a kernel form."""
+
+    def __init__(self, source: MotionLaw, ratio: float, k: float, mu: float):
+        self.source = source
+        self.ratio = float(ratio)
+        self.k = float(k)
+        self.mu = float(mu)
+
+    def torque(self, t: float, r: float, r_d: float) -> float:
+        theta, theta_d, _ = self.source.evaluate(t)
+        return -self.k * (r - self.ratio * theta) - self.mu * (r_d - self.ratio * theta_d)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.source!r}, ratio={self.ratio}, k={self.k}, mu={self.mu})"
+
+
 class CallableTorque(JointLaw):
     """Torque given by a Python function ``fn(t, r, r_d) -> tau`` (N m or N)."""
 

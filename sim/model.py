@@ -8,6 +8,7 @@ from URDF (sim/urdf.py). Conventions: ../shared/spec/hybrid-algorithm.md.
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,41 @@ from .spatial import spatial_inertia, transform_inertia
 
 BASE_MODES = ("floating", "fixed", "imposed")
 JOINT_TYPES = ("revolute", "prismatic")
+
+#: Size codes of the buffer layouts below: the number of bodies N+1 and of joints n.
+BODIES, JOINTS = "nb", "n"
+#: Arrays of ``Data.buffer``, in order: (name, shape). The one source of that layout: :class:`Data`'s attributes
+#: and the kernels' views (sim.dynamics._data_views, through :data:`DATA_DIMS`) are computed from it.
+DATA_FIELDS = (("g", (BODIES, 4, 4)), ("eta", (BODIES, 6)), ("Xj", (BODIES, 4, 4)), ("AdJ", (BODIES, 6, 6)),
+               ("zeta", (BODIES, 6)), ("f_ext", (BODIES, 6)), ("f_gravity", (BODIES, 6)),
+               ("M_added", (BODIES, 6, 6)), ("Mstar", (BODIES, 6, 6)), ("Pistar", (BODIES, 6)), ("H", (BODIES,)),
+               ("eta_d", (BODIES, 6)), ("q", (JOINTS,)), ("qd", (JOINTS,)), ("qdd", (JOINTS,)), ("tau", (JOINTS,)),
+               ("base_pose", (4, 4)), ("base_twist", (6,)), ("base_acc", (6,)), ("base_wrench", (6,)))
+#: Arrays of ``Model.kernel_floats``, in order (same role for sim.dynamics._model_views).
+MODEL_FIELDS = (("joint_placement", (BODIES, 4, 4)), ("joint_axis", (BODIES, 6)), ("inertia", (BODIES, 6, 6)),
+                ("law_k", (JOINTS,)), ("law_mu", (JOINTS,)), ("law_r0", (JOINTS,)))
+#: Dimension codes of the kernels' form of a layout: a size, or one of these for N+1 and n; 1 pads to 3 axes.
+DIM_BODIES, DIM_JOINTS = -1, -2
+
+
+def kernel_dims(fields) -> tuple:
+    """A layout (``DATA_FIELDS``, ``MODEL_FIELDS``) as the kernels read it: ((d0, d1, d2), ...) of ints, the
+    size codes replaced by DIM_BODIES / DIM_JOINTS and missing axes by 1 (a constant tuple numba compiles in)."""
+    codes = {BODIES: DIM_BODIES, JOINTS: DIM_JOINTS}
+    return tuple(tuple(codes.get(d, d) for d in shape) + (1,) * (3 - len(shape)) for _, shape in fields)
+
+
+def layout_shapes(fields, nb: int, n: int) -> list[tuple[str, tuple[int, ...]]]:
+    """[(name, shape)] of a layout for N+1 = nb bodies and n joints."""
+    sizes = {BODIES: nb, JOINTS: n}
+    return [(name, tuple(sizes.get(d, d) for d in shape)) for name, shape in fields]
+
+
+DATA_DIMS = kernel_dims(DATA_FIELDS)
+MODEL_DIMS = kernel_dims(MODEL_FIELDS)
+#: Field numbers of the two layouts by name (DATA_INDEX.f_ext), for the kernels.
+DATA_INDEX = namedtuple("DataIndex", [name for name, _ in DATA_FIELDS])(*range(len(DATA_FIELDS)))
+MODEL_INDEX = namedtuple("ModelIndex", [name for name, _ in MODEL_FIELDS])(*range(len(MODEL_FIELDS)))
 
 _FROZEN_ARRAYS = ("parent", "joint_placement", "joint_axis", "inertia", "actuated", "q_rest", "gravity",
                   "base_pose", "law_k", "law_mu", "law_r0")
@@ -131,8 +167,7 @@ class Model:
         d["frames"] = dict(frames or {name: (j, np.eye(4)) for j, name in enumerate(self.body_names)})
         d["metadata"] = dict(metadata or {})
         # The model's float arrays in one read-only buffer for the kernels (sim.dynamics._model_views).
-        d["kernel_floats"] = np.concatenate([self.joint_placement.ravel(), self.joint_axis.ravel(),
-                                             self.inertia.ravel(), law_k, law_mu, law_r0])
+        d["kernel_floats"] = np.concatenate([np.ravel(d[name]) for name, _ in MODEL_FIELDS])
         for name in _FROZEN_ARRAYS + ("kernel_floats",):
             d[name].setflags(write=False)
 
@@ -238,12 +273,8 @@ class Data:
 
 
 def data_layout(nb: int, n: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Order and shapes of the arrays in ``Data.buffer`` (sim.dynamics._data_views reads the same order)."""
-    return [("g", (nb, 4, 4)), ("eta", (nb, 6)), ("Xj", (nb, 4, 4)), ("AdJ", (nb, 6, 6)), ("zeta", (nb, 6)),
-            ("f_ext", (nb, 6)), ("f_gravity", (nb, 6)), ("M_added", (nb, 6, 6)), ("Mstar", (nb, 6, 6)),
-            ("Pistar", (nb, 6)), ("H", (nb,)), ("eta_d", (nb, 6)), ("q", (n,)), ("qd", (n,)), ("qdd", (n,)),
-            ("tau", (n,)), ("base_pose", (4, 4)), ("base_twist", (6,)), ("base_acc", (6,)),
-            ("base_wrench", (6,))]
+    """Order and shapes of the arrays in ``Data.buffer`` (:data:`DATA_FIELDS` for nb bodies and n joints)."""
+    return layout_shapes(DATA_FIELDS, nb, n)
 
 
 @dataclass

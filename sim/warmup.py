@@ -40,13 +40,14 @@ COMPILE_ESTIMATE_S = 70
 
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
-ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),
+ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
                  ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"))
 
 
 #: Sources whose compiled code ends up inside the kernels (a kernel inlines the kernels it calls from other files,
 #: and the module constants it reads).
-KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py")
+KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py",
+                  "plugins.py")
 #: Written next to numba's cache files: the hash of KERNEL_SOURCES and the numba version they were compiled with.
 STAMP_NAME = "kernels.stamp"
 _checked = False
@@ -162,7 +163,8 @@ def exercise(model, dt: float) -> None:
 
 
 def kernel_dispatchers() -> dict[str, object]:
-    """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules."""
+    """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules, the stepping
+    kernels bound to the force-kernel registry (sim.fused.bound_kernels) included."""
     from numba.core.registry import CPUDispatcher
 
     found = {}
@@ -172,6 +174,10 @@ def kernel_dispatchers() -> dict[str, object]:
         for attr, value in vars(module).items():
             if isinstance(value, CPUDispatcher) and value.py_func.__module__ == name:
                 found[f"{name}.{attr}"] = value
+    fused = sys.modules.get("sim.fused")
+    if fused is not None:
+        for bound in fused._BOUND.values():
+            found.update({f"sim.fused.{attr}": value for attr, value in bound.items() if attr != "slots"})
     return found
 
 
@@ -186,7 +192,8 @@ def kernels_compiled() -> bool:
     import importlib
 
     for module_name, function in ENTRY_KERNELS:
-        dispatcher = getattr(importlib.import_module(module_name), function)
+        module = importlib.import_module(module_name)
+        dispatcher = getattr(module, function, None) or module.bound_kernels()[function]
         cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
         if cache_file is None or not cache_file._load_index():
             return False
