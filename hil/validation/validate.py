@@ -40,7 +40,7 @@ import numpy as np
 from hil.validation.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
 from hil.validation.health import Health, HealthCriteria, assess
 from hil.recording.mcap_io import RecordingError, read_recording
-from firmware_interface.rigs.host import host_rig_from_texts, load_host_rig
+from firmware_interface.rigs.host import channel_maps, load_host_rig, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
@@ -235,25 +235,22 @@ def apply_channel_criteria(pairs: list[Pair], settings: Settings) -> list[Pair]:
 
 
 def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]:
-    """Default pairs from a :class:`firmware_interface.rigs.mcu.Rig` (see the module docstring)."""
+    """Default pairs from a :class:`firmware_interface.rigs.mcu.Rig` (see the module docstring); the rig's declared maps
+    are :func:`firmware_interface.rigs.host.channel_maps`, which the dashboard draws with too."""
+    declared = {(m.telemetry_key, m.channel): m for m in channel_maps(rig)}
+    measured = [("servo_rad", joint.servo) for joint in rig.joints]
+    measured += [("strain" if channel.kind == "strain" else "load", channel.name) for channel in rig.sensors]
     pairs = []
-    for joint in rig.joints:
-        pairs.append(Pair(f"{joint.servo} vs q[{joint.joint}]", SignalRef(TOPIC_HW_TELEMETRY, "servo_rad", joint.servo),
-                          SignalRef(TOPIC_SIM_STATE, "q", joint.joint), scale=joint.direction * joint.gain,
-                          offset=joint.offset_rad, criteria=criteria))
-    sources = rig.emulator.physics.sensors if rig.emulator.physics is not None else {}
-    for channel in rig.sensors:
-        key = "strain" if channel.kind == "strain" else "load"
-        measured = SignalRef(TOPIC_HW_TELEMETRY, key, channel.name)
-        source = sources.get(channel.name)
-        if source is not None:
-            element = source.joint if source.joint is not None else WRENCH_NAMES[source.index]
-            simulated, scale = SignalRef(TOPIC_SIM_STATE, source.signal, element), source.scale
+    for key, name in measured:
+        mapping = declared.get((key, name))
+        if mapping is not None:
+            element = mapping.element if isinstance(mapping.element, str) else WRENCH_NAMES[mapping.element]
+            simulated, scale, offset = SignalRef(TOPIC_SIM_STATE, mapping.signal, element), mapping.scale, mapping.offset
         else:
-            simulated, scale = _by_name(key, channel.name, tables), 1.0
+            simulated, scale, offset = _by_name(key, name, tables), 1.0, 0.0
         if simulated is not None:
-            pairs.append(Pair(f"{channel.name} vs {simulated.key}[{simulated.element}]", measured, simulated,
-                              scale=scale, criteria=criteria))
+            pairs.append(Pair(f"{name} vs {simulated.key}[{simulated.element}]", SignalRef(TOPIC_HW_TELEMETRY, key, name),
+                              simulated, scale=scale, offset=offset, criteria=criteria))
     return pairs
 
 
@@ -288,15 +285,13 @@ def run_rig(metadata: dict[str, dict[str, str]], rig_path: str | None):
     not); a ``--rig`` file that does not load is a one-line ConfigError."""
     if rig_path is not None:
         return load_host_rig(rig_path), f"rig {rig_path}"
-    stored = metadata.get("rig_config")
-    if not stored or not stored.get("text"):
-        return None, ""
     try:
-        return (host_rig_from_texts(stored["text"], stored.get("path", "rig.toml"),
-                                    metadata.get("sensor_rig_config", {}).get("text")),
-                f"rig stored in the recording ({stored.get('path', '?')})")
+        rig = stored_rig(metadata)
     except ConfigError as exc:   # a rig of another version, or not a rig at all
         return None, f" (the rig stored in the recording does not load: {exc.message})"
+    if rig is None:
+        return None, ""
+    return rig, f"rig stored in the recording ({metadata['rig_config'].get('path', '?')})"
 
 
 def default_pairs(settings: Settings, tables: Tables, rig, origin: str) -> tuple[list[Pair], str]:
