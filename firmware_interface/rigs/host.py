@@ -75,6 +75,15 @@ class ChannelMap:
         return (measured - self.offset) / self.scale
 
 
+#: a rig file's sensor ``unit`` -> the unit it means, where the word is not the unit's symbol
+_RIG_UNIT_SYMBOLS = {"strain": "m/m"}
+
+
+def sensor_unit(channel) -> str:
+    """A sensor channel's unit as a symbol (a gauge's ``strain`` is m/m)."""
+    return _RIG_UNIT_SYMBOLS.get(channel.unit, channel.unit)
+
+
 def channel_maps(rig: Rig) -> list[ChannelMap]:
     """Every measured channel whose simulated counterpart the rig file declares: each ``[[joints]]`` map (servo angle
     vs ``q``: scale = direction * gain, offset = offset_rad) and each sensor with an ``[emulator.physics.sensors]``

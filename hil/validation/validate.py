@@ -42,8 +42,9 @@ import numpy as np
 from hil.validation.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
 from hil.validation.health import Health, HealthCriteria, assess
 from hil.recording.mcap_io import RecordingError, read_recording
-from firmware_interface.rigs.host import channel_maps, load_host_rig, stored_rig
+from firmware_interface.rigs.host import channel_maps, load_host_rig, sensor_unit, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
+from hil.recording.series import simulated_unit as series_unit
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -121,19 +122,9 @@ class Pair:
         return self.unit or simulated_unit(self.simulated)
 
 
-#: the unit of each sim/state signal (docs/messages.md); a wrench's is by component
-SIMULATED_UNITS = {"q": "rad", "qd": "rad/s", "qdd": "rad/s^2", "strain": "rad", "tau": "N m"}
-#: the unit a rig file's ``unit`` means
-RIG_UNITS = {"strain": "m/m"}
-
-
 def simulated_unit(ref: SignalRef) -> str:
-    """The unit of a simulated signal (a joint's q or strain in rad, a wrench's force in N and moment in N m)."""
-    if ref.key in ("base_wrench", "ext_wrench"):
-        element = (ref.element or "").lower()
-        index = WRENCH_NAMES.index(element) if element in WRENCH_NAMES else int(element) if element.isdigit() else 0
-        return "N" if index < 3 else "N m"
-    return SIMULATED_UNITS.get(ref.key, "unit of sim/state")
+    """The unit of a simulated signal (:func:`hil.recording.series.simulated_unit`)."""
+    return series_unit(ref.key, ref.element) or "unit of sim/state"
 
 
 def mapping_words(pair: Pair) -> str:
@@ -280,7 +271,7 @@ def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]
     are :func:`firmware_interface.rigs.host.channel_maps`, which the dashboard draws with too."""
     declared = {(m.telemetry_key, m.channel): m for m in channel_maps(rig)}
     measured = [("servo_rad", joint.servo, "rad") for joint in rig.joints]
-    measured += [("strain" if channel.kind == "strain" else "load", channel.name, RIG_UNITS.get(channel.unit, channel.unit))
+    measured += [("strain" if channel.kind == "strain" else "load", channel.name, sensor_unit(channel))
                  for channel in rig.sensors]
     pairs = []
     for key, name, unit in measured:
