@@ -79,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
         maps = channel_maps(load_host_rig(args.rig))
     if args.screenshot is not None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from gui.preflight import dashboard_problem
+
+    problem = dashboard_problem()
+    if problem is not None:
+        print(f"mms dash: error: {problem}", file=sys.stderr)
+        return 2
 
     from PyQt5.QtCore import QTimer
     from PyQt5.QtWidgets import QApplication
