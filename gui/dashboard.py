@@ -3,7 +3,8 @@
 Live: subscribes to ``sim/*`` (the simulator's PUB) and ``hw/*`` (the driver's PUB) from
 ``configs/network.toml``. ``--replay runs/x.mcap`` plays a recording through the same plots instead.
 ``--rig FILE`` draws each measured channel the rig maps in its simulated signal's unit and sign (a replay takes
-the rig stored in the recording). ``--screenshot PATH --after SECONDS`` renders offscreen, saves a PNG after that long and exits.
+the rig stored in the recording). ``--screenshot PATH --after SECONDS`` renders offscreen, saves a PNG after that
+long and exits.
 See docs/dashboard.md.
 """
 from __future__ import annotations

@@ -108,7 +108,8 @@ class ReplayWorker(QObject):
                     return seek
                 first_ns = message.log_time if first_ns is None else first_ns
                 offset_s = (message.log_time - first_ns) * 1e-9
-                if paced_from_ns is None and (channel.topic in DATA_TOPICS if target_s is None else offset_s >= target_s):
+                reached = channel.topic in DATA_TOPICS if target_s is None else offset_s >= target_s
+                if paced_from_ns is None and reached:
                     paced_from_ns, start_wall = message.log_time, time.monotonic()
                     self._emit(processor, offset_s, total_s)
                 if paced_from_ns is not None:

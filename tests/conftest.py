@@ -1,7 +1,7 @@
 """Fixtures shared by every test folder: a network file with free loopback ports, a
 :class:`hil.testing.Stack` of real processes and sockets (`mms drive`, `mms serve`, a sim/state publisher,
-collectors), stopped at teardown, and a Qt platform plugin whose system library is missing. A folder's own conftest.py may define its own ``network`` (tests/hil_record
-does)."""
+collectors), stopped at teardown, and a Qt platform plugin whose system library is missing. A folder's own
+conftest.py may define its own ``network`` (tests/hil_record does)."""
 from __future__ import annotations
 
 import subprocess

@@ -278,12 +278,14 @@ def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]
         mapping = declared.get((key, name))
         if mapping is not None:
             element = mapping.element if isinstance(mapping.element, str) else WRENCH_NAMES[mapping.element]
-            simulated, scale, offset = SignalRef(TOPIC_SIM_STATE, mapping.signal, element), mapping.scale, mapping.offset
+            simulated = SignalRef(TOPIC_SIM_STATE, mapping.signal, element)
+            scale, offset = mapping.scale, mapping.offset
         else:
             simulated, scale, offset = _by_name(key, name, tables), 1.0, 0.0
         if simulated is not None:
-            pairs.append(Pair(f"{name} vs {simulated.key}[{simulated.element}]", SignalRef(TOPIC_HW_TELEMETRY, key, name),
-                              simulated, scale=scale, offset=offset, criteria=criteria, unit=unit))
+            pairs.append(Pair(f"{name} vs {simulated.key}[{simulated.element}]",
+                              SignalRef(TOPIC_HW_TELEMETRY, key, name), simulated, scale=scale, offset=offset,
+                              criteria=criteria, unit=unit))
     return pairs
 
 

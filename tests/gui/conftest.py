@@ -223,3 +223,24 @@ def responder():
     yield make
     for control in started:
         control.stop()
+
+
+@pytest.fixture
+def make_window(qtbot, endpoints):
+    """Factory of shown dashboard windows on ``endpoints`` (options overridable), shut down at the end."""
+    from gui.window import DashboardOptions, DashboardWindow
+
+    windows = []
+
+    def make(**overrides):
+        options = DashboardOptions(endpoints=endpoints, window_s=5.0, stale_after_s=2.0, disconnected_after_s=4.0,
+                                   control_timeout_s=0.5, **overrides)
+        window = DashboardWindow(options)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.shutdown()

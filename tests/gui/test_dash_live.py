@@ -6,29 +6,11 @@ import pytest
 import zmq
 from PyQt5.QtCore import Qt
 
-from gui.window import CONNECTED, DISCONNECTED, DashboardOptions, DashboardWindow
+from gui.window import CONNECTED, DISCONNECTED
 from sim import messages
 
 #: generous deadlines: the machine has two cores shared with other test runs
 DEADLINE_MS = 20_000
-
-
-@pytest.fixture
-def make_window(qtbot, endpoints):
-    windows = []
-
-    def make(**overrides):
-        options = DashboardOptions(endpoints=endpoints, window_s=5.0, stale_after_s=2.0, disconnected_after_s=4.0,
-                                   control_timeout_s=0.5, **overrides)
-        window = DashboardWindow(options)
-        qtbot.addWidget(window)
-        window.show()
-        windows.append(window)
-        return window
-
-    yield make
-    for window in windows:
-        window.shutdown()
 
 
 def curve(window, panel: str, label: str):

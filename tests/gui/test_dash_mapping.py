@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gui.window import DashboardOptions, DashboardWindow
 from firmware_interface.rigs.host import channel_maps, load_host_rig
-from tests.gui.conftest import JOINTS, STRAIN_GAUGES, RigPublisher
+from tests.gui.conftest import STRAIN_GAUGES, RigPublisher
 
 DEADLINE_MS = 20_000
 #: the test rig's gauge factor: gauge strain (m/m) per rad of joint deflection, as the publisher's 2e-3
@@ -40,23 +39,6 @@ def write_rig(folder) -> str:
 
 
 @pytest.fixture
-def window_for(qtbot, endpoints):
-    windows = []
-
-    def make(maps=None):
-        window = DashboardWindow(DashboardOptions(endpoints=endpoints, window_s=5.0, stale_after_s=2.0,
-                                                  disconnected_after_s=4.0, control_timeout_s=0.5, maps=maps))
-        qtbot.addWidget(window)
-        window.show()
-        windows.append(window)
-        return window
-
-    yield make
-    for window in windows:
-        window.shutdown()
-
-
-@pytest.fixture
 def flipped_publisher(endpoints):
     """The measured fz is the opposite of the simulated Fz (a load cell reading what the thorax pushes)."""
     publisher = RigPublisher(endpoints, wrench_scale=-1.0, driver_error="cannot open /dev/ttyACM0").start()
@@ -74,9 +56,9 @@ def filled(window, panel: str, label: str, count: int = 100) -> bool:
     return item is not None and item.yData is not None and len(item.yData) > count
 
 
-def test_a_sign_flipped_load_and_a_gauge_are_drawn_on_their_simulated_channels(qtbot, window_for, flipped_publisher,
+def test_a_sign_flipped_load_and_a_gauge_are_drawn_on_their_simulated_channels(qtbot, make_window, flipped_publisher,
                                                                               tmp_path):
-    window = window_for(channel_maps(load_host_rig(write_rig(tmp_path))))
+    window = make_window(maps=channel_maps(load_host_rig(write_rig(tmp_path))))
     qtbot.waitUntil(lambda: filled(window, "tether_force", "fz (meas)") and filled(window, "tether_force", "Fz (sim)")
                     and filled(window, "strain", "sg_r_bend_1 (meas)"), timeout=DEADLINE_MS)
     panel = window.panels["tether_force"]
@@ -100,8 +82,8 @@ def test_a_sign_flipped_load_and_a_gauge_are_drawn_on_their_simulated_channels(q
     assert "error" not in window.driver_label.text()
 
 
-def test_without_a_rig_the_same_flip_is_drawn_as_measured(qtbot, window_for, flipped_publisher):
-    window = window_for()
+def test_without_a_rig_the_same_flip_is_drawn_as_measured(qtbot, make_window, flipped_publisher):
+    window = make_window()
     qtbot.waitUntil(lambda: filled(window, "tether_force", "fz (meas)")
                     and filled(window, "strain", "sg_r_bend_1 (meas)"), timeout=DEADLINE_MS)
     assert curve_of(window, "tether_force", "fz (meas)").yData.max() < -0.005
@@ -109,8 +91,8 @@ def test_without_a_rig_the_same_flip_is_drawn_as_measured(qtbot, window_for, fli
     assert gauge.getViewBox() is window.panels["strain"].measured_view   # m/m on its own right-hand axis
 
 
-def test_every_plot_ends_at_the_same_time_with_a_right_hand_axis(qtbot, window_for, publisher):
-    window = window_for()
+def test_every_plot_ends_at_the_same_time_with_a_right_hand_axis(qtbot, make_window, publisher):
+    window = make_window()
     qtbot.waitUntil(lambda: filled(window, "strain", "sg_r_bend_1 (meas)"), timeout=DEADLINE_MS)
     window.refresh_plots(force=True)
     assert window.panels["strain"].plot.getAxis("right").isVisible()
@@ -121,16 +103,16 @@ def test_every_plot_ends_at_the_same_time_with_a_right_hand_axis(qtbot, window_f
         assert (start, end) == pytest.approx((left, right), abs=1e-9), key
 
 
-def test_the_recorders_own_file_is_shown(qtbot, window_for, responder, endpoints):
+def test_the_recorders_own_file_is_shown(qtbot, make_window, responder, endpoints):
     control = responder(endpoints.recorder_control, {"ok": True, "recording": True, "path": "/tmp/demo/run.mcap",
                                                      "messages": 10})
-    window = window_for()
+    window = make_window()
     qtbot.waitUntil(lambda: "recording /tmp/demo/run.mcap" in window.record_label.text(), timeout=DEADLINE_MS)
     assert window.record_path.text() == "/tmp/demo/run.mcap" and window.recorder_path == "/tmp/demo/run.mcap"
     assert {"cmd": "status"} in control.requests
 
 
-def test_no_recorder_is_said_not_idle(qtbot, window_for, endpoints):
-    window = window_for()
+def test_no_recorder_is_said_not_idle(qtbot, make_window, endpoints):
+    window = make_window()
     qtbot.waitUntil(lambda: "none at" in window.record_label.text(), timeout=DEADLINE_MS)
     assert endpoints.recorder_control in window.record_label.text() and window.recorder_path is None

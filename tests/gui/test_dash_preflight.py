@@ -29,9 +29,9 @@ def test_the_xcb_libraries_map_to_their_debian_packages():
 
 def test_no_display_and_headless_platforms(tmp_path):
     fine = tmp_path / "libqxcb.so"   # a plugin whose libraries all load: the C library's own
-    fine.symlink_to(next(Path(p) for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6",
-                                             "/lib64/libc.so.6", "/usr/lib64/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6")
-                         if Path(p).exists()))
+    libc = ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6",
+            "/usr/lib64/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6")
+    fine.symlink_to(next(Path(p) for p in libc if Path(p).exists()))
     env = {PLUGIN_ENV: str(fine), "PATH": os.environ["PATH"]}
     assert "DISPLAY is not set" in dashboard_problem({**env, "QT_QPA_PLATFORM": "xcb"})
     assert dashboard_problem({**env, "QT_QPA_PLATFORM": "xcb", "DISPLAY": ":0"}) is None
