@@ -103,7 +103,7 @@ def main() -> int:
     speeds = []
     for step in (dt, dt / 2):
         t, arrays, _ = raybot.swim(model, 6.0, dt=step, record_every=10)
-        speeds.append(raybot.swim_figures(model, t, arrays)["steady_speed_m_s"])
+        speeds.append(raybot.swim_figures(model, t, arrays)["forward_speed_m_s"])
     print(f"  step check: speed over the last 3 beats {speeds[0]:.5f} m/s (dt) vs {speeds[1]:.5f} m/s (dt/2), "
           f"relative difference {abs(speeds[0] - speeds[1]) / max(abs(speeds[1]), 1e-12):.2e}")
     return 0

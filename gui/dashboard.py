@@ -2,7 +2,9 @@
 
 Live: subscribes to ``sim/*`` (the simulator's PUB) and ``hw/*`` (the driver's PUB) from
 ``configs/network.toml``. ``--replay runs/x.mcap`` plays a recording through the same plots instead.
-``--screenshot PATH --after SECONDS`` renders offscreen, saves a PNG after that long and exits.
+``--rig FILE`` draws each measured channel the rig maps in its simulated signal's unit and sign (a replay takes
+the rig stored in the recording). ``--screenshot PATH --after SECONDS`` renders offscreen, saves a PNG after that
+long and exits.
 See docs/dashboard.md.
 """
 from __future__ import annotations
@@ -29,6 +31,9 @@ def _positive(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_NETWORK_CONFIG,
                         help="network endpoints TOML (default: configs/network.toml)")
+    parser.add_argument("--rig", type=Path, metavar="FILE",
+                        help="rig file: measured channels drawn in their simulated signal's unit and sign by its "
+                             "maps, as validation compares them (default: none live; a replay's stored rig)")
     parser.add_argument("--replay", type=Path, metavar="MCAP",
                         help="play a recording (runs/x.mcap) instead of subscribing live")
     parser.add_argument("--speed", type=_positive, default=1.0,
@@ -68,8 +73,19 @@ def run(args: argparse.Namespace) -> int:
     if args.buffer_samples < 2:
         raise ConfigError(None, "--buffer-samples", f"got {args.buffer_samples}, expected at least 2")
     width, height = _size(args.size)
+    maps = None
+    if args.rig is not None:
+        from firmware_interface.rigs.host import channel_maps, load_host_rig
+
+        maps = channel_maps(load_host_rig(args.rig))
     if args.screenshot is not None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from gui.preflight import dashboard_problem
+
+    problem = dashboard_problem()
+    if problem is not None:
+        print(f"mms dash: error: {problem}", file=sys.stderr)
+        return 2
 
     from PyQt5.QtCore import QTimer
     from PyQt5.QtWidgets import QApplication
@@ -80,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     options = DashboardOptions(endpoints=endpoints, window_s=args.window, replay=args.replay,
                                replay_speed=args.speed, frame_rate_hz=args.fps,
                                stale_after_s=args.stale_after, disconnected_after_s=args.disconnected_after,
-                               control_timeout_s=args.control_timeout, buffer_samples=args.buffer_samples)
+                               control_timeout_s=args.control_timeout, buffer_samples=args.buffer_samples,
+                               maps=maps)
     window = DashboardWindow(options)
     window.resize(width, height)
     window.show()

@@ -35,8 +35,9 @@ class SubscriberWorker(QObject):
     finished = pyqtSignal()
 
     def __init__(self, endpoints: list[str], origin_ns: int, batch_period_s: float = 0.02,
-                 curve: Curve | None = None):
+                 curve: Curve | None = None, maps: list | None = None):
         super().__init__()
+        self.maps = list(maps or [])   # the rig's measured-channel maps (firmware_interface.rigs.host.channel_maps)
         self.endpoints = list(endpoints)
         self.curve = curve
         self.origin_ns = origin_ns
@@ -49,7 +50,7 @@ class SubscriberWorker(QObject):
 
     @pyqtSlot()
     def run(self) -> None:
-        processor = MessageProcessor(self.origin_ns)
+        processor = MessageProcessor(self.origin_ns, self.maps)
         socket = None
         try:
             socket = open_socket(zmq.Context.instance(), zmq.SUB, self.endpoints[0], bind=False, curve=self.curve,

@@ -55,9 +55,13 @@ class CurveSpec:
     channel: str
     kind: str           # SIMULATED, MEASURED or COMMANDED
     colour_key: str     # simulated and measured counterparts share it
+    #: the simulated channel a measured one is drawn as, by the rig's map (in its unit and sign, on its axis)
+    mapped_to: str | None = None
 
     @property
     def label(self) -> str:
+        if self.mapped_to is not None and base_name(self.mapped_to) != base_name(self.channel):
+            return f"{self.channel} ({self.kind} as {self.mapped_to})"
         return f"{self.channel} ({self.kind})"
 
     @property
@@ -69,43 +73,63 @@ _FORCES = {name.lower() for name in WRENCH_NAMES[:3]}
 _MOMENTS = {name.lower() for name in WRENCH_NAMES[3:]}
 
 
-def assign_curves(streams: dict[str, tuple[str, ...]], actuated: dict[str, bool]) -> list[CurveSpec]:
+def assign_curves(streams: dict[str, tuple[str, ...]], actuated: dict[str, bool],
+                  counterparts: dict[tuple[str, str], tuple[str, str]] | None = None) -> list[CurveSpec]:
     """The curves of every panel for the streams present (``key -> channel names``).
 
-    ``actuated`` maps joint names to whether they are actuated (from the newest ``sim/state``).
+    ``actuated`` maps joint names to whether they are actuated (from the newest ``sim/state``); ``counterparts``
+    (:attr:`gui.signals.Batch.counterparts`) the measured channels drawn as a simulated one by the rig's map: they go
+    on that channel's panel and axis, in its colour.
     """
     curves: list[CurveSpec] = []
+    counterparts = counterparts or {}
     actuated_keys = {base_name(name) for name, is_actuated in actuated.items() if is_actuated}
 
-    def add(panel, stream, channel, kind, colour_key=None):
-        curves.append(CurveSpec(panel, stream, channel, kind, colour_key or base_name(channel)))
+    def add(panel, stream, channel, kind, colour_key=None, mapped_to=None):
+        curves.append(CurveSpec(panel, stream, channel, kind, colour_key or base_name(channel), mapped_to))
+
+    def panel_of(stream: str, channel: str) -> str | None:
+        """The panel a simulated channel is drawn on."""
+        if stream == "sim.base_wrench" or stream == "sim.ext_wrench":
+            return "tether_force" if channel.lower() in _FORCES else "tether_moment"
+        return {"sim.tau": "torque", "sim.strain": "strain", "sim.q": "tracking"}.get(stream)
+
+    def add_measured(stream, channel, kind, fallback_panel, colour_key=None):
+        target = counterparts.get((stream, channel))
+        panel = None if target is None else panel_of(*target)
+        if panel is None:
+            add(fallback_panel, stream, channel, kind, colour_key)
+        else:
+            add(panel, stream, channel, kind, base_name(target[1]), target[1])
 
     for name in streams.get("sim.tau", ()):
         if actuated.get(name, False):
             add("torque", "sim.tau", name, SIMULATED)
     for name in streams.get("sim.base_wrench", ()):
-        add("tether_force" if name.lower() in _FORCES else "tether_moment", "sim.base_wrench", name, SIMULATED)
+        add(panel_of("sim.base_wrench", name), "sim.base_wrench", name, SIMULATED)
     for name in streams.get("hw.load", ()):
         key = base_name(name)
         if key in _FORCES:
-            add("tether_force", "hw.load", name, MEASURED, key)
+            add_measured("hw.load", name, MEASURED, "tether_force", key)
         elif key in _MOMENTS:
-            add("tether_moment", "hw.load", name, MEASURED, key)
+            add_measured("hw.load", name, MEASURED, "tether_moment", key)
         else:
-            add("torque", "hw.load", name, MEASURED)
+            add_measured("hw.load", name, MEASURED, "torque")
     for name in streams.get("sim.strain", ()):
         if not actuated.get(name, False):
             add("strain", "sim.strain", name, SIMULATED)
     for name in streams.get("hw.strain", ()):
-        add("strain", "hw.strain", name, MEASURED)
+        add_measured("hw.strain", name, MEASURED, "strain")
     for name in streams.get("sim.tip", ()):
         add("tip", "sim.tip", name, SIMULATED)
+    gauges_mapped = any(stream == "hw.strain" for stream, _channel in counterparts)
     for name in streams.get("hw.tip", ()):
-        add("tip", "hw.tip", name, MEASURED)
+        # sums of rig-mapped gauges are in the simulated tips' unit (gui.signals): on their axis
+        add("tip", "hw.tip", name, MEASURED, mapped_to=name if gauges_mapped else None)
     for name in streams.get("hw.setpoint", ()):
-        add("tracking", "hw.setpoint", name, COMMANDED)
+        add_measured("hw.setpoint", name, COMMANDED, "tracking")
     for name in streams.get("hw.servo", ()):
-        add("tracking", "hw.servo", name, MEASURED)
+        add_measured("hw.servo", name, MEASURED, "tracking")
     if "hw.setpoint" not in streams:
         # Without a driver the simulated actuated angles are what would be commanded: show them.
         for name in streams.get("sim.q", ()):
@@ -233,7 +257,7 @@ class PlotPanel:
         # to the plot's width (stream_windows), so PlotDataItem's per-curve clipping, downsampling and
         # view-change handlers would only repeat that work for every curve at every frame
         curve = WindowCurve(pen=pen)
-        if spec.kind == MEASURED and self.measured_view is not None:
+        if spec.kind == MEASURED and self.measured_view is not None and spec.mapped_to is None:
             self.measured_view.addItem(curve)
             self.plot.showAxis("right")
         else:

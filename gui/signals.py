@@ -19,6 +19,12 @@ Pairing simulated with measured channels is by name (see :func:`base_name`): a s
 joint (``r_twist_2``, ``sg_r_twist_2``, ``r_twist_2_strain``) is that joint's measured strain, a load channel
 named like an actuated joint is its measured torque, and load channels ``fx..mz`` (optionally prefixed
 ``tether_``/``load_``) are the measured tether wrench.
+
+With a rig file (``mms dash --rig``, or the one stored in a replayed recording), the rig's declared maps
+(:func:`firmware_interface.rigs.host.channel_maps`, the ones validation compares with) take precedence: a mapped measured channel is
+converted to its simulated signal's unit and sign (``(measured - offset) / scale``) and drawn on the simulated
+channel's axis in its colour, so a load cell that reads the opposite of the support's wrench, or a gauge in m/m
+that reads a joint deflection in rad, lies on the simulated curve when the model is right.
 """
 from __future__ import annotations
 
@@ -26,18 +32,41 @@ import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, TOPICS, MalformedMessage, SeqTracker, decode)
 
+if TYPE_CHECKING:
+    from firmware_interface.rigs.host import ChannelMap
+
 #: names of the six components of a wrench (force, moment), as in docs/messages.md, N and N m
 WRENCH_NAMES = ("Fx", "Fy", "Fz", "Mx", "My", "Mz")
 
 _PREFIXES = ("tether_", "load_", "strain_", "sg_", "tau_", "torque_", "servo_", "meas_", "sim_")
 _SUFFIXES = ("_strain", "_sg", "_tau", "_torque", "_load", "_meas", "_rad")
+
+
+#: hw/telemetry key of a rig map -> the dashboard streams of that channel (a servo's setpoint is in its unit too)
+_MEASURED_STREAMS = {"servo_rad": ("hw.servo", "hw.setpoint"), "strain": ("hw.strain",), "load": ("hw.load",)}
+#: sim/state key of a rig map -> the dashboard stream of the simulated signal
+_SIMULATED_STREAMS = {"q": "sim.q", "strain": "sim.strain", "tau": "sim.tau", "base_wrench": "sim.base_wrench",
+                      "ext_wrench": "sim.ext_wrench"}
+
+
+def drawn_maps(maps: "list[ChannelMap]") -> dict[tuple[str, str], tuple["ChannelMap", str, str]]:
+    """``(measured stream, channel) -> (map, simulated stream, simulated channel)`` of a rig's declared maps."""
+    drawn = {}
+    for mapping in maps:
+        simulated_stream = _SIMULATED_STREAMS.get(mapping.signal)
+        if simulated_stream is None:
+            continue
+        element = mapping.element if isinstance(mapping.element, str) else WRENCH_NAMES[mapping.element]
+        for stream in _MEASURED_STREAMS[mapping.telemetry_key]:
+            drawn[(stream, mapping.channel)] = (mapping, simulated_stream, element)
+    return drawn
 
 
 def base_name(name: str) -> str:
@@ -136,13 +165,16 @@ class Batch:
     latency_s: dict[str, float]               # receive time - stamp_ns of the newest message per topic, s
     last_receipt: dict[str, float]            # time.monotonic() of the newest message per topic, s
     actuated: dict[str, bool] = field(default_factory=dict)  # joint name -> actuated, from the newest state
+    #: measured (stream, channel) drawn in a simulated signal's unit -> its (simulated stream, channel) (rig maps)
+    counterparts: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
 
 class MessageProcessor:
     """Decodes, counts and converts messages into stream chunks; one per worker (not thread-safe)."""
 
-    def __init__(self, origin_ns: int | None = None):
+    def __init__(self, origin_ns: int | None = None, maps: "list[ChannelMap]" = ()):
         self.origin_ns = origin_ns
+        self._maps = drawn_maps(list(maps))
         self.tracker = SeqTracker()
         self.malformed = 0
         self._status: dict[str, dict[str, Any]] = {}
@@ -201,7 +233,7 @@ class MessageProcessor:
             return self._hw_telemetry(payload)
         if topic == TOPIC_HW_COMMAND:
             names = tuple(str(n) for n in payload["channels"])
-            values = _row(payload["setpoint_rad"], len(names))
+            values = self._to_simulated("hw.setpoint", names, _row(payload["setpoint_rad"], len(names)))
             float(payload["t"])   # required, numeric
             return [Chunk("hw.setpoint", names, self._seconds([stamp_ns]), values)]
         if topic == TOPIC_SIM_STATUS:
@@ -275,13 +307,24 @@ class MessageProcessor:
             values = np.asarray(payload[values_key], dtype=float)
             if values.shape != (k, len(names)):
                 raise ValueError(f"{values_key} has shape {values.shape}, expected {(k, len(names))}")
+            values = self._to_simulated(key, names, values)
             chunks.append(Chunk(key, names, times, values))
             if key == "hw.strain":
-                # a single gauge (at the root, say) is no sum along the span: at least two per group
-                tip_names, tips = tip_sums(list(names), values, min_members=2)
+                # a single gauge (at the root, say) is no sum along the span: at least two per group; with rig maps,
+                # the sums of the mapped gauges alone (in rad, like the simulated tips)
+                mapped = np.array([("hw.strain", n) in self._maps for n in names])
+                tip_names, tips = tip_sums(list(names), values, mapped if mapped.any() else None, min_members=2)
                 if tip_names:
                     chunks.append(Chunk("hw.tip", tuple(tip_names), times, tips))
         return chunks
+
+    def _to_simulated(self, stream: str, names: tuple[str, ...], values: np.ndarray) -> np.ndarray:
+        """``values (k, len(names))`` with the rig-mapped columns in their simulated signal's unit and sign."""
+        for column, name in enumerate(names):
+            drawn = self._maps.get((stream, name))
+            if drawn is not None:
+                values[:, column] = drawn[0].to_simulated(values[:, column])
+        return values
 
     # ---- output ------------------------------------------------------------------------------------
     def take_batch(self) -> Batch:
@@ -305,7 +348,8 @@ class MessageProcessor:
                      received=dict(self.tracker.received), gaps=dict(self.tracker.gaps),
                      restarts=dict(self.tracker.restarts), malformed=self.malformed,
                      latency_s=dict(self._latency), last_receipt=dict(self._receipt),
-                     actuated=dict(self._actuated))
+                     actuated=dict(self._actuated),
+                     counterparts={key: (stream, channel) for key, (_m, stream, channel) in self._maps.items()})
 
     def has_news(self) -> bool:
         """Whether anything was fed since the last :meth:`take_batch`."""

@@ -7,6 +7,7 @@ replay) thread; plots are redrawn by a fixed-rate QTimer, the status table by a 
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import pyqtgraph as pg
 from PyQt5.QtCore import Qt, QThread, QTimer
 from PyQt5.QtGui import QColor, QFont, QIcon, QPixmap
 from PyQt5.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                             QMainWindow, QPushButton, QSplitter, QTableWidget, QTableWidgetItem,
+                             QMainWindow, QPushButton, QSlider, QSplitter, QTableWidget, QTableWidgetItem,
                              QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from gui.network import ControlChannel, SubscriberWorker
@@ -33,6 +34,10 @@ _LINK_COLOURS = {NO_DATA: "#888888", CONNECTED: "#1a9c3a", STALE: "#d08a00", DIS
 #: message rates are averaged over this long, s
 RATE_WINDOW_S = 1.0
 STATUS_PERIOD_MS = 200
+#: how often the recorder is asked what it records (its file, or nothing), ms
+RECORDER_POLL_MS = 1000
+#: the replay's seek slider moves in steps of this many seconds
+SEEK_STEP_S = 0.1
 _TABLE_COLUMNS = ("topic", "link", "rate (Hz)", "received", "seq gaps", "latency (ms)")
 #: what the link line shows of a second device's link (hw/status link.sensor, docs/dynamixel.md)
 _SENSOR_LINK_KEYS = ("state", "port", "frames_ok", "crc_errors", "seq_gaps", "link_losses")
@@ -49,7 +54,9 @@ class DashboardOptions:
     disconnected_after_s: float = 3.0  # ... and for this long: disconnected
     control_timeout_s: float = 1.0     # REQ/REP reply deadline of the driver's and recorder's sockets
     buffer_samples: int = 50_000       # ring capacity per stream (20 s at 2.5 kHz)
-    record_path: str = "runs/dashboard.mcap"
+    record_path: str = "runs/dashboard.mcap"   # what Record asks for (while the recorder records, its own file)
+    #: the rig's measured-channel maps (firmware_interface.rigs.host.channel_maps) to draw with; None: a replay takes the recording's
+    maps: list | None = None
 
 
 def link_state(age_s: float | None, stale_after_s: float, disconnected_after_s: float) -> str:
@@ -93,6 +100,9 @@ class DashboardWindow(QMainWindow):
         self.rates: dict[str, float] = {topic: 0.0 for topic in TOPICS}
         self.replay_done = False
         self._source_error = ""
+        self._counterparts: dict[tuple[str, str], tuple[str, str]] = {}
+        self._recorder_asking = False      # a status request is out (the next one waits for its answer)
+        self.recorder_path: str | None = None   # the file the recorder says it writes, None when it records nothing
 
         self._build_widgets()
         self._start_source()
@@ -112,6 +122,11 @@ class DashboardWindow(QMainWindow):
         self.status_timer = QTimer(self)
         self.status_timer.timeout.connect(self.refresh_status)
         self.status_timer.start(STATUS_PERIOD_MS)
+        self.recorder_timer = QTimer(self)
+        self.recorder_timer.timeout.connect(self.ask_recorder)
+        if options.replay is None:
+            self.ask_recorder()
+            self.recorder_timer.start(RECORDER_POLL_MS)
         self._closed = False
 
     # ---- construction ------------------------------------------------------------------------------
@@ -136,7 +151,7 @@ class DashboardWindow(QMainWindow):
         self.record_stop = QPushButton("■ Stop")
         self.record_start.clicked.connect(self.start_recording)
         self.record_stop.clicked.connect(self.stop_recording)
-        self.record_label = QLabel("recorder: idle")
+        self.record_label = QLabel(f"recorder: asking {self.options.endpoints.recorder_control}…")
         self.estop_button = QPushButton("E-STOP")
         self.estop_button.setMinimumSize(170, 56)
         font = QFont()
@@ -164,7 +179,20 @@ class DashboardWindow(QMainWindow):
         record_row.addWidget(self.record_label, 1)
         rows = QVBoxLayout()
         rows.addLayout(view_row)
-        rows.addLayout(record_row)
+        if self.options.replay is None:
+            rows.addLayout(record_row)
+        else:
+            # a replay commands nothing and records nothing: no E-STOP, no Record; a slider seeks instead
+            for widget in (self.record_path, self.record_start, self.record_stop, self.record_label,
+                           self.estop_button, self.reset_button, self.control_label):
+                widget.hide()
+            self.seek_slider = QSlider(Qt.Horizontal)
+            self.seek_slider.setToolTip("seek: play the recording from this time")
+            self.seek_slider.sliderReleased.connect(lambda: self.seek(self.seek_slider.value() * SEEK_STEP_S))
+            seek_row = QHBoxLayout()
+            seek_row.addWidget(QLabel("Seek"))
+            seek_row.addWidget(self.seek_slider, 1)
+            rows.addLayout(seek_row)
         controls.addLayout(rows, 1)
         stop_column = QVBoxLayout()
         stop_column.addWidget(self.estop_button)
@@ -173,16 +201,16 @@ class DashboardWindow(QMainWindow):
 
         self.graphics = pg.GraphicsLayoutWidget()
         self.panels: dict[str, PlotPanel] = {}
-        first_plot = None
         for index, spec in enumerate(PANELS):
             plot = self.graphics.addPlot(row=index // 2, col=index % 2)
-            if first_plot is None:
-                first_plot = plot
-            else:
-                plot.setXLink(first_plot)
             last_row = index // 2 == (len(PANELS) - 1) // 2
             self.panels[spec.key] = PlotPanel(plot, spec, time_values=last_row)
-        self._x_plot = first_plot
+        # Every plot shows the same time span. Not pyqtgraph's setXLink: it lines linked views up pixel by pixel
+        # on screen, so a plot narrowed by its right-hand axis (the strain panels) ended earlier in time (0.9 s
+        # at a 10 s window) than the plot above it; the range is copied instead.
+        self._x_syncing = False
+        for panel in self.panels.values():
+            panel.plot.vb.sigXRangeChanged.connect(self._sync_x)
 
         self.status_table = QTableWidget(len(TOPICS), len(_TABLE_COLUMNS))
         self.status_table.setHorizontalHeaderLabels(_TABLE_COLUMNS)
@@ -240,11 +268,14 @@ class DashboardWindow(QMainWindow):
     def _start_source(self) -> None:
         self.source_thread = QThread()
         if self.options.replay is not None:
-            self.source = ReplayWorker(self.options.replay, self.options.replay_speed)
+            self.source = ReplayWorker(self.options.replay, self.options.replay_speed, maps=self.options.maps)
             self.source.progress.connect(self._on_replay_progress)
+            self.source.reset.connect(self._on_replay_reset)
+            self.source.ended.connect(self._on_replay_ended)
         else:
             self.source = SubscriberWorker([self.options.endpoints.sim_pub, self.options.endpoints.driver_pub],
-                                           origin_ns=time.time_ns(), curve=self.options.endpoints.curve)
+                                           origin_ns=time.time_ns(), curve=self.options.endpoints.curve,
+                                           maps=self.options.maps or [])
         self.source.moveToThread(self.source_thread)
         self.source_thread.started.connect(self.source.run)
         self.source.batch_ready.connect(self.on_batch)
@@ -252,18 +283,43 @@ class DashboardWindow(QMainWindow):
         self.source.finished.connect(self._on_source_finished)
         self.source_thread.start()
 
+    def _sync_x(self, view, x_range) -> None:
+        """Copy one plot's time span to every other plot (a pan or zoom of one moves all)."""
+        if self._x_syncing:
+            return
+        self._x_syncing = True
+        try:
+            for panel in self.panels.values():
+                if panel.plot.vb is not view:
+                    panel.plot.vb.setXRange(*x_range, padding=0)
+        finally:
+            self._x_syncing = False
+
     # ---- data --------------------------------------------------------------------------------------
     def on_batch(self, batch: Batch) -> None:
         for chunk in batch.chunks:
             self.store.append(chunk.key, chunk.names, chunk.times, chunk.values)
         self._batch = batch
-        layout = (self.store.layout_version, tuple(sorted(batch.actuated.items())))
+        self._counterparts = batch.counterparts
+        layout = (self.store.layout_version, tuple(sorted(batch.actuated.items())),
+                  tuple(sorted(batch.counterparts.items())))
         if layout != self._layout_seen:
             self._layout_seen = layout
             self._relayout(batch.actuated)
 
+    def _on_replay_reset(self) -> None:
+        """A seek: the buffers start again from the recording's beginning."""
+        self.store.clear()
+        self.decimator = WindowDecimator()
+        self._last_drawn = None
+        self.replay_done = False
+
+    def seek(self, offset_s: float) -> None:
+        """Replay from ``offset_s`` seconds into the recording."""
+        self.source.seek(offset_s)
+
     def _relayout(self, actuated: dict[str, bool]) -> None:
-        specs = assign_curves(self.store.names, actuated)
+        specs = assign_curves(self.store.names, actuated, self._counterparts)
         self.channel_tree.blockSignals(True)
         for panel_key, panel in self.panels.items():
             mine = [s for s in specs if s.panel == panel_key]
@@ -323,7 +379,7 @@ class DashboardWindow(QMainWindow):
         bins = int(max(panel.plot.vb.width() for panel in self.panels.values()))
         windows = stream_windows(self.store, needed, t_start, t_end, bins, self.decimator)
         # the range first: a range change makes every curve re-clip its data, so do it before, not after, setData
-        self._x_plot.setXRange(t_start, t_end, padding=0)
+        next(iter(self.panels.values())).plot.setXRange(t_start, t_end, padding=0)
         for panel in self.panels.values():
             panel.update(windows)
         self.frames_drawn += 1
@@ -395,7 +451,15 @@ class DashboardWindow(QMainWindow):
             self.link_label.setText(f"link: — ; malformed messages dropped: {batch.malformed}")
 
     def _on_replay_progress(self, replayed_s: float, total_s: float) -> None:
-        self.statusBar().showMessage(f"replay {self.options.replay}: {replayed_s:.1f} / {total_s:.1f} s")
+        if not self.replay_done:
+            self.statusBar().showMessage(f"replay {self.options.replay}: {replayed_s:.1f} / {total_s:.1f} s")
+        if total_s == total_s and not self.seek_slider.isSliderDown():   # NaN: a file without statistics
+            self.seek_slider.setMaximum(math.ceil(total_s / SEEK_STEP_S))
+            self.seek_slider.setValue(int(replayed_s / SEEK_STEP_S))
+
+    def _on_replay_ended(self) -> None:
+        self.replay_done = True
+        self.statusBar().showMessage(f"replay of {self.options.replay} finished (seek to play it again)")
 
     def _on_source_failed(self, message: str) -> None:
         self._source_error = message
@@ -405,7 +469,6 @@ class DashboardWindow(QMainWindow):
     def _on_source_finished(self) -> None:
         if self.options.replay is not None and not self._source_error:
             self.replay_done = True
-            self.statusBar().showMessage(f"replay of {self.options.replay} finished")
 
     # ---- controls ----------------------------------------------------------------------------------
     def send_estop(self) -> None:
@@ -448,17 +511,47 @@ class DashboardWindow(QMainWindow):
         self.record_label.setText("recorder: stop sent…")
         self.recorder.request({"cmd": "stop"})
 
+    def ask_recorder(self) -> None:
+        """Ask the recorder what it records (one request out at a time: an absent recorder costs one timeout)."""
+        if not self._recorder_asking:
+            self._recorder_asking = True
+            self.recorder.request({"cmd": "status"})
+
     def _on_recorder_reply(self, request: dict, reply: dict) -> None:
         command = request.get("cmd")
+        if command == "status":
+            self._recorder_asking = False
+            if reply.get("ok") is True:
+                self._show_recorder_file(reply.get("path") if reply.get("recording") else None)
+            return
         if reply.get("ok") is True:
-            detail = f" {request['path']}" if command == "start" else ""
+            self.recorder_path = reply.get("path") if command == "start" else None
+            detail = f" {reply.get('path') or request['path']}" if command == "start" else ""
             self.record_label.setText(f"recorder: {'recording' if command == 'start' else 'stopped'}{detail}")
             self.record_label.setStyleSheet("color: #d02020; font-weight: bold" if command == "start" else "")
         else:
             self.record_label.setText(f"recorder refused {command}: {reply.get('error', 'no error given')}")
             self.record_label.setStyleSheet("color: #d02020")
 
+    def _show_recorder_file(self, path: str | None) -> None:
+        """What the recorder says it writes: its own file, not the path typed for the next Record."""
+        self.recorder_path = path if isinstance(path, str) else None
+        if self.recorder_path is not None:
+            self.record_label.setText(f"recorder: recording {self.recorder_path}")
+            self.record_label.setStyleSheet("color: #d02020; font-weight: bold")
+            if not self.record_path.hasFocus():
+                self.record_path.setText(self.recorder_path)
+        else:
+            self.record_label.setText("recorder: not recording")
+            self.record_label.setStyleSheet("")
+
     def _on_recorder_failure(self, request: dict, reason: str) -> None:
+        if request.get("cmd") == "status":
+            self._recorder_asking = False
+            self.recorder_path = None
+            self.record_label.setText(f"recorder: none at {self.options.endpoints.recorder_control} ({reason})")
+            self.record_label.setStyleSheet("color: #888888")
+            return
         self.record_label.setText(f"recorder {request.get('cmd')} failed: {reason}")
         self.record_label.setStyleSheet("color: #d02020")
 
@@ -470,6 +563,7 @@ class DashboardWindow(QMainWindow):
         self._closed = True
         self.frame_timer.stop()
         self.status_timer.stop()
+        self.recorder_timer.stop()
         self.source.stop()
         self.source_thread.quit()
         self.source_thread.wait()

@@ -19,8 +19,10 @@ Robot hooks (optional functions of the robot's module ``sim.robots.<kind>``, e.g
   by the robot-specific options (``args.tailbeat_frequency``, ``args.tailbeat_amplitude``, ``args.duration``
   ...; each is None when not given). Raise :class:`sim.config.ConfigError` (one line) for an option that
   does not apply. Without the hook, any robot-specific option given is an error.
-- ``summarize(run: SimRun) -> dict``: the JSON-serialisable summary written by ``--summary``.
-  Without the hook the summary holds the generic ``sim_time_s``, ``wall_time_s``, ``real_time_factor``.
+- ``summarize(run: SimRun) -> dict``: the JSON-serialisable summary written by ``--summary``; its ``warnings``
+  (a list of one-line strings, e.g. a free run that is not the steady state its figures describe, sim/summary.py)
+  are also printed on stderr. Without the hook the summary holds the generic ``sim_time_s``, ``wall_time_s``,
+  ``real_time_factor``.
 - ``stable_dt(model, integrator: str) -> float | None``: the largest advised fixed step (s) for this model
   (None: no advice, e.g. for an adaptive integrator). A config dt above it is lowered to it (with a note on
   stderr); an explicit ``--dt`` above it is kept, with a warning.
@@ -424,6 +426,8 @@ def run(args: argparse.Namespace) -> int:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(json.dumps(_jsonable(summary), indent=2))
         written.append(args.summary)
+        for warning in summary.get("warnings", []):
+            print(f"mms sim: warning: {warning}", file=sys.stderr)
     rtf = generic_summary(run_record)["real_time_factor"]
     print(f"simulated {run_record.sim_time_s:.4g} s in {run_record.wall_time_s:.3g} s wall "
           f"(real-time factor {rtf:.3g}); wrote {', '.join(str(p) for p in written)}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sim.config import ConfigError, load_toml, require
 
-CSV_COLUMNS = ("servo_amplitude_deg", "tailbeat_frequency_Hz", "tailbeat_amplitude_m", "steady_speed_m_s",
+CSV_COLUMNS = ("servo_amplitude_deg", "tailbeat_frequency_Hz", "tailbeat_amplitude_m", "forward_speed_m_s",
                "body_lengths_per_s", "strouhal", "mean_depth_change_m", "real_time_factor")
 
 
@@ -72,7 +72,7 @@ def sweep(config: dict, path, frequencies, amplitudes, duration: float, dt: floa
             figures = raybot.swim_figures(model, t, arrays)
             rows.append({"servo_amplitude_deg": amplitude, "tailbeat_frequency_Hz": frequency,
                          "tailbeat_amplitude_m": figures["tailbeat_amplitude_m"],
-                         "steady_speed_m_s": figures["steady_speed_m_s"],
+                         "forward_speed_m_s": figures["forward_speed_m_s"],
                          "body_lengths_per_s": figures["body_lengths_per_s"],
                          "strouhal": figures["strouhal"], "mean_depth_change_m": figures["mean_depth_change_m"],
                          "real_time_factor": float(t[-1] - t[0]) / wall if wall > 0 else float("inf")})
@@ -101,7 +101,7 @@ def plot(rows: list[dict], path: Path) -> Path:
                      key=lambda r: r["tailbeat_frequency_Hz"])
         f = [r["tailbeat_frequency_Hz"] for r in sel]
         left.plot(f, [100.0 * r["tailbeat_amplitude_m"] for r in sel], "o-", label=f"servo {amplitude:g} deg")
-        right.plot(f, [r["steady_speed_m_s"] for r in sel], "o-", label=f"servo {amplitude:g} deg")
+        right.plot(f, [r["forward_speed_m_s"] for r in sel], "o-", label=f"servo {amplitude:g} deg")
     left.set_xlabel("tail-beat frequency (Hz)")
     left.set_ylabel("tail-beat amplitude, tail tip (cm)")
     right.set_xlabel("tail-beat frequency (Hz)")
@@ -131,6 +131,6 @@ def run(args: argparse.Namespace) -> int:
     png_path = plot(rows, args.out / "sweep.png")
     for row in rows:
         print(f"servo {row['servo_amplitude_deg']:5.1f} deg  f {row['tailbeat_frequency_Hz']:4.2f} Hz  "
-              f"tail-tip amplitude {row['tailbeat_amplitude_m']:.3f} m  speed {row['steady_speed_m_s']:.3f} m/s")
+              f"tail-tip amplitude {row['tailbeat_amplitude_m']:.3f} m  speed {row['forward_speed_m_s']:.3f} m/s")
     print(f"wrote {csv_path}, {png_path}")
     return 0

@@ -6,13 +6,14 @@ and joint map the driver commands, the sensor channels it reads, and the emulato
   goal ticks); with a ``[microcontroller]``, its strain and load channels, telemetry rate and emulator too
   (:func:`two_device_rig`).
 
-The driver, the recorder (which stores both files of a two-device rig) and the validator (which pairs measured
-channels with simulated ones from this view) use it, so all three agree on what a rig's channels are.
+The driver, the recorder (which stores both files of a two-device rig), the validator and the dashboard (which pair
+measured channels with simulated ones through :func:`channel_maps`) use it, so all agree on what a rig's channels are.
 """
 from __future__ import annotations
 
 import dataclasses
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
@@ -55,6 +56,48 @@ def driver_rig(r: DxlRig) -> Rig:
                command_hz=r.command_hz, telemetry_hz=max(1, int(round(r.command_hz))), samples_per_frame=1,
                heartbeat_hz=IDLE_TELEMETRY_HZ, watchdog_timeout_s=r.watchdog_timeout_s, servos=servos,
                joints=r.joints, strain=[], load=[], emulator=emulator, raw=r.raw)
+
+
+@dataclass(frozen=True)
+class ChannelMap:
+    """A measured channel and the simulated signal a rig file says it reads: ``measured = scale * simulated + offset``
+    (the scale carries the sign and the unit: a servo's direction and gain, a gauge's strain per rad, -1 for a load
+    cell that reads the opposite of the support's wrench)."""
+    telemetry_key: str     # hw/telemetry key of the measured channel: "servo_rad", "strain" or "load"
+    channel: str           # the measured channel's name (rig file)
+    signal: str            # sim/state key of the simulated signal: "q", "strain", "tau", "base_wrench", ...
+    element: str | int     # a joint name, or a wrench component's index 0..5 (Fx, Fy, Fz, Mx, My, Mz)
+    scale: float           # measured unit per simulated unit, signed
+    offset: float = 0.0    # measured unit
+
+    def to_simulated(self, measured):
+        """The measured value (a float or an array) in the simulated signal's unit and sign."""
+        return (measured - self.offset) / self.scale
+
+
+#: a rig file's sensor ``unit`` -> the unit it means, where the word is not the unit's symbol
+_RIG_UNIT_SYMBOLS = {"strain": "m/m"}
+
+
+def sensor_unit(channel) -> str:
+    """A sensor channel's unit as a symbol (a gauge's ``strain`` is m/m)."""
+    return _RIG_UNIT_SYMBOLS.get(channel.unit, channel.unit)
+
+
+def channel_maps(rig: Rig) -> list[ChannelMap]:
+    """Every measured channel whose simulated counterpart the rig file declares: each ``[[joints]]`` map (servo angle
+    vs ``q``: scale = direction * gain, offset = offset_rad) and each sensor with an ``[emulator.physics.sensors]``
+    source (scale from it). Sensors without a source are left out (the caller may pair them by name)."""
+    maps = [ChannelMap("servo_rad", joint.servo, "q", joint.joint, joint.direction * joint.gain, joint.offset_rad)
+            for joint in rig.joints]
+    sources = rig.emulator.physics.sensors if rig.emulator.physics is not None else {}
+    for channel in rig.sensors:
+        source = sources.get(channel.name)
+        if source is not None:
+            element = source.joint if source.joint is not None else source.index
+            maps.append(ChannelMap("strain" if channel.kind == "strain" else "load", channel.name, source.signal,
+                                   element, source.scale))
+    return maps
 
 
 def two_device_rig(bus_rig: Rig, sensor_rig: Rig) -> Rig:
@@ -103,3 +146,13 @@ def host_rig_from_texts(text: str, origin: str, sensor_text: str | None = None) 
             doc["microcontroller"]["rig"] = sensor.name
             path.write_text(tomli_w.dumps(doc))
         return load_host_rig(path)
+
+
+def stored_rig(metadata: dict[str, dict[str, str]]) -> Rig | None:
+    """The rig stored in a recording's metadata (``rig_config``, and ``sensor_rig_config`` of a two-device rig) as
+    the host sees it, or None when the recording holds none; ConfigError when the stored file does not load."""
+    stored = metadata.get("rig_config")
+    if not stored or not stored.get("text"):
+        return None
+    return host_rig_from_texts(stored["text"], stored.get("path", "rig.toml"),
+                               metadata.get("sensor_rig_config", {}).get("text"))

@@ -528,6 +528,8 @@ class Driver:
             self.handle_packet(packet, now)
 
     def link_came_up(self, now: float) -> None:
+        # the error kept in the status was why the link was down: with the link up it is history (stderr has it)
+        self.last_error = ""
         if self.link.totals.connects > 1:
             self.link.totals.reconnects += 1
         self.backoff_s = BACKOFF_FIRST_S

@@ -24,7 +24,7 @@ from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
 from sim.network import open_socket, write_loopback_network
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]   # hil/<package>/<module>.py
 #: how long a process may take to come up (imports, numba compilation on a fresh machine), s
 STARTUP_TIMEOUT_S = 120.0
 #: how long the driver gets to ramp the servos to neutral after `deactivate`, s
@@ -198,7 +198,15 @@ def run(args: argparse.Namespace) -> int:
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--config", str(network),
                                            "--autoactivate", *rig.drive_args))
         if args.gui:
-            supervisor.start("dash", mms_argv("dash", "--config", str(network)))
+            from gui.preflight import dashboard_problem
+
+            problem = dashboard_problem()
+            if problem is None:
+                supervisor.start("dash", mms_argv("dash", "--config", str(network), "--rig", str(rig.rig)),
+                                 optional=True)
+            else:
+                say(f"no dashboard: {problem}")
+                say("going on without it (headless); `mms dash --replay` plays the recording afterwards")
         say("waiting for the driver to activate and the simulation to run (first start compiles the numba kernels)")
         if not supervisor.wait(STARTUP_TIMEOUT_S, until=lambda: watcher.driver_state() == "active"):
             raise TimeoutError(f"the driver did not become active within {STARTUP_TIMEOUT_S:.0f} s "

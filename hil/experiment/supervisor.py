@@ -39,6 +39,7 @@ class Child:
     process: subprocess.Popen | None = None
     log_file: IO[bytes] | None = None
     stopping: bool = False
+    optional: bool = False     # the experiment goes on without it when it ends (the dashboard)
     first_line: str | None = None
     first_line_ready: threading.Event = field(default_factory=threading.Event)
 
@@ -77,13 +78,14 @@ class Supervisor:
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
 
     def start(self, name: str, argv: list[str], *, capture_first_line: bool = False,
-              env: dict[str, str] | None = None) -> Child:
+              env: dict[str, str] | None = None, optional: bool = False) -> Child:
         """Start ``argv`` as child ``name``; stdout and stderr go to ``<log_dir>/<name>.log``.
 
         With ``capture_first_line`` the child's first stdout line is kept (``wait_first_line``) and the
-        rest of stdout still goes to the log.
+        rest of stdout still goes to the log. An ``optional`` child that ends is said, with its log's last lines,
+        and the others go on.
         """
-        child = Child(name, list(argv), self.log_dir / f"{name}.log")
+        child = Child(name, list(argv), self.log_dir / f"{name}.log", optional=optional)
         child.log_file = child.log_path.open("wb")
         stdout = subprocess.PIPE if capture_first_line else child.log_file
         child.process = subprocess.Popen(argv, stdout=stdout, stderr=child.log_file, stdin=subprocess.DEVNULL,
@@ -114,9 +116,13 @@ class Supervisor:
         return child.first_line
 
     def check(self) -> None:
-        """Raise :class:`ChildDied` if any child not being stopped has ended."""
+        """Raise :class:`ChildDied` if any child not being stopped has ended (an optional one is said, once)."""
         for child in self.children.values():
             if not child.stopping and child.returncode() is not None:
+                if child.optional:
+                    child.stopping = True
+                    self.say(f"{ChildDied(child, self.log_tail(child.name))}\n  going on without it")
+                    continue
                 raise ChildDied(child, self.log_tail(child.name))
 
     def wait(self, seconds: float, poll_s: float = 0.1, until: Callable[[], bool] | None = None) -> bool:

@@ -49,6 +49,20 @@ FIXED_NAMES: dict[str, list[str]] = {
     "base_twist": ["vx", "vy", "vz", "wx", "wy", "wz"],
     "base_wrench": WRENCH_NAMES, "ext_wrench": WRENCH_NAMES,
 }
+#: the unit of each sim/state joint signal (docs/messages.md; a prismatic joint's q is in m)
+SIMULATED_UNITS = {"q": "rad", "qd": "rad/s", "qdd": "rad/s^2", "strain": "rad", "tau": "N m"}
+
+
+def simulated_unit(key: str, element: str | int | None) -> str:
+    """The unit of a sim/state signal's element: a joint's in :data:`SIMULATED_UNITS`, a wrench's force N and
+    moment N m (``element``: a component name of :data:`WRENCH_NAMES` or its index)."""
+    if key in ("base_wrench", "ext_wrench"):
+        name = str(element).lower()
+        index = WRENCH_NAMES.index(name) if name in WRENCH_NAMES else int(name) if name.isdigit() else 0
+        return "N" if index < 3 else "N m"
+    return SIMULATED_UNITS.get(key, "")
+
+
 TIME_COLUMNS = ("time_s", "t", "stamp_ns", "log_time")
 #: payload keys that are time columns already (kept exact as int64 there, not repeated as numbers)
 _TIME_KEYS = ("stamp_ns",)

@@ -29,7 +29,9 @@ import csv
 import json
 import math
 import os
+import re
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,8 +42,9 @@ import numpy as np
 from hil.validation.analysis import Comparison, Criterion, compare, no_prediction, prediction_constant
 from hil.validation.health import Health, HealthCriteria, assess
 from hil.recording.mcap_io import RecordingError, read_recording
-from firmware_interface.rigs.host import host_rig_from_texts, load_host_rig
+from firmware_interface.rigs.host import channel_maps, load_host_rig, sensor_unit, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
+from hil.recording.series import simulated_unit as series_unit
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -66,6 +69,10 @@ PASS, FAIL, NOT_JUDGED, ERROR = "pass", "fail", "not_judged", "error"
 NAME_PROBE_MESSAGES = 50
 #: cycles shown in the overlay panel of each channel's figure
 PLOT_CYCLES = 3
+#: a figure's title is wrapped at this many characters (the figure is 11 in wide at 10 pt)
+TITLE_WIDTH_CHARS = 130
+#: a signal whose spread is at most this fraction of its magnitude is constant (float32 rounding is 6e-8)
+CONSTANT_FRACTION = 1e-6
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,30 @@ class Pair:
     offset: float = 0.0
     criteria: list[Criterion] = field(default_factory=list)
     frequency_hz: float | None = None
+    #: the measured channel's unit (rig file, or [[pair]] unit); None: the simulated signal's (scale 1 keeps it)
+    unit: str | None = None
+
+    @property
+    def measured_unit(self) -> str:
+        return self.unit or simulated_unit(self.simulated)
+
+
+def simulated_unit(ref: SignalRef) -> str:
+    """The unit of a simulated signal (:func:`hil.recording.series.simulated_unit`)."""
+    return series_unit(ref.key, ref.element) or "unit of sim/state"
+
+
+def mapping_words(pair: Pair) -> str:
+    """The pair's ``expected = scale * simulated + offset`` said in words, with units."""
+    measured, simulated = pair.measured_unit, simulated_unit(pair.simulated)
+    offset = f" + {pair.offset:g} {measured}" if pair.offset else ""
+    if pair.scale == 1.0 and measured == simulated:
+        return "compared as they are (same unit and sign)" + (f", expected = simulated{offset}" if offset else "")
+    if pair.scale == -1.0 and measured == simulated:
+        return ("compared with the simulated sign reversed (the sensor reads the opposite of the simulated signal)"
+                + (f", expected = -simulated{offset}" if offset else ""))
+    per = f" {measured} per {simulated}" if measured != simulated else ""
+    return f"expected measured value = {pair.scale:g}{per} x simulated{offset} (the scale and offset of the pair)"
 
 
 @dataclass
@@ -189,7 +220,8 @@ def load_settings(path: str | Path | None) -> Settings:
             scale=require(item, "scale", float, path=path, prefix=prefix, default=1.0),
             offset=require(item, "offset", float, path=path, prefix=prefix, default=0.0),
             criteria=_criteria({**settings.pass_defaults, **own_pass}, path, f"{prefix}.pass"),
-            frequency_hz=require(item, "frequency_hz", float, path=path, prefix=prefix, default=None, **positive)))
+            frequency_hz=require(item, "frequency_hz", float, path=path, prefix=prefix, default=None, **positive),
+            unit=require(item, "unit", str, path=path, prefix=prefix, default=None)))
     settings.health = load_health_criteria(require(doc, "health", dict, path=path, default={}), path)
     channels = require(doc, "channel", dict, path=path, default={}, expected='tables [channel."<name>"]')
     for name, table in channels.items():
@@ -235,25 +267,25 @@ def apply_channel_criteria(pairs: list[Pair], settings: Settings) -> list[Pair]:
 
 
 def pairs_from_rig(rig, tables: Tables, criteria: list[Criterion]) -> list[Pair]:
-    """Default pairs from a :class:`firmware_interface.rigs.mcu.Rig` (see the module docstring)."""
+    """Default pairs from a :class:`firmware_interface.rigs.mcu.Rig` (see the module docstring); the rig's declared maps
+    are :func:`firmware_interface.rigs.host.channel_maps`, which the dashboard draws with too."""
+    declared = {(m.telemetry_key, m.channel): m for m in channel_maps(rig)}
+    measured = [("servo_rad", joint.servo, "rad") for joint in rig.joints]
+    measured += [("strain" if channel.kind == "strain" else "load", channel.name, sensor_unit(channel))
+                 for channel in rig.sensors]
     pairs = []
-    for joint in rig.joints:
-        pairs.append(Pair(f"{joint.servo} vs q[{joint.joint}]", SignalRef(TOPIC_HW_TELEMETRY, "servo_rad", joint.servo),
-                          SignalRef(TOPIC_SIM_STATE, "q", joint.joint), scale=joint.direction * joint.gain,
-                          offset=joint.offset_rad, criteria=criteria))
-    sources = rig.emulator.physics.sensors if rig.emulator.physics is not None else {}
-    for channel in rig.sensors:
-        key = "strain" if channel.kind == "strain" else "load"
-        measured = SignalRef(TOPIC_HW_TELEMETRY, key, channel.name)
-        source = sources.get(channel.name)
-        if source is not None:
-            element = source.joint if source.joint is not None else WRENCH_NAMES[source.index]
-            simulated, scale = SignalRef(TOPIC_SIM_STATE, source.signal, element), source.scale
+    for key, name, unit in measured:
+        mapping = declared.get((key, name))
+        if mapping is not None:
+            element = mapping.element if isinstance(mapping.element, str) else WRENCH_NAMES[mapping.element]
+            simulated = SignalRef(TOPIC_SIM_STATE, mapping.signal, element)
+            scale, offset = mapping.scale, mapping.offset
         else:
-            simulated, scale = _by_name(key, channel.name, tables), 1.0
+            simulated, scale, offset = _by_name(key, name, tables), 1.0, 0.0
         if simulated is not None:
-            pairs.append(Pair(f"{channel.name} vs {simulated.key}[{simulated.element}]", measured, simulated,
-                              scale=scale, criteria=criteria))
+            pairs.append(Pair(f"{name} vs {simulated.key}[{simulated.element}]",
+                              SignalRef(TOPIC_HW_TELEMETRY, key, name), simulated, scale=scale, offset=offset,
+                              criteria=criteria, unit=unit))
     return pairs
 
 
@@ -288,15 +320,13 @@ def run_rig(metadata: dict[str, dict[str, str]], rig_path: str | None):
     not); a ``--rig`` file that does not load is a one-line ConfigError."""
     if rig_path is not None:
         return load_host_rig(rig_path), f"rig {rig_path}"
-    stored = metadata.get("rig_config")
-    if not stored or not stored.get("text"):
-        return None, ""
     try:
-        return (host_rig_from_texts(stored["text"], stored.get("path", "rig.toml"),
-                                    metadata.get("sensor_rig_config", {}).get("text")),
-                f"rig stored in the recording ({stored.get('path', '?')})")
+        rig = stored_rig(metadata)
     except ConfigError as exc:   # a rig of another version, or not a rig at all
         return None, f" (the rig stored in the recording does not load: {exc.message})"
+    if rig is None:
+        return None, ""
+    return rig, f"rig stored in the recording ({metadata['rig_config'].get('path', '?')})"
 
 
 def default_pairs(settings: Settings, tables: Tables, rig, origin: str) -> tuple[list[Pair], str]:
@@ -457,9 +487,9 @@ class PairFigure:
         matplotlib.use("Agg")
         from matplotlib.figure import Figure
 
-        self.figure = Figure(figsize=(11, 3.2), dpi=80)
+        # constrained layout: titles and tick labels of any length are fitted in, never clipped
+        self.figure = Figure(figsize=(11, 3.6), dpi=80, layout="constrained")
         self.ax_time, self.ax_phase, self.ax_error = self.figure.subplots(1, 3)
-        self.figure.subplots_adjust(left=0.06, right=0.99, bottom=0.16, top=0.82, wspace=0.25)
         (self.time_sim,) = self.ax_time.plot([], [], label="simulated", lw=1.2)
         (self.time_meas,) = self.ax_time.plot([], [], label="measured", lw=1.0)
         self.ax_time.legend(loc="upper right", fontsize=7)
@@ -469,32 +499,63 @@ class PairFigure:
         (self.error,) = self.ax_error.plot([], [], lw=1.0)
         self.ax_time.set_xlabel("time (s)")
         self.ax_phase.set_xlabel("phase (deg of the cycle)")
-        self.ax_error.set(xlabel="time (s)", title="RMS error per cycle")
+        self.ax_error.set(xlabel="time (s)")
         self.title = self.figure.suptitle("", fontsize=10)
+        self.notes = [ax.text(0.03, 0.95, "", transform=ax.transAxes, ha="left", va="top", fontsize=9,
+                              bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+                      for ax in (self.ax_time, self.ax_phase)]
 
     def save(self, result: PairResult, path: Path) -> None:
         c, m = result.comparison, result.comparison.metrics
+        unit = result.pair.measured_unit
         window = c.t >= c.t[-1] - PLOT_CYCLES / m.frequency_hz
+        # a constant signal is said, not drawn: a flat line on the axes' edge reads as an empty plot
+        constant = {name: _constant_value(values[window]) for name, values in
+                    (("simulated", c.simulated), ("measured", c.measured))}
         self.time_sim.set_data(c.t[window], c.simulated[window])
         self.time_meas.set_data(c.t[window], c.measured[window])
-        self.ax_time.set(ylabel=result.pair.measured.key, title=f"last {PLOT_CYCLES} cycles")
+        self.time_sim.set_visible(constant["simulated"] is None)
+        self.time_meas.set_visible(constant["measured"] is None)
+        self.ax_time.set(ylabel=f"{result.pair.measured.element or result.pair.measured.key} ({unit})",
+                         title=f"last {PLOT_CYCLES} cycles")
         for band in self.bands:
             band.remove()
         self.bands = []
-        for line, average in ((self.phase_sim, c.phase_simulated), (self.phase_meas, c.phase_measured)):
+        for line, average, name in ((self.phase_sim, c.phase_simulated, "simulated"),
+                                    (self.phase_meas, c.phase_measured, "measured")):
             degrees = average.phase * 360
             line.set_data(degrees, average.mean)
-            self.bands.append(self.ax_phase.fill_between(degrees, average.mean - average.std,
-                                                         average.mean + average.std, alpha=0.25,
-                                                         color=line.get_color()))
-        self.ax_phase.set_title(f"phase-averaged (mean, std), {m.cycles:.0f} cycles of {m.frequency_hz:.3g} Hz")
+            line.set_visible(constant[name] is None)
+            if constant[name] is None:
+                self.bands.append(self.ax_phase.fill_between(degrees, average.mean - average.std,
+                                                             average.mean + average.std, alpha=0.25,
+                                                             color=line.get_color()))
+        said = "; ".join(f"{name} constant at {value:.4g} {unit}" for name, value in constant.items()
+                         if value is not None)
+        for note in self.notes:
+            note.set_text(said)
+        self.ax_phase.set(title=f"phase-averaged (mean ± std)\n{m.cycles:.0f} cycles of {m.frequency_hz:.3g} Hz",
+                          ylabel=unit)
+        self.ax_time.title.set_fontsize(9)
+        self.ax_phase.title.set_fontsize(9)
         self.error.set_data(c.cycle_starts, c.cycle_rms_error)
+        self.ax_error.set(title="RMS error per cycle", ylabel=unit)
+        self.ax_error.title.set_fontsize(9)
         for ax in (self.ax_time, self.ax_phase, self.ax_error):
-            ax.relim()
+            ax.relim(visible_only=True)
             ax.autoscale_view()
-        self.title.set_text(f"{result.pair.name}: {_label(result.status)}"
-                            + (f" — {result.reason}" if result.reason else ""))
+        self.title.set_text(textwrap.fill(f"{result.pair.name}: {_label(result.status)}"
+                                          + (f" — {result.reason}" if result.reason else ""), TITLE_WIDTH_CHARS))
         self.figure.savefig(path)
+
+
+def _constant_value(values: np.ndarray) -> float | None:
+    """The value of a signal that does not vary (to rounding), or None."""
+    finite = values[np.isfinite(values)]
+    if len(finite) == 0:
+        return None
+    spread, level = float(np.ptp(finite)), float(np.max(np.abs(finite)))
+    return float(finite[0]) if spread <= CONSTANT_FRACTION * max(level, np.finfo(float).tiny) else None
 
 
 _figure: PairFigure | None = None   # this process's figure (each worker process makes its own)
@@ -528,14 +589,33 @@ def _fmt(value) -> str:
 
 REPORT_METRICS = ("rmse", "nrmse", "r2", "amplitude_ratio", "phase_lag_deg", "lag_s", "residual_rms", "frequency_hz",
                   "dominant_frequency_simulated_hz", "dominant_frequency_measured_hz")
+#: the unit of each metric ("-": a ratio, no unit); absent: the channel's own unit
+METRIC_UNITS = {"nrmse": "-", "r2": "-", "amplitude_ratio": "-", "phase_lag_deg": "deg", "lag_s": "s",
+                "frequency_hz": "Hz", "dominant_frequency_simulated_hz": "Hz", "dominant_frequency_measured_hz": "Hz",
+                "frequency_error": "-", "gain": "-"}
+
+
+def metric_unit(metric: str, channel_unit: str) -> str:
+    return METRIC_UNITS.get(metric, channel_unit)
 #: metrics that compare the shapes of the two signals: not used for a channel with no prediction
 RELATIVE_METRICS = ("nrmse", "r2", "amplitude_ratio", "phase_lag_deg", "lag_s")
 
 
+def _unused(result: PairResult, metric: str) -> bool:
+    """A metric shown but not used: a shape metric of a channel with no prediction."""
+    return result.judged_by != "criteria" and metric in RELATIVE_METRICS and result.metrics.get(metric) is not None
+
+
 def _cell(result: PairResult, metric: str) -> str:
-    text = _fmt(result.metrics.get(metric))
-    unused = result.judged_by != "criteria" and metric in RELATIVE_METRICS and result.metrics.get(metric) is not None
-    return f"({text})" if unused else text
+    value = result.metrics.get(metric)
+    text = _fmt(value)
+    if value is not None and metric not in METRIC_UNITS:
+        text += f" {result.pair.measured_unit}"   # the columns in the channel's unit: the unit in the cell
+    return f"({text})" if _unused(result, metric) else text
+
+
+def _header(metric: str) -> str:
+    return f"{metric} ({METRIC_UNITS[metric]})" if metric in METRIC_UNITS else metric
 
 
 def write_report(out: Path, run: Path, results: list[PairResult], source: str, recording_info: dict,
@@ -552,20 +632,20 @@ def write_report(out: Path, run: Path, results: list[PairResult], source: str, r
     gaps = recording_info.get("gaps")
     if gaps:
         lines += [f"- seq gaps recorded per topic: {gaps}", ""]
-    lines += ["| channel | result | " + " | ".join(REPORT_METRICS) + " |",
+    lines += ["| channel | result | " + " | ".join(_header(k) for k in REPORT_METRICS) + " |",
               "|---|---|" + "---|" * len(REPORT_METRICS)]
     for r in results:
         state = "error" if r.error else _label(r.status)
         lines.append(f"| {r.pair.name} | {state} | " + " | ".join(_cell(r, k) for k in REPORT_METRICS) + " |")
-    lines.append("")
-    if any(r.reason for r in results):
+    lines += ["", "Units: rmse and residual_rms in each channel's unit (in the cell); (-): a ratio, no unit.", ""]
+    if any(_unused(r, k) for r in results for k in REPORT_METRICS):
         lines += ["Values in parentheses are not used: the channel has no prediction to compare shapes with and is "
                   "judged by rmse_samples against its rmse_max, or not judged (a constant prediction, no rmse_max).",
                   ""]
     for r in results:
         lines += [f"## {r.pair.name}", "",
-                  f"measured `{r.pair.measured}` vs simulated `{r.pair.simulated}` "
-                  f"(x {r.pair.scale:g} + {r.pair.offset:g})", ""]
+                  f"measured `{r.pair.measured}` ({r.pair.measured_unit}) vs simulated `{r.pair.simulated}` "
+                  f"({simulated_unit(r.pair.simulated)}): {mapping_words(r.pair)}", ""]
         if r.error:
             lines += [f"error: {r.error}", ""]
             continue
@@ -578,10 +658,17 @@ def write_report(out: Path, run: Path, results: list[PairResult], source: str, r
             name = r.pair.measured.element or r.pair.name
             lines += [f"- not judged: {r.reason} (set one, in the channel's unit: "
                       f"`[channel.\"{name}\"] rmse_max = ...`)"]
-        lines += [f"- {'pass' if ok else 'FAIL'}: {text}" for ok, text in r.checks] + [""]
+        lines += [f"- {'pass' if ok else 'FAIL'}: {text} {_check_unit(text, r)}" for ok, text in r.checks] + [""]
         if r.pair.name in plots:
             lines += [f"![{r.pair.name}]({plots[r.pair.name]})", ""]
     (out / "report.md").write_text("\n".join(lines))
+
+
+def _check_unit(text: str, result: PairResult) -> str:
+    """The unit of a check's numbers: of the metric it names (``metric = v`` or ``|metric| = v``,
+    :meth:`hil.analysis.Criterion.check`)."""
+    named = re.search(r"\|?([a-z_0-9]+)\|? (=|undefined)", text)
+    return f"({metric_unit(named.group(1), result.pair.measured_unit)})" if named else ""
 
 
 def health_lines(health: Health, window: tuple[float, float] | None) -> list[str]:

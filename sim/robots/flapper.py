@@ -40,6 +40,7 @@ from sim.robots.schema import (MAX_GRAVITY_M_S2, SIMULATION, damping, degrees, d
                                frequency_hz, length, position, robot_table)
 from sim.robots.schema import stiffness as stiffness_range
 from sim.spatial import spatial_inertia
+from sim.summary import base_motion, base_pitch, steady_state_warnings
 
 #: Quadrature points used to integrate a blade's mass distribution along its span (elliptic planform).
 INERTIA_QUADRATURE_POINTS = 24
@@ -436,14 +437,8 @@ def detrended_semi_amplitude(t: np.ndarray, y: np.ndarray, omega: float) -> floa
     return float(0.5 * (periodic.max() - periodic.min()))
 
 
-def thorax_pitch(quat: np.ndarray) -> np.ndarray:
-    """Nose-up pitch (rad) of the thorax's x0 axis above the horizontal, (T,), from quaternions (T, 4)
-    (w, x, y, z): atan2 of the x0 axis' vertical and forward world components, unwrapped so that a thorax
-    tumbling past the vertical stays continuous."""
-    w, x, y, z = quat[:, 0], quat[:, 1], quat[:, 2], quat[:, 3]
-    up = 2.0 * (x * z - w * y)                 # R[2, 0]
-    forward = 1.0 - 2.0 * (y * y + z * z)      # R[0, 0]
-    return np.unwrap(np.arctan2(up, forward))
+#: the thorax's nose-up pitch: the base's (sim/summary.py)
+thorax_pitch = base_pitch
 
 
 def tip_angles(model: Model, q: np.ndarray, side: str = "r") -> tuple[np.ndarray, np.ndarray]:
@@ -456,7 +451,8 @@ def tip_angles(model: Model, q: np.ndarray, side: str = "r") -> tuple[np.ndarray
 
 def summarize(run) -> dict:
     """`mms sim --summary` hook: figures over the last full stroke period (semi-amplitudes of the fundamental
-    harmonic; lags in degrees of the cycle, positive when the strain lags the stroke angle)."""
+    harmonic; lags in degrees of the cycle, positive when the strain lags the stroke angle), the base's drift and
+    tumbling over the run, and ``warnings`` when the run is no steady hover (:mod:`sim.summary`)."""
     from sim.cli_sim import generic_summary
 
     model = run.model
@@ -497,6 +493,10 @@ def summarize(run) -> dict:
                                             if weight > 0 else float("nan")),
     }
     out.update(generic_summary(run))
+    # the figures above describe a hover: say how far the thorax drifted and whether it tumbled, and warn when
+    # it did (a free flight that falls or turns over is no hover); the drift limit is one wing span
+    out.update(base_motion(run.t, run.arrays))
+    out["warnings"] = steady_state_warnings(out, "steady hover", md["parameters"]["S"])
     return out
 
 

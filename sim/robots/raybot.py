@@ -34,6 +34,7 @@ from sim.model import Model, ModelBuilder
 from sim.robots.schema import (MAX_GRAVITY_M_S2, SIMULATION, damping, degrees, density, frequency_hz, length, mass,
                                position, robot_table, stiffness)
 from sim.spatial import spatial_inertia
+from sim.summary import base_motion, steady_state_warnings
 
 BASE_MODES = {"floating": "floating", "free": "floating", "fixed": "fixed", "tethered": "fixed"}
 DRIVES = ("held", "passive")
@@ -596,24 +597,36 @@ def steady_window(t: np.ndarray, frequency: float, cycles: float = 3.0) -> np.nd
     return t >= t[-1] - span - WINDOW_TIME_SLACK
 
 
-def swim_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
-    """Steady swimming figures of a recorded run: speed, tail-tip amplitude, Strouhal number, depth change.
+def heading(quat: np.ndarray) -> np.ndarray:
+    """The disc's mean heading (2,): its body x axis (head) projected on the horizontal, averaged over the
+    quaternions (T, 4) (w, x, y, z) given and made a unit vector ((1, 0) when it points straight up or down)."""
+    w, x, y, z = quat[:, 0], quat[:, 1], quat[:, 2], quat[:, 3]
+    axis = np.array([np.mean(1.0 - 2.0 * (y * y + z * z)), np.mean(2.0 * (x * y + w * z))])   # R[0, 0], R[1, 0]
+    norm = float(np.linalg.norm(axis))
+    return axis / norm if norm > 0.0 else np.array([1.0, 0.0])
 
-    Window: :func:`steady_window`. Speed: horizontal displacement of the disc centre over the window / its
-    duration (m/s). Amplitude: the tail tip's world-frame excursion across the window's mean heading, with its
-    linear trend removed, peak to peak / 2 (m). Strouhal ``f 2A / U``. Depth change: mean depth of the disc
-    centre over the window minus its initial depth (m, positive = deeper)."""
+
+def swim_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
+    """Steady swimming figures of a recorded run: signed speeds, tail-tip amplitude, Strouhal number, depth change.
+
+    Window: :func:`steady_window`. Forward speed: the disc centre's horizontal displacement over the window along
+    the disc's mean heading (:func:`heading`), over the window's duration (m/s, negative when it drifts
+    backwards); vertical speed likewise along world z (m/s, + up). Amplitude: the tail tip's world-frame
+    excursion across the heading, with its linear trend removed, peak to peak / 2 (m). Strouhal ``f 2A / U``
+    (None unless it swims forwards). Depth change: mean depth of the disc centre over the window minus its initial
+    depth (m, positive = deeper)."""
     p = model.metadata["parameters"]
     f = p["frequency"] if p["source"] == "sinusoid" else 0.0
     window = steady_window(t, f)
     pos = arrays["base_pos"]
     tw, pw = t[window], pos[window]
     elapsed = float(tw[-1] - tw[0])
-    travel = pw[-1, :2] - pw[0, :2]
-    speed = float(np.linalg.norm(travel) / elapsed) if elapsed > 0 else 0.0
+    ahead = heading(arrays["base_quat"][window])
+    travel = pw[-1] - pw[0]
+    forward = float(travel[:2] @ ahead / elapsed) if elapsed > 0 else 0.0
+    vertical = float(travel[2] / elapsed) if elapsed > 0 else 0.0
     tip = tail_tip_positions(model, pos[window], arrays["base_quat"][window], arrays["q"][window])
-    heading = travel / np.linalg.norm(travel) if np.linalg.norm(travel) > 0 else np.array([1.0, 0.0])
-    across = tip[:, 0] * -heading[1] + tip[:, 1] * heading[0]
+    across = tip[:, 0] * -ahead[1] + tip[:, 1] * ahead[0]
     if tw.size > 2:
         across = across - np.polyval(np.polyfit(tw, across, 1), tw)
     amplitude = 0.5 * float(np.ptp(across))
@@ -621,25 +634,53 @@ def swim_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
     depth_change = float(np.mean(p["surface_z"] - pw[:, 2]) - depth0)
     length = model.metadata["body_length_m"]
     return {
-        "steady_speed_m_s": speed,
+        "forward_speed_m_s": forward,
+        "vertical_speed_m_s": vertical,
         "tailbeat_frequency_Hz": f,
         "tailbeat_amplitude_m": amplitude,
-        "strouhal": f * 2.0 * amplitude / speed if speed > 0.0 else None,
-        "body_lengths_per_s": speed / length,
+        "strouhal": f * 2.0 * amplitude / forward if forward > 0.0 else None,
+        "body_lengths_per_s": forward / length,
         "mean_depth_change_m": depth_change,
     }
 
 
+#: steady level swimming: the disc's path climbs or sinks at most this steeply (deg from the horizontal) ...
+MAX_CLIMB_DEG = 30.0
+#: ... or its depth changes by at most this many body lengths over the steady window (a beat's heave is far less)
+LEVEL_DRIFT_BODY_LENGTHS = 0.05
+
+
+def swim_warnings(model: Model, figures: dict) -> list[str]:
+    """Why a free run is not the steady forward, level swim its figures describe (empty when it is)."""
+    warnings = steady_state_warnings(figures, "steady swim", math.inf)
+    forward, vertical = figures["forward_speed_m_s"], figures["vertical_speed_m_s"]
+    if forward < 0.0:
+        warnings.append(f"it drifts backwards: forward speed {forward:.4f} m/s over the steady window")
+    window_s = figures["steady_window_s"]
+    rise = vertical * window_s
+    climb = math.degrees(math.atan2(abs(vertical), abs(forward)))
+    if climb > MAX_CLIMB_DEG and abs(rise) > LEVEL_DRIFT_BODY_LENGTHS * model.metadata["body_length_m"]:
+        warnings.append(f"it {'rises' if rise > 0 else 'sinks'} {1e3 * abs(rise):.0f} mm over the {window_s:.2f} s "
+                        f"steady window ({vertical:+.4f} m/s, {climb:.0f} deg from the horizontal): not a level swim")
+    return warnings
+
+
 def summarize(run) -> dict:
-    """``mms sim --summary``: the swimming figures of :func:`swim_figures` plus the timing figures. A tethered
+    """``mms sim --summary``: the swimming figures of :func:`swim_figures`, the base's drift and tumbling over the
+    run (:mod:`sim.summary`), ``warnings`` (:func:`swim_warnings`, free runs) and the timing figures. A tethered
     run (fixed base) also gives the mean load-cell force on the disc (``tether_mean_force_N``, disc frame)."""
     figures = swim_figures(run.model, run.t, run.arrays)
     sim_time = float(run.t[-1] - run.t[0])
     figures.update({"sim_time_s": sim_time, "wall_time_s": float(run.wall_time_s),
                     "real_time_factor": sim_time / run.wall_time_s if run.wall_time_s > 0 else float("inf")})
+    figures.update(base_motion(run.t, run.arrays))
+    window = steady_window(run.t, figures["tailbeat_frequency_Hz"])
+    figures["steady_window_s"] = float(run.t[window][-1] - run.t[window][0])
     if run.model.base_mode == "fixed":
-        window = steady_window(run.t, figures["tailbeat_frequency_Hz"])
         figures["tether_mean_force_N"] = run.arrays["base_wrench"][window, :3].mean(axis=0).tolist()
+        figures["warnings"] = []
+    else:
+        figures["warnings"] = swim_warnings(run.model, figures)
     return figures
 
 

@@ -114,6 +114,9 @@ def test_emulator_killed_and_restarted_reconnects_without_stale_setpoints(stack)
     assert up["link"]["reconnects"] == 1 and up["link"]["link_losses"] == 1
     assert up["link"]["emulator_pid"] != old_pid and stack.alive(up["link"]["emulator_pid"])
     assert up["lifecycle"] == "active"
+    # why the link went down is in the status while it is down, and gone once it is up (no stale error shown)
+    outage = [s for s in drv.collector.get("hw/status") if lost["seq"] <= s["seq"] < up["seq"]]
+    assert any(s["error"] for s in outage) and up["error"] == "", [s["error"] for s in outage][-3:]
     # status kept coming during the outage
     stamps = [s["stamp_ns"] for s in drv.collector.get("hw/status") if lost_ns - 10**9 <= s["stamp_ns"]
               <= up["stamp_ns"]]

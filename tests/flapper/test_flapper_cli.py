@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MMS = [sys.executable, "-m", "hil.cli"]
@@ -15,7 +16,8 @@ SUMMARY_KEYS = {"peak_stroke_torque_Nm", "mean_power_per_wing_W", "tip_twist_amp
                 "tip_twist_phase_lag_deg", "tip_bend_amplitude_deg", "tip_bend_phase_lag_deg",
                 "thorax_amplitude_mm", "thorax_pitch_amplitude_deg", "thorax_excursion_mm",
                 "thorax_pitch_excursion_deg", "mean_vertical_force_over_weight",
-                "sim_time_s", "wall_time_s", "real_time_factor"}
+                "sim_time_s", "wall_time_s", "real_time_factor", "base_drift_m", "base_vertical_drift_m",
+                "base_max_abs_pitch_deg", "base_total_rotation_deg", "warnings"}
 TIMEOUT = 240  # s, generous: the machine is shared
 
 
@@ -34,6 +36,8 @@ def test_tethered_run_writes_series_metadata_plots_and_summary(tmp_path):
     assert set(values["thorax_amplitude_mm"]) == {"x", "y", "z"}
     assert values["thorax_amplitude_mm"] == {"x": 0.0, "y": 0.0, "z": 0.0}   # tethered
     assert values["thorax_excursion_mm"] == {"x": 0.0, "y": 0.0, "z": 0.0}
+    assert values["base_drift_m"] == 0.0 and values["base_total_rotation_deg"] == 0.0 and values["warnings"] == []
+    assert "warning" not in done.stderr
     assert values["sim_time_s"] == 0.04 or math.isclose(values["sim_time_s"], 0.04, rel_tol=1e-9)
     assert math.isclose(values["real_time_factor"], values["sim_time_s"] / values["wall_time_s"], rel_tol=1e-9)
     assert values["peak_stroke_torque_Nm"] > 0 and values["mean_power_per_wing_W"] > 0
@@ -71,3 +75,21 @@ def test_help_lists_the_options():
     for option in ("--periods", "--duration", "--base", "--dt", "--integrator", "--out", "--summary",
                    "--tailbeat-frequency", "--tailbeat-amplitude"):
         assert option in done.stdout
+
+
+#: docs/flapper.md "Summary": the default robot in free flight over 6 periods falls 202 mm and pitches up to 420 deg
+#: (measured; the run is deterministic, the band allows for another platform's rounding through the tumble)
+FREE_FLIGHT_FALL_MM, FREE_FLIGHT_PITCH_DEG, FREE_FLIGHT_BAND = 202.0, 420.0, 0.05
+
+
+def test_free_flight_summary_says_the_fall_and_the_tumble(tmp_path):
+    summary = tmp_path / "summary.json"
+    done = mms("sim", CONFIG, "--periods", 6, "--out", tmp_path / "run", "--summary", summary, "--quiet",
+               "--no-plots")
+    assert done.returncode == 0, done.stderr
+    values = json.loads(summary.read_text())
+    assert -1e3 * values["base_vertical_drift_m"] == pytest.approx(FREE_FLIGHT_FALL_MM, rel=FREE_FLIGHT_BAND)
+    assert values["base_max_abs_pitch_deg"] == pytest.approx(FREE_FLIGHT_PITCH_DEG, rel=FREE_FLIGHT_BAND)
+    assert len(values["warnings"]) == 2
+    assert [line for line in done.stderr.splitlines() if line.startswith("mms sim: warning: ")] == [
+        f"mms sim: warning: {w}" for w in values["warnings"]]

@@ -55,6 +55,36 @@ def test_summary_of_known_harmonics():
     assert s["thorax_pitch_amplitude_deg"] == pytest.approx(5.0, rel=1e-6)
     assert s["mean_vertical_force_over_weight"] == pytest.approx(0.7, rel=1e-4)
     assert s["sim_time_s"] == pytest.approx(3 * T) and s["real_time_factor"] == pytest.approx(3 * T / 0.5)
+    # the run is no hover: it falls 0.5 g (3T)^2 and pitches up 0.3 rad/s (plus 5 deg at the stroke frequency)
+    fall = 0.5 * 9.81 * (3 * T) ** 2
+    assert s["base_vertical_drift_m"] == pytest.approx(-fall, rel=1e-9) and s["base_drift_m"] == pytest.approx(fall)
+    assert s["base_max_abs_pitch_deg"] == pytest.approx(math.degrees(np.max(np.abs(pitch))), rel=1e-9)
+    turned = np.sum(np.abs(np.diff(pitch)))          # about one axis: the sum of the steps' angles
+    assert s["base_total_rotation_deg"] == pytest.approx(math.degrees(turned), rel=1e-6)
+    drift_warning = [w for w in s["warnings"] if "drifted" in w]
+    assert len(drift_warning) == 1 and f"{-1e3 * fall:+.0f} mm vertically" in drift_warning[0]
+    assert all("tumbled" not in w for w in s["warnings"]) == (np.max(np.abs(pitch)) <= math.pi / 2)
+
+
+def test_a_base_that_turns_over_is_said_to_tumble_and_a_still_one_gives_no_warning():
+    table = copy.deepcopy(load_toml(CONFIG))
+    table["wing"]["sections"] = 2
+    model = build_robot(table, CONFIG)
+    T, n = model.metadata["period_s"], model.n
+    t = np.linspace(0.0, 2 * T, 801)
+    pitch = np.radians(420.0) * t / t[-1]       # a steady pitch-up through 420 deg
+    quat = np.array([matrix_to_quat(np.array([[math.cos(a), 0, -math.sin(a)], [0, 1, 0],
+                                              [math.sin(a), 0, math.cos(a)]])) for a in pitch])
+    zeros = np.zeros((t.size, n))
+    arrays = {"q": zeros, "qd": zeros, "tau": zeros, "base_pos": np.zeros((t.size, 3)), "base_quat": quat,
+              "ext_wrench": np.zeros((t.size, 6))}
+    s = summarize(SimRun(t=t, arrays=arrays, model=model, config=table, options={}, wall_time_s=1.0))
+    assert s["base_max_abs_pitch_deg"] == pytest.approx(420.0, rel=1e-9)
+    assert s["base_total_rotation_deg"] == pytest.approx(420.0, rel=1e-9)
+    assert s["base_drift_m"] == 0.0 and len(s["warnings"]) == 1 and "tumbled: pitch up to 420 deg" in s["warnings"][0]
+    arrays["base_quat"] = np.tile([1.0, 0.0, 0.0, 0.0], (t.size, 1))
+    still = summarize(SimRun(t=t, arrays=arrays, model=model, config=table, options={}, wall_time_s=1.0))
+    assert still["warnings"] == [] and still["base_total_rotation_deg"] == 0.0
 
 
 def test_pitch_is_continuous_through_the_vertical():

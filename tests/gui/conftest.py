@@ -50,11 +50,13 @@ class RigPublisher:
     """Publishes the five topics from a thread until stopped; ``counts`` says how many of each went out."""
 
     def __init__(self, endpoints: Endpoints, state_hz: float = 200.0, samples_per_telemetry: int = 4,
-                 with_driver: bool = True):
+                 with_driver: bool = True, wrench_scale: float = 1.1, driver_error: str = ""):
         self.endpoints = endpoints
         self.state_period = 1.0 / state_hz
         self.samples_per_telemetry = samples_per_telemetry
         self.with_driver = with_driver
+        self.wrench_scale = wrench_scale     # measured load fx..mz = wrench_scale * simulated base wrench
+        self.driver_error = driver_error     # hw/status "error" while the link is not up yet
         self.counts = {topic: 0 for topic in messages.TOPICS}
         self._stop = threading.Event()
         self._driver_stop = threading.Event()
@@ -122,7 +124,8 @@ class RigPublisher:
                     lagged = sim_values(t - 0.01)
                     samples.append((device_us, [lagged["q"][JOINTS.index(n)] for n in SERVOS],
                                     [2e-3 * v for v in lagged["strain"]],   # gauge strain, m/m
-                                    [lagged["tau"][0], lagged["tau"][5], *[1.1 * v for v in lagged["wrench"]]]))
+                                    [lagged["tau"][0], lagged["tau"][5],
+                                     *[self.wrench_scale * v for v in lagged["wrench"]]]))
                     if len(samples) == self.samples_per_telemetry:
                         self._send(driver, messages.TOPIC_HW_TELEMETRY, {
                             "host_ns": time.time_ns(), "device_us": [s[0] for s in samples],
@@ -131,9 +134,12 @@ class RigPublisher:
                             "load_names": LOADS, "load": [s[3] for s in samples]})
                         samples = []
                     if step % 40 == 0:
+                        # the first status: the link still down, with the driver's error of then
+                        up = step > 0 or not self.driver_error
                         self._send(driver, messages.TOPIC_HW_STATUS, {
-                            "lifecycle": "active", "rig": "test rig", "estop": False, "watchdog": "track",
-                            "link": {"state": "up", "frames_ok": step // self.samples_per_telemetry,
+                            "lifecycle": "active" if up else "unconfigured", "rig": "test rig", "estop": False,
+                            "watchdog": "track", "error": "" if up else self.driver_error,
+                            "link": {"state": "up" if up else "down", "frames_ok": step // self.samples_per_telemetry,
                                      "crc_errors": 0, "seq_gaps": 0, "reconnects": 0}})
                 step += 1
                 # pacing of the publisher (not a wait for a condition): one state per period
@@ -159,9 +165,10 @@ def endpoints():
 
 
 class ControlResponder:
-    """A REP socket standing in for the driver's or recorder's control socket; records what it received."""
+    """A REP socket standing in for the driver's or recorder's control socket; records what it received. ``reply``:
+    the reply map, or a function of the request map that returns it."""
 
-    def __init__(self, endpoint: str, reply: dict | None = None):
+    def __init__(self, endpoint: str, reply=None):
         self.endpoint = endpoint
         self.reply = reply if reply is not None else {"ok": True}
         self.requests: list[dict] = []
@@ -188,7 +195,8 @@ class ControlResponder:
                 if socket.poll(20, zmq.POLLIN):
                     request = msgpack.unpackb(socket.recv(), raw=False)
                     self.requests.append(request)
-                    socket.send(msgpack.packb(self.reply, use_bin_type=True))
+                    reply = self.reply(request) if callable(self.reply) else self.reply
+                    socket.send(msgpack.packb(reply, use_bin_type=True))
         finally:
             socket.close(linger=0)
 
@@ -215,3 +223,24 @@ def responder():
     yield make
     for control in started:
         control.stop()
+
+
+@pytest.fixture
+def make_window(qtbot, endpoints):
+    """Factory of shown dashboard windows on ``endpoints`` (options overridable), shut down at the end."""
+    from gui.window import DashboardOptions, DashboardWindow
+
+    windows = []
+
+    def make(**overrides):
+        options = DashboardOptions(endpoints=endpoints, window_s=5.0, stale_after_s=2.0, disconnected_after_s=4.0,
+                                   control_timeout_s=0.5, **overrides)
+        window = DashboardWindow(options)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.shutdown()

@@ -6,29 +6,11 @@ import pytest
 import zmq
 from PyQt5.QtCore import Qt
 
-from gui.window import CONNECTED, DISCONNECTED, DashboardOptions, DashboardWindow
+from gui.window import CONNECTED, DISCONNECTED
 from sim import messages
 
 #: generous deadlines: the machine has two cores shared with other test runs
 DEADLINE_MS = 20_000
-
-
-@pytest.fixture
-def make_window(qtbot, endpoints):
-    windows = []
-
-    def make(**overrides):
-        options = DashboardOptions(endpoints=endpoints, window_s=5.0, stale_after_s=2.0, disconnected_after_s=4.0,
-                                   control_timeout_s=0.5, **overrides)
-        window = DashboardWindow(options)
-        qtbot.addWidget(window)
-        window.show()
-        windows.append(window)
-        return window
-
-    yield make
-    for window in windows:
-        window.shutdown()
 
 
 def curve(window, panel: str, label: str):
@@ -123,16 +105,30 @@ def test_estop_without_a_driver_fails_clearly_then_works_once_the_driver_is_back
 
 
 def test_recording_buttons_talk_to_the_recorder(qtbot, make_window, endpoints, responder, tmp_path):
-    recorder = responder(endpoints.recorder_control, {"ok": True})
+    recording = {}
+
+    def recorder_reply(request: dict) -> dict:
+        """The recorder's protocol (hil/recorder.py): start, stop, and status saying the file it writes."""
+        if request["cmd"] == "start":
+            recording["path"] = request["path"]
+        elif request["cmd"] == "stop":
+            recording.pop("path", None)
+        return {"ok": True, "recording": "path" in recording, **recording}
+
+    recorder = responder(endpoints.recorder_control, recorder_reply)
     window = make_window()
+    qtbot.waitUntil(lambda: window.record_label.text() == "recorder: not recording", timeout=DEADLINE_MS)
     path = str(tmp_path / "run1.mcap")
     window.record_path.setText(path)
     qtbot.mouseClick(window.record_start, Qt.LeftButton)
-    qtbot.waitUntil(lambda: recorder.requests == [{"cmd": "start", "path": path}], timeout=DEADLINE_MS)
+    commands = lambda: [r for r in recorder.requests if r["cmd"] != "status"]  # noqa: E731 - polled below
+    qtbot.waitUntil(lambda: commands() == [{"cmd": "start", "path": path}], timeout=DEADLINE_MS)
     qtbot.waitUntil(lambda: window.record_label.text() == f"recorder: recording {path}", timeout=DEADLINE_MS)
     qtbot.mouseClick(window.record_stop, Qt.LeftButton)
-    qtbot.waitUntil(lambda: recorder.requests[-1:] == [{"cmd": "stop"}], timeout=DEADLINE_MS)
-    qtbot.waitUntil(lambda: window.record_label.text() == "recorder: stopped", timeout=DEADLINE_MS)
+    qtbot.waitUntil(lambda: commands()[-1:] == [{"cmd": "stop"}], timeout=DEADLINE_MS)
+    qtbot.waitUntil(lambda: window.record_label.text() in ("recorder: stopped", "recorder: not recording"),
+                    timeout=DEADLINE_MS)
+    assert window.recorder_path is None
 
 
 def test_a_dropped_publisher_shows_as_disconnected(qtbot, make_window, publisher):

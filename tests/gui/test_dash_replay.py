@@ -30,20 +30,30 @@ def tau_of(t: float) -> list[float]:
     return [0.01 * math.sin(2 * math.pi * 2 * t), 0.001 * t, -0.002]
 
 
-def write_recording(path: Path) -> int:
-    """A recording in the recorder's format (one msgpack channel per topic, payload bytes as on the wire)."""
+def write_recording(path: Path, lead_s: float = 0.0) -> int:
+    """A recording in the recorder's format (one msgpack channel per topic, payload bytes as on the wire); with
+    ``lead_s``, that long of sim/status alone (1 Hz) first, as when the recorder starts before the simulator has
+    compiled."""
     count = 0
     with path.open("wb") as handle:
         writer = Writer(handle)
         writer.start(profile="", library="test_dash_replay")
         channels = {}
-        for topic in (messages.TOPIC_SIM_STATE, messages.TOPIC_HW_TELEMETRY):
+        for topic in (messages.TOPIC_SIM_STATE, messages.TOPIC_HW_TELEMETRY, messages.TOPIC_SIM_STATUS):
             schema_id = writer.register_schema(name=topic, encoding="jsonschema",
                                                data=json.dumps(messages.SCHEMAS[topic]).encode())
             channels[topic] = writer.register_channel(topic=topic, message_encoding="msgpack", schema_id=schema_id)
+        for seq in range(int(lead_s)):
+            status = {"v": 1, "seq": seq, "t": 0.0, "stamp_ns": START_NS + seq * 10**9, "mode": "realtime",
+                      "state": "paused", "rtf": 0.0, "step_us": {"mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0},
+                      "deadline_misses": 0, "state_rate_hz": STATE_HZ, "robot": "test", "joint_names": JOINTS,
+                      "actuated": [True, False, False]}
+            messages.validate(messages.TOPIC_SIM_STATUS, status)
+            writer.add_message(channel_id=channels[messages.TOPIC_SIM_STATUS], log_time=status["stamp_ns"],
+                               publish_time=status["stamp_ns"], data=msgpack.packb(status, use_bin_type=True))
         for seq in range(int(DURATION_S * STATE_HZ)):
             t = seq / STATE_HZ
-            stamp = START_NS + int(t * 1e9)
+            stamp = START_NS + int((lead_s + t) * 1e9)
             state = {"v": 1, "seq": seq, "t": t, "stamp_ns": stamp, "joint_names": JOINTS,
                      "actuated": [True, False, False], "q": [0.1, 0.2, 0.3], "qd": [0.0] * 3, "qdd": [0.0] * 3,
                      "tau": tau_of(t), "strain": [0.01, 0.02], "base_pos": [0.0] * 3,
@@ -91,6 +101,35 @@ def test_replay_plays_the_recording_through_the_plots(qtbot, tmp_path):
         assert len(labels["stroke_r (sim)"].xData) == expected_states
         assert len(labels["stroke_r (meas)"].xData) == expected_states
         assert "finished" in window.statusBar().currentMessage()
+    finally:
+        window.shutdown()
+
+
+def test_replay_opens_on_the_first_data_and_seeks(qtbot, tmp_path):
+    path = tmp_path / "run.mcap"
+    lead_s = 600.0    # ten minutes of status alone: played at its pace, no data would come before the deadline
+    write_recording(path, lead_s)
+    window = DashboardWindow(DashboardOptions(endpoints=Endpoints(), replay=path, replay_speed=3.0, window_s=10.0))
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        expected_states = int(DURATION_S * STATE_HZ)
+        # a replay commands nothing and records nothing: its controls are a seek slider, not E-STOP and Record
+        assert window.seek_slider.isVisible()
+        assert not any(w.isVisible() for w in (window.estop_button, window.reset_button, window.record_start,
+                                               window.record_stop, window.record_path))
+        qtbot.waitUntil(lambda: window.replay_done, timeout=DEADLINE_MS)
+        tau = window.store.buffers["sim.tau"]
+        assert len(tau) == expected_states
+        np.testing.assert_allclose(tau.times(), lead_s + np.arange(expected_states) / STATE_HZ, atol=1e-6)
+        assert window.seek_slider.maximum() * 0.1 == pytest.approx(lead_s + DURATION_S, abs=0.1)
+        # a seek back into the data: the buffers start again, hold what lies before it, and the rest plays
+        window.seek(lead_s + 0.5)
+        qtbot.waitUntil(lambda: not window.replay_done, timeout=DEADLINE_MS)
+        qtbot.waitUntil(lambda: window.replay_done, timeout=DEADLINE_MS)
+        tau = window.store.buffers["sim.tau"]
+        assert len(tau) == expected_states and np.all(np.diff(tau.times()) > 0)
+        np.testing.assert_allclose(tau.values(), [tau_of(t - lead_s) for t in tau.times()], rtol=0, atol=1e-12)
     finally:
         window.shutdown()
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import msgpack
 from mcap.reader import make_reader
 
+from gui.preflight import PLUGIN_ENV
 from sim import messages
+from tests.conftest import MISSING_LIBRARY
 
 #: a cold numba cache on a fresh machine makes the first start slow; the run itself is 10 s
 DEMO_TIMEOUT_S = 600
@@ -37,11 +39,11 @@ REPLAY_BENDING_RATIO, REPLAY_BENDING_BAND = 0.830, 0.035
 REPLAY_STRAIN_LAG_DEG, REPLAY_STRAIN_LAG_BAND_DEG = -5.7, 8.0
 
 
-def _demo(out: Path, duration: float, *args: str) -> subprocess.Popen:
+def _demo(out: Path, duration: float, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration), "--out", str(out),
                              *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+                            env={**os.environ, "QT_QPA_PLATFORM": "offscreen", **(env or {})})
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -139,14 +141,19 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     assert _wait_no_processes(str(out)) == []
 
 
-def test_demo_on_the_two_device_dynamixel_rig(tmp_path):
+def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     """`mms demo --rig flapper-dynamixel`: one driver owning the Dynamixel bus and the sensor microcontroller
     (both emulated, the microcontroller with the physics plant); the recording keeps both rig files, and the
-    validation pairs the bus servos and the microcontroller's gauges and tether sensor with the model."""
+    validation pairs the bus servos and the microcontroller's gauges and tether sensor with the model. Asked for
+    the dashboard (`--gui`) on a machine whose Qt platform plugin misses a system library, it says which and how to
+    install it, and goes on headless."""
     out = tmp_path / "run"
-    demo = _demo(out, DEMO_DURATION_S, "--rig", "flapper-dynamixel")
+    demo = _demo(out, DEMO_DURATION_S, "--rig", "flapper-dynamixel", "--gui",
+                 env={"QT_QPA_PLATFORM": "xcb", "DISPLAY": ":0", PLUGIN_ENV: str(broken_qt_plugin)})
     stdout, stderr = demo.communicate(timeout=DEMO_TIMEOUT_S)
     assert demo.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert f"[demo] no dashboard: Qt's 'xcb' platform plugin cannot load: the system lacks {MISSING_LIBRARY}" in stdout
+    assert "going on without it (headless)" in stdout and "started dash" not in stdout
     with (out / "run.mcap").open("rb") as handle:
         metadata = {m.name: m.metadata for m in make_reader(handle).iter_metadata()}
     assert metadata["rig_config"]["path"].endswith("flapper_dynamixel_rig.toml")

@@ -39,6 +39,20 @@ def test_dead_child_is_named_and_the_others_are_stopped(tmp_path):
     assert _wait_dead(pids)
 
 
+def test_an_optional_child_that_dies_is_said_and_the_others_go_on(tmp_path):
+    said = []
+    with Supervisor(tmp_path, say=said.append) as supervisor:
+        supervisor.start("serve", SLEEPER, capture_first_line=True)
+        failing = "import sys; print('no display', file=sys.stderr); sys.exit(1)"
+        supervisor.start("dash", [sys.executable, "-c", failing], optional=True)
+        assert supervisor.wait(DEADLINE_S, until=lambda: supervisor.children["dash"].returncode() is not None)
+        supervisor.wait(0.2)       # the next checks: the dead optional child is said once, nothing raised
+        assert supervisor.children["serve"].returncode() is None
+        died = [line for line in said if "'dash'" in line]
+        assert len(died) == 1 and "exit code 1" in died[0] and "no display" in died[0]
+        assert "going on without it" in died[0]
+
+
 def test_stop_order_is_respected(tmp_path):
     stopped = []
     script = textwrap.dedent("""

@@ -50,18 +50,27 @@ def run(tmp_path, kit):
 def _expected_state_columns(states):
     q = np.array([s["q"] for s in states])
     wrench = np.array([s["base_wrench"] for s in states])
-    return {"t": [s["t"] for s in states], "stamp_ns": [s["stamp_ns"] for s in states],
-            "log_time": [s["stamp_ns"] + 1000 for s in states],
-            "q_tail_yaw": q[:, 0], "q_tail_pitch": q[:, 1], "base_wrench_fx": wrench[:, 0],
-            "base_wrench_mz": wrench[:, 5], "strain_tail_yaw": [s["strain"][0] for s in states]}
+    return {"sim_time_s": [s["t"] for s in states], "q_tail_yaw_rad": q[:, 0], "q_tail_pitch_rad": q[:, 1],
+            "base_wrench_fx_N": wrench[:, 0], "base_wrench_mz_N_m": wrench[:, 5],
+            "joint_deflection_tail_yaw_rad": [s["strain"][0] for s in states]}
+
+
+def _expected_state_clocks(states):
+    return {"stamp_ns": [s["stamp_ns"] for s in states], "log_time_ns": [s["stamp_ns"] + 1000 for s in states]}
 
 
 def _expected_telemetry_columns(frames):
+    """Without a rig in the recording the gauges' and load cells' units are unknown: no suffix."""
+    rows = [(f, i) for f in frames for i in range(len(f["device_us"]))]
+    return {"servo_angle_tail_rad": [f["servo_rad"][i][0] for f, i in rows],
+            "gauge_strain_g2": [f["strain"][i][1] for f, i in rows], "load_fx": [f["load"][i][0] for f, i in rows],
+            "seq": [f["seq"] for f, i in rows]}
+
+
+def _expected_telemetry_clocks(frames):
     rows = [(f, i) for f in frames for i in range(len(f["device_us"]))]
     return {"sample_ns": [f["host_ns"] - 1000 * (f["device_us"][-1] - f["device_us"][i]) for f, i in rows],
-            "servo_rad_tail": [f["servo_rad"][i][0] for f, i in rows],
-            "strain_g2": [f["strain"][i][1] for f, i in rows], "load_fx": [f["load"][i][0] for f, i in rows],
-            "seq": [f["seq"] for f, i in rows]}
+            "device_us": [f["device_us"][i] for f, i in rows]}
 
 
 def test_export_mat_read_by_scipy(tmp_path, run, kit):
@@ -72,10 +81,18 @@ def test_export_mat_read_by_scipy(tmp_path, run, kit):
     state = data["sim_state"]
     for column, expected in _expected_state_columns(states).items():
         np.testing.assert_array_equal(np.ravel(state[column]), np.asarray(expected), err_msg=column)
-    assert list(state["column_names"][:4]) == ["time_s", "t", "stamp_ns", "log_time"]
+    for column, expected in _expected_state_clocks(states).items():
+        assert state["raw_clocks"][column].dtype == np.int64
+        np.testing.assert_array_equal(np.ravel(state["raw_clocks"][column]), np.asarray(expected), err_msg=column)
+    assert list(state["column_names"][:2]) == ["time_s", "v"] and "time_s: s since" in state["time_base"]
+    assert state["units"]["base_wrench_mz_N_m"] == "N m" and state["units"]["seq"] == "-"
     telemetry = data["hw_telemetry"]
     for column, expected in _expected_telemetry_columns(frames).items():
         np.testing.assert_array_equal(np.ravel(telemetry[column]), np.asarray(expected), err_msg=column)
+    for column, expected in _expected_telemetry_clocks(frames).items():
+        np.testing.assert_array_equal(np.ravel(telemetry["raw_clocks"][column]), np.asarray(expected), err_msg=column)
+    # one time base: no simulation time (all NaN before) and no integer clock among the telemetry's columns
+    assert "t" not in telemetry and "sim_time_s" not in telemetry and "stamp_ns" not in telemetry
     assert data["sim_status"]["mode"].tolist() == ["realtime"] * len(data["sim_status"]["seq"])
     assert data["metadata"]["robot_config"]["text"] == "[robot]\nkind = 'flapper'\n"
 
@@ -89,9 +106,13 @@ def test_export_h5_read_by_h5py(tmp_path, run, kit):
             np.testing.assert_array_equal(handle["sim/state"][column][()], np.asarray(expected), err_msg=column)
         for column, expected in _expected_telemetry_columns(frames).items():
             np.testing.assert_array_equal(handle["hw/telemetry"][column][()], np.asarray(expected), err_msg=column)
-        assert handle["hw/telemetry"]["stamp_ns"].dtype == np.int64
+        for column, expected in _expected_telemetry_clocks(frames).items():
+            clock = handle["hw/telemetry/raw_clocks"][column]
+            np.testing.assert_array_equal(clock[()], np.asarray(expected), err_msg=column)
+        assert handle["hw/telemetry/raw_clocks/stamp_ns"].dtype == np.int64
+        assert handle["sim/state"]["q_tail_yaw_rad"].attrs["unit"] == "rad"
         assert [s.decode() for s in handle["sim/status"]["state"][()]] == ["running"] * 6
-        assert list(handle["sim/state"].attrs["columns"][:4]) == ["time_s", "t", "stamp_ns", "log_time"]
+        assert list(handle["sim/state"].attrs["columns"][:4]) == ["time_s", "v", "seq", "sim_time_s"]
         assert handle["metadata/robot_config"].attrs["path"] == "robot.toml"
 
 
@@ -100,9 +121,13 @@ def test_export_csv_read_by_csv_module(tmp_path, run, kit):
     result = kit.mms_run("export", str(path), "--to", "csv", "--out", str(tmp_path / "csv"), "--topics",
                          "sim/state", "hw/telemetry", "--no-progress")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == ["hw_telemetry.csv", "sim_state.csv"]
+    assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == [
+        "hw_telemetry.csv", "hw_telemetry_raw_clocks.csv", "sim_state.csv", "sim_state_raw_clocks.csv"]
     for name, expected_columns, rows in (("sim_state.csv", _expected_state_columns(states), N_STATES),
+                                         ("sim_state_raw_clocks.csv", _expected_state_clocks(states), N_STATES),
                                          ("hw_telemetry.csv", _expected_telemetry_columns(frames),
+                                          len(frames) * FRAME),
+                                         ("hw_telemetry_raw_clocks.csv", _expected_telemetry_clocks(frames),
                                           len(frames) * FRAME)):
         with open(tmp_path / "csv" / name, newline="") as handle:
             table = list(csv.DictReader(handle))
@@ -139,3 +164,39 @@ def test_parallel_decode_in_worker_processes_equals_the_sequential_one(run, monk
         for name, column in table.columns.items():
             np.testing.assert_array_equal(other.columns[name], column, err_msg=f"{topic}:{name}")
         assert other.text == table.text and other.element_names == table.element_names
+
+
+def test_exports_give_units_one_time_base_and_the_rigs_signs(tmp_path, kit):
+    """A run with its rig stored: the sensors' units from the rig, and each mapped channel once more in its
+    simulated signal's unit and sign (the thrust cell reads -base_wrench fx: scale -1 in the rig)."""
+    run = tmp_path / "run.mcap"
+    truth = kit.write_synthetic_run(run, duration_s=3.0)
+    result = kit.mms_run("export", str(run), "--to", "csv", "--out", str(tmp_path / "csv"), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "csv" / "hw_telemetry.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    header = list(rows[0])
+    assert header[0] == "time_s" and [h for h in header if h.endswith(("_s", "_ns", "_us"))] == ["time_s"]
+    assert {"servo_angle_tail_rad", "gauge_strain_fin_ray_left_m_per_m", "load_thrust_N",
+            "load_thrust_as_base_wrench_fx_N", "servo_angle_tail_as_q_tail_yaw_rad"} <= set(header)
+    load = np.array([float(r["load_thrust_N"]) for r in rows])
+    as_wrench = np.array([float(r["load_thrust_as_base_wrench_fx_N"]) for r in rows])
+    np.testing.assert_array_equal(as_wrench, -load)
+    with open(tmp_path / "csv" / "sim_state.csv", newline="") as handle:
+        wrench = np.array([float(r["base_wrench_fx_N"]) for r in csv.DictReader(handle)])
+    # the measured thrust, in base_wrench's sign, has the simulated mean: -thrust_mean (the support pulls back)
+    assert np.mean(as_wrench) == pytest.approx(np.mean(wrench), rel=0.05)
+    assert np.mean(wrench) == pytest.approx(-truth["thrust_mean"], rel=0.05)
+
+    kit.mms_run("export", str(run), "--to", "mat", "--out", str(tmp_path / "mat"), "--no-progress")
+    data = loadmat(tmp_path / "mat" / "run.mat", simplify_cells=True)
+    telemetry = data["hw_telemetry"]
+    assert telemetry["units"]["gauge_strain_fin_ray_left_m_per_m"] == "m/m"
+    assert telemetry["units"]["load_thrust_as_base_wrench_fx_N"] == "N" and telemetry["units"]["time_s"] == "s"
+    # every column MATLAB reads as a double (the int64 clocks apart, exact)
+    numeric = [name for name in telemetry["column_names"] if name in telemetry]
+    assert numeric and all(np.asarray(telemetry[name]).dtype == np.float64 for name in numeric)
+    assert np.asarray(telemetry["raw_clocks"]["sample_ns"]).dtype == np.int64
+    origin = min(int(np.min(data[t]["raw_clocks"]["stamp_ns"])) for t in ("sim_state", "hw_telemetry"))
+    np.testing.assert_allclose(telemetry["time_s"], (telemetry["raw_clocks"]["sample_ns"] - origin) * 1e-9,
+                               rtol=0, atol=1e-9)

@@ -228,3 +228,45 @@ def test_a_small_varying_prediction_without_rmse_max_is_judged_by_the_criteria(t
     assert f"| {SIDE} | FAIL |" in report and '[channel."fy"] rmse_max' in report
     _document, channels = _validate(tmp_path, path, f"[channel.fy]\nrmse_max = {2 * SIDE_NOISE_N}\n", "small_rmse")
     assert channels[SIDE]["judged_by"] == "rmse" and channels[SIDE]["status"] == "pass"
+
+
+def test_the_report_gives_units_and_the_figure_says_a_constant_channel(tmp_path, run):
+    """report.md: a unit on every number, the note on parentheses only with values in parentheses; the figure of a
+    channel whose prediction is constant says so instead of drawing a flat line, and no text leaves the figure."""
+    results, _document = validate.validate_run(run, tmp_path / "all", validate.load_settings(None), None, "all",
+                                               progress=False)
+    report = (tmp_path / "all" / "report.md").read_text()
+    assert "| rmse | nrmse (-) | r2 (-) |" in report and "| lag_s (s) |" in report
+    servo_row = next(line for line in report.splitlines() if line.startswith(f"| {SERVO} |"))
+    assert " rad | " in servo_row                       # rmse and residual_rms carry the channel's unit
+    side_row = next(line for line in report.splitlines() if line.startswith(f"| {SIDE} |"))
+    assert "(" in side_row and "Values in parentheses are not used" in report   # fy's r2 is shown, not used
+    assert "pass: |phase_lag_deg| = " in report and "(deg)" in report
+    assert "(x 1 + 0)" not in report and "compared as they are (same unit and sign)" in report
+
+    figure = validate.PairFigure()
+    figure.save(next(r for r in results if r.pair.name == SIDE), tmp_path / "side.png")
+    assert figure.notes[0].get_text() == "simulated constant at 0 N" and not figure.time_sim.get_visible()
+    assert figure.time_meas.get_visible()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure.figure)
+    canvas.draw()   # the layout as saved
+    renderer = canvas.get_renderer()
+    page = figure.figure.bbox
+    # each axes' tight box holds its drawn title, labels and tick labels
+    boxes = [figure.title.get_window_extent(renderer)]
+    boxes += [ax.get_tightbbox(renderer) for ax in (figure.ax_time, figure.ax_phase, figure.ax_error)]
+    for box in boxes:
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, box
+
+
+def test_a_report_without_unused_values_does_not_explain_parentheses(tmp_path, run):
+    settings = validate.load_settings(None)
+    settings.pairs = [validate.Pair("servo x2", validate.SignalRef.parse("hw/telemetry:servo_rad:tail_yaw"),
+                                    validate.SignalRef.parse("sim/state:q:tail_yaw"), scale=2.0, offset=0.05,
+                                    criteria=validate._criteria(settings.pass_defaults, None, "pass"), unit="rad")]
+    validate.validate_run(run, tmp_path / "one", settings, None, "none", progress=False)
+    report = (tmp_path / "one" / "report.md").read_text()
+    assert "Values in parentheses" not in report
+    assert "expected measured value = 2 x simulated + 0.05 rad" in report

@@ -20,8 +20,10 @@ from sim.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "robots" / "raybot.toml"
-SUMMARY_KEYS = {"steady_speed_m_s", "tailbeat_frequency_Hz", "tailbeat_amplitude_m", "strouhal",
-                "body_lengths_per_s", "mean_depth_change_m", "sim_time_s", "wall_time_s", "real_time_factor"}
+SUMMARY_KEYS = {"forward_speed_m_s", "vertical_speed_m_s", "tailbeat_frequency_Hz", "tailbeat_amplitude_m",
+                "strouhal", "body_lengths_per_s", "mean_depth_change_m", "sim_time_s", "wall_time_s",
+                "real_time_factor", "base_drift_m", "base_vertical_drift_m", "base_max_abs_pitch_deg",
+                "base_total_rotation_deg", "steady_window_s", "warnings"}
 
 
 def _config(**changes) -> dict:
@@ -84,7 +86,7 @@ def test_speed_grows_with_tailbeat_frequency_and_swims_straight():
         model = build_robot(_config(tail_drive__frequency_Hz=frequency), CONFIG)
         t, arrays, _ = raybot.swim(model, 10.0, record_every=10)
         figures = raybot.swim_figures(model, t, arrays)
-        speeds.append(figures["steady_speed_m_s"])
+        speeds.append(figures["forward_speed_m_s"])
         travel = arrays["base_pos"][-1] - arrays["base_pos"][0]
         if frequency >= 2.0:
             assert travel[0] > 0.0                                   # forwards (head first)
@@ -144,3 +146,52 @@ def test_external_servo_input_drives_the_tail_through_the_mechanism():
     assert q[model.joint_index("caudal")] == pytest.approx(ratio * theta, rel=0.05)
     with pytest.raises(ValueError):
         raybot.servo_input(build_robot(_config(), CONFIG))
+
+
+@pytest.mark.parametrize("velocity", [(0.05, 0.0, 0.0), (-0.03, 0.0, 0.02), (0.1, 0.0, 0.3), (0.2, 0.0, 0.05)])
+def test_summary_speed_is_signed_along_the_heading(velocity):
+    """A base moved at a prescribed constant velocity, heading 30 deg left of +x: the summary's forward speed is
+    the velocity's signed component along the heading, its vertical speed the z component, and a backward or
+    rising drift is warned about."""
+    model = build_robot(_config(tail_drive__frequency_Hz=2.0), CONFIG)
+    t = np.linspace(0.0, 3.0, 601)
+    yaw = math.radians(30.0)
+    ahead = np.array([math.cos(yaw), math.sin(yaw)])
+    world = np.array([velocity[0] * ahead[0], velocity[0] * ahead[1], velocity[2]])
+    pos = world * t[:, None]
+    quat = np.tile([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)], (t.size, 1))
+    zeros = np.zeros((t.size, model.n))
+    arrays = {"base_pos": pos, "base_quat": quat, "q": zeros, "qd": zeros, "tau": zeros,
+              "base_wrench": np.zeros((t.size, 6)), "ext_wrench": np.zeros((t.size, 6))}
+    from sim.cli_sim import SimRun
+
+    s = raybot.summarize(SimRun(t=t, arrays=arrays, model=model, config={}, options={}, wall_time_s=1.0))
+    assert s["forward_speed_m_s"] == pytest.approx(velocity[0], abs=1e-12)
+    assert s["vertical_speed_m_s"] == pytest.approx(velocity[2], abs=1e-12)
+    assert s["base_drift_m"] == pytest.approx(np.linalg.norm(world) * 3.0, rel=1e-9)
+    assert s["base_vertical_drift_m"] == pytest.approx(velocity[2] * 3.0, abs=1e-12)
+    assert s["body_lengths_per_s"] == pytest.approx(velocity[0] / model.metadata["body_length_m"], rel=1e-9)
+    backwards = velocity[0] < 0
+    assert (s["strouhal"] is None) == backwards
+    assert any("drifts backwards" in w for w in s["warnings"]) == backwards
+    rise = velocity[2] * s["steady_window_s"]
+    steep = math.degrees(math.atan2(abs(velocity[2]), abs(velocity[0]))) > raybot.MAX_CLIMB_DEG
+    assert any("rises" in w for w in s["warnings"]) == (
+        steep and rise > raybot.LEVEL_DRIFT_BODY_LENGTHS * model.metadata["body_length_m"])
+
+
+#: docs/raybot.md "Commands": the default robot (buoyant, near the surface) over 3 s drifts backwards while rising
+#: at 0.10 m/s (measured; the band allows for another platform's rounding)
+DEFAULT_RISE_M_S, DEFAULT_RISE_BAND = 0.10, 0.1
+
+
+def test_default_run_is_said_to_drift_backwards_and_rise():
+    from sim.cli_sim import SimRun, simulate
+
+    model = build_robot(load_toml(CONFIG), CONFIG)
+    run = simulate(model, "rk4", model.metadata["parameters"]["dt"], 3.0, progress=False)
+    s = raybot.summarize(SimRun(t=run.t, arrays=run.arrays, model=model, config={}, options={}, wall_time_s=1.0))
+    assert s["forward_speed_m_s"] < 0.0 and s["strouhal"] is None
+    assert s["vertical_speed_m_s"] == pytest.approx(DEFAULT_RISE_M_S, rel=DEFAULT_RISE_BAND)
+    assert len(s["warnings"]) == 2 and s["warnings"][0].startswith("it drifts backwards")
+    assert s["warnings"][1].startswith("it rises ")
