@@ -95,7 +95,7 @@ def test_dynamixel_rig_file_mistakes(tmp_path, old, new, key, says):
 
 
 def test_the_link_loss_bound_is_the_drivers_link_timeout():
-    from hil.drive.driver import DEFAULT_LINK_TIMEOUT_S
+    from hil.drive.options import DEFAULT_LINK_TIMEOUT_S
     assert MAX_LINK_LOSS_S == DEFAULT_LINK_TIMEOUT_S
 
 
