@@ -27,7 +27,6 @@ import sys
 import time
 from collections import Counter, deque
 
-import msgpack
 import numpy as np
 import zmq
 
@@ -41,13 +40,13 @@ from hil.drive.links.base import Link
 from hil.drive.links.factory import connect_rig
 from hil.drive.links.serial import LinkError, now_us
 from hil.drive.mapping import servo_map_from_rig
-from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
+from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
 from sim.network import load_endpoints, open_socket
-from sim.server_control import encode_reply, error_reply, one_line
+from sim.control import ControlError, encode_reply, error_reply, one_line, parse_request
 
 #: control commands -> what they do (the reply of "help", and docs/driver.md)
 COMMANDS = {
@@ -83,6 +82,9 @@ PUB_LINGER_MS = 500
 LATENCY_WINDOW = 2000
 #: a control request longer than this is refused unread, bytes (the longest real one is under 100)
 MAX_REQUEST_BYTES = 4096
+#: control-request refusals a valid command can meet here (besides sim/control.py's REASONS), counted in
+#: hw/status health.refused as control:REASON
+REFUSED, REMOTE_RESET = "refused", "remote_reset"
 #: how often the driver reads its emulator children's statistics files, s
 EMULATOR_STATS_PERIOD_S = 1.0
 #: a physics plant further behind the wall clock than this is reported on stderr, s: the emulated sensors then
@@ -90,16 +92,6 @@ EMULATOR_STATS_PERIOD_S = 1.0
 PLANT_LAG_WARN_S = 0.5
 #: at most one plant-lag line per this many s
 PLANT_LAG_WARN_EVERY_S = 10.0
-#: the most characters of a bad request's command echoed in the error reply
-ECHO_CHARS = 40
-
-
-class BadRequest(ValueError):
-    """A control request refused; ``reason`` is its key in hw/status ``health.refused`` (``control:REASON``)."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -584,37 +576,18 @@ class Driver:
         self.pending_reply = ("immediate", math.inf)
         try:
             result = self.handle_control(frames, now)
-        except BadRequest as exc:
+        except ControlError as exc:
             self.refused[f"control:{exc.reason}"] += 1
             result = error_reply(str(exc))
         except (ValueError, TransitionError) as exc:      # a valid request the current state does not allow
-            self.refused["control:refused"] += 1
+            self.refused[f"control:{REFUSED}"] += 1
             result = error_reply(str(exc))
         if result is not None:
             self.reply(result)
 
-    @staticmethod
-    def parse_request(frames: list[bytes]) -> str:
-        """The command of a request (one frame, a MessagePack map with a string ``cmd``); BadRequest if not."""
-        if len(frames) != 1:
-            raise BadRequest("frames", f"expected one frame holding a MessagePack map, got {len(frames)} frames")
-        if len(frames[0]) > MAX_REQUEST_BYTES:
-            raise BadRequest("too_long", f"request of {len(frames[0])} bytes, at most {MAX_REQUEST_BYTES}")
-        try:
-            request = msgpack.unpackb(bytes(frames[0]), raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several unrelated types on bad bytes
-            raise BadRequest("not_msgpack", f"request is not MessagePack ({type(exc).__name__})") from None
-        if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
-            raise BadRequest("not_a_request", f'expected a map {{"cmd": NAME}}; commands: {", ".join(COMMANDS)}')
-        cmd = request["cmd"]
-        if cmd not in COMMANDS:
-            raise BadRequest("unknown_command", f"unknown command {cmd[:ECHO_CHARS]!r}; commands: "
-                             f"{', '.join(COMMANDS)}")
-        return cmd
-
     def handle_control(self, frames: list[bytes], now: float) -> dict | None:
         """The reply to a request, or None when it comes later (the device has to answer first)."""
-        cmd = self.parse_request(frames)
+        cmd = parse_request(frames, COMMANDS, max_bytes=MAX_REQUEST_BYTES)["cmd"]
         core = self.core
         if self.shutdown_deadline is not None and cmd not in ("status", "help", "estop"):
             raise ValueError("shutting down")
@@ -654,9 +627,9 @@ class Driver:
                     "lifecycle": core.lifecycle.state.value}
         if cmd == "reset_estop":
             if not self.options.allow_remote_reset:
-                raise BadRequest("remote_reset", f"an e-stop reset over the control socket is off: confirm on "
-                                 f"the driver's host with `kill -USR1 {os.getpid()}`, or start mms drive with "
-                                 f"--allow-remote-reset")
+                raise ControlError(f"an e-stop reset over the control socket is off: confirm on "
+                                   f"the driver's host with `kill -USR1 {os.getpid()}`, or start mms drive with "
+                                   f"--allow-remote-reset", REMOTE_RESET)
             if not core.estop.latched:
                 return {"ok": True, "latched": False, "lifecycle": core.lifecycle.state.value}
             self.send_estop_reset(now, "control")
@@ -665,7 +638,7 @@ class Driver:
         if cmd == "shutdown":
             self.stop_requested = True
             return {"ok": True, "lifecycle": core.lifecycle.state.value}
-        raise BadRequest("unknown_command", f"command {cmd!r} has no handler")     # COMMANDS lists one too many
+        raise ControlError(f"command {cmd!r} has no handler", "unknown_command")     # COMMANDS lists one too many
 
     # ---- e-stop reset: local authority, never while the rig's button is held -------------------------
     def button_held(self) -> bool:

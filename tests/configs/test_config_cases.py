@@ -16,7 +16,8 @@ from firmware_interface.rigs.mcu import load_rig
 from firmware_interface.rigs.schema import MAX_LINK_LOSS_S
 from sim.config import ConfigError, load_toml
 from sim.robots import load_robot
-from sim.server_control import ControlError, with_value
+from sim.control import ControlError
+from sim.server_control import with_value
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
