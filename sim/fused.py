@@ -45,7 +45,7 @@ from .integrators import JACOBIAN_FD_STEP, PASSIVE_OFFSET, ROSW_ALPHA, ROSW_B, R
 from .laws import Constant, ExternalMotion, JointLaw, MotionLaw, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid
 from .model import Model, StaticBase
 from .spatial import quat_derivative, quat_to_matrix
-from .warmup import discard_stale_kernels
+from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
