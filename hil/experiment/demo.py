@@ -24,7 +24,7 @@ from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
 from sim.network import open_socket, write_loopback_network
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: how long a process may take to come up (imports, numba compilation on a fresh machine), s
 STARTUP_TIMEOUT_S = 120.0
 #: how long the driver gets to ramp the servos to neutral after `deactivate`, s

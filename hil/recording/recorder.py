@@ -57,7 +57,7 @@ PENDING_MAX_MESSAGES = 100_000
 RECEIVE_TURN_S = LOOP_TIMEOUT_S
 #: messages received between two looks at the clock within a receive turn
 RECEIVE_CLOCK_EVERY = 512
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUN_DIR = Path("runs")
 RECORDING_SUFFIX = ".mcap"
 
