@@ -442,6 +442,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="at T s latch Hardware Error Status BITS on servo ID (e.g. 1.0:2:32 = overload); repeatable")
 
 
+#: options of `mms emulate` (their argparse names) that only one kind of rig takes, and what the other has instead
+SERIAL_ONLY = ("plant", "burst_rate", "burst_bytes", "rx_byte_error_rate", "disconnect_after")
+DYNAMIXEL_ONLY = ("missing_ids", "hw_error")
+NOT_FOR = {
+    "dynamixel": (SERIAL_ONLY, "not an option of a Dynamixel bus (no plant, no serial-line noise; its faults: "
+                               "--drop-rate, --corrupt-rate, --missing-ids, --hw-error)"),
+    "mcu": (DYNAMIXEL_ONLY, "a Dynamixel bus fault: this rig is a microcontroller (its faults: --drop-rate, "
+                            "--corrupt-rate, --burst-rate, --rx-byte-error-rate, --disconnect-after)"),
+}
+
+
+def refuse_foreign_options(args: argparse.Namespace, kind: str) -> None:
+    """One-line ConfigError for an option given (not at its default) that the rig's ``kind`` does not take."""
+    from sim.config import ConfigError
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = vars(parser.parse_args(["--rig", args.rig]))
+    names, why = NOT_FOR[kind]
+    for name in names:
+        if getattr(args, name) != defaults[name]:
+            raise ConfigError(args.rig, "--" + name.replace("_", "-"), why)
+
+
 def _check_rate(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         from sim.config import ConfigError
@@ -452,7 +476,9 @@ def run(args: argparse.Namespace) -> int:
     from firmware_interface import dynamixel_emulator
     from firmware_interface.rigs.dynamixel import rig_kind
 
-    if rig_kind(args.rig) == "dynamixel":
+    kind = rig_kind(args.rig)
+    refuse_foreign_options(args, "dynamixel" if kind == "dynamixel" else "mcu")
+    if kind == "dynamixel":
         return dynamixel_emulator.run(args)
     for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):
         _check_rate(name.replace("_", "-"), getattr(args, name))

@@ -297,15 +297,17 @@ class Stack:
                 pass
 
 
-def driver_args(rig: Path, *extra: str):
-    """The ``mms drive`` options (hil/drive/driver.py ``add_arguments``) parsed from ``--rig RIG`` and ``extra``."""
+def driver_options(rig: Path, *extra: str):
+    """The driver's typed options (hil/drive/options.py), from ``mms drive --rig RIG`` and ``extra`` parsed as the
+    command parses them."""
     import argparse
 
     from hil.drive.driver import add_arguments
+    from hil.drive.options import options_from_args
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args(["--rig", str(rig), *extra])
+    return options_from_args(parser.parse_args(["--rig", str(rig), *extra]))[0]
 
 
 class LiveDriver:
@@ -319,14 +321,15 @@ class LiveDriver:
         from firmware_interface.pty_device import AppliedLog
         from firmware_interface.rigs.mcu import load_rig
         from hil.drive.driver import Driver
+        from hil.drive.links.serial import SerialLink
 
         self.rig = load_rig(rig_path)
         self.applied_log = applied_log
         self.emulator = Emulator(self.rig, applied_log=AppliedLog(applied_log))
         self.thread = threading.Thread(target=self.emulator.run, daemon=True)
         self.thread.start()
-        self.driver = Driver(self.rig, driver_args(rig_path, "--port", self.emulator.slave_path,
-                                                   "--config", str(network), *extra))
+        self.driver = Driver(self.rig, SerialLink(self.rig), driver_options(rig_path, "--config", str(network), *extra),
+                             port=self.emulator.slave_path)
         self.driver.open_sockets()
         self.driver.request_configure()
         wait_for(lambda: self.step() or self.driver.link.up, what="the driver's link up")

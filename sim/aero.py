@@ -38,7 +38,7 @@ from numba import njit
 from sim.forces import ForceModel
 from .plugins import (ParamLayout, float_array3, float_matrix, float_scalar, int_scalar, int_vector,
                       register_force_kernel)
-from .warmup import discard_stale_kernels
+from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 

@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from .model import DATA_DIMS, DATA_INDEX, DIM_BODIES, DIM_JOINTS, MODEL_DIMS, MODEL_INDEX, Data, Model
-from .warmup import discard_stale_kernels
+from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 

@@ -48,7 +48,7 @@ from .laws import (Constant, ExternalMotion, Polynomial, RampedSinusoid, ScaledM
 from .model import Model, StaticBase
 from .plugins import FORCE_KERNEL_SIGNATURE, MAX_FORCE_KERNELS, force_kernel_table
 from .spatial import quat_derivative, quat_to_matrix
-from .warmup import discard_stale_kernels
+from .kernel_cache import discard_stale_kernels
 
 # the force models' kernels register on import: a model built from them needs them in the registry
 from . import aero, hydro  # noqa: E402,F401  (isort: skip)

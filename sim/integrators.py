@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from .warmup import discard_stale_kernels
+from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit, types
 
-from .warmup import discard_stale_kernels
+from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 

@@ -15,7 +15,8 @@ REP control socket between publications through a :class:`zmq.Poller`. Three clo
   after the last one. When no request comes for ``--stall-timeout`` seconds the state becomes ``stalled``:
   a ``sim/status`` goes out at once and a line is printed on stderr, so a dead peer is never a silent hang.
 
-The control protocol (pure bytes <-> requests) is in :mod:`sim.server_control`; docs/messages.md documents
+The control protocol (pure bytes <-> requests) is in :mod:`sim.server_control` (on :mod:`sim.control`, shared
+with the driver and the recorder); docs/messages.md documents
 both the topics and the commands.
 """
 from __future__ import annotations
@@ -37,8 +38,8 @@ from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import DEFAULT_NETWORK_CONFIG, Curve, load_endpoints, open_socket
 from sim.realtime import warm_up
-from sim.server_control import (COMMANDS, ControlError, encode_reply, error_reply, get_what, one_line,
-                                parse_request, set_arguments, step_count, with_value)
+from sim.control import ControlError, encode_reply, error_reply, one_line
+from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
 
 MODES = ("realtime", "fast", "lockstep")
 IDLE, RUNNING, PAUSED, STALLED, STOPPED = "idle", "running", "paused", "stalled", "stopped"

@@ -1,21 +1,18 @@
 """The control protocol of ``mms serve``: request bytes to a checked command, a reply map to bytes.
 
-Pure functions, no sockets (the transport is in :mod:`sim.server`). A request is one ZeroMQ frame holding a
-MessagePack map ``{"cmd": NAME, ...}``; the reply is one frame holding ``{"ok": true, ...}`` or
-``{"ok": false, "error": "one line"}`` (docs/messages.md, "Control commands"). Anything else a client sends
-(several frames, bytes that are not MessagePack, a MessagePack value that is not a map, a map without a string
-``cmd``, arguments of the wrong type) raises :class:`ControlError`, which the server turns into an error reply.
+Pure functions, no sockets (the transport is in :mod:`sim.server`). Requests and replies are read and written
+as every server of the project does (sim/control.py); this module adds the simulator's commands and checks their
+arguments, raising :class:`sim.control.ControlError`, which the server turns into an error reply.
 """
 from __future__ import annotations
 
 import copy
-import datetime
 import math
 from typing import Any
 
-import msgpack
-
+from sim import control
 from sim.config import ConfigError, short_repr
+from sim.control import ControlError
 from sim.robots import check_robot
 
 #: command -> (its arguments, what it does); the reply of ``help`` and the table of docs/messages.md.
@@ -36,39 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 GET_WHAT = ("schema", "joint_names", "config", "status")
 MAX_STEP_PERIODS = 100_000          # one request may advance at most this many publish periods
-MAX_ERROR_CHARS = 300               # error replies are one line of at most this many characters
-
-
-class ControlError(ValueError):
-    """A request that cannot be served; its message becomes the one-line ``error`` of the reply."""
-
-
-def one_line(text: str) -> str:
-    """``text`` as a single line of bounded length, for error replies and stderr reports."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
 
 
 def parse_request(frames: list[bytes]) -> dict[str, Any]:
-    """The request map of a received message, with ``cmd`` checked against :data:`COMMANDS`."""
-    if len(frames) != 1:
-        raise ControlError(f"expected one frame holding a MessagePack map, got {len(frames)} frames")
-    try:
-        request = msgpack.unpackb(bytes(frames[0]), raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated exception types on bad bytes
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise ControlError(f"request is not MessagePack ({detail})") from None
-    if not isinstance(request, dict):
-        raise ControlError(f"request is a MessagePack {type(request).__name__}, expected a map "
-                           f'{{"cmd": ...}}')
-    if "cmd" not in request:
-        raise ControlError(f'request has no "cmd" key; commands: {", ".join(COMMANDS)}')
-    cmd = request["cmd"]
-    if not isinstance(cmd, str):
-        raise ControlError(f'"cmd" is a {type(cmd).__name__}, expected a string; commands: {", ".join(COMMANDS)}')
-    if cmd not in COMMANDS:
-        raise ControlError(f'unknown command {cmd!r}; commands: {", ".join(COMMANDS)}')
-    return request
+    """The request map of a received message, with ``cmd`` checked against :data:`COMMANDS` (sim/control.py)."""
+    return control.parse_request(frames, COMMANDS)
 
 
 def step_count(request: dict[str, Any]) -> int:
@@ -140,25 +109,3 @@ def with_value(config: dict[str, Any], key: str, value: Any) -> tuple[dict[str, 
     except ConfigError as exc:
         raise ControlError(f"{key} = {short_repr(value)} refused, model unchanged: {exc}") from None
     return changed, previous
-
-
-def _plain(value: Any) -> Any:
-    """A MessagePack-able stand-in for values msgpack cannot pack (TOML dates and times, numpy scalars)."""
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-def encode_reply(reply: dict[str, Any]) -> bytes:
-    """The bytes of a reply map; a reply that cannot be packed becomes an error reply, never an exception."""
-    try:
-        return msgpack.packb(reply, use_bin_type=True, default=_plain)
-    except Exception as exc:  # a value the packer refuses: still answer, so the client never waits forever
-        return msgpack.packb({"ok": False, "error": one_line(f"reply could not be encoded: {exc}")},
-                             use_bin_type=True)
-
-
-def error_reply(message: str) -> dict[str, Any]:
-    return {"ok": False, "error": one_line(message)}

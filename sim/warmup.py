@@ -21,8 +21,6 @@ process compiled anything (a kernel that numba cannot cache, e.g. one closing ov
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
 import subprocess
 import sys
 import time
@@ -42,58 +40,6 @@ COMPILE_ESTIMATE_S = 70
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
                  ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"))
-
-
-#: Sources whose compiled code ends up inside the kernels (a kernel inlines the kernels it calls from other files,
-#: and the module constants it reads).
-KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py",
-                  "plugins.py")
-#: Written next to numba's cache files: the hash of KERNEL_SOURCES and the numba version they were compiled with.
-STAMP_NAME = "kernels.stamp"
-_checked = False
-
-
-def kernel_sources_hash() -> str:
-    import numba
-
-    digest = hashlib.sha256(numba.__version__.encode())
-    for name in KERNEL_SOURCES:
-        digest.update((Path(__file__).parent / name).read_bytes())
-    return digest.hexdigest()
-
-
-def discard_stale_kernels(cache_dir: Path | None = None) -> bool:
-    """Delete the on-disk kernels compiled from other sources than the current ones; returns whether it did.
-
-    numba keys a kernel's cache on its own file only: after an edit of sim/dynamics.py, the cached fused step
-    (sim/fused.py), which has the old recursions compiled into it, would still load. The kernel modules call this
-    at import (once per process, ~1 ms); without a writable cache directory (then numba keeps no cache there
-    either) it does nothing."""
-    global _checked
-    if _checked and cache_dir is None:
-        return False
-    _checked = True
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return False            # numba's own location rules there; `python -m sim.warmup` after an update
-    directory = cache_dir or Path(__file__).parent / "__pycache__"
-    stamp = directory / STAMP_NAME
-    current = kernel_sources_hash()
-    try:
-        if stamp.read_text() == current:
-            return False
-    except OSError:
-        pass
-    try:
-        directory.mkdir(exist_ok=True)
-        stale = [p for p in directory.iterdir() if p.suffix in (".nbi", ".nbc")]
-        for path in stale:
-            path.unlink(missing_ok=True)
-        temporary = directory / f"{STAMP_NAME}.{os.getpid()}"
-        temporary.write_text(current)
-        temporary.replace(stamp)
-    except OSError:
-        return False
-    return bool(stale)
 
 
 @dataclass(frozen=True)

@@ -20,39 +20,33 @@ device reports its e-stop button held (docs/driver.md, "E-stop").
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import select
-import shlex
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections import Counter, deque
-from pathlib import Path
 
-import msgpack
 import numpy as np
 import zmq
 
 from firmware_interface import protocol as p
-from firmware_interface.rigs.mcu import Rig, load_rig
+from firmware_interface.rigs.mcu import Rig
 from hil.drive.core import DriverCore
 from hil.drive.inputs import measurement_fault, measurement_ranges, telemetry_error
 from hil.drive.lifecycle import State, TransitionError
-from hil.drive.links.serial import LinkError, SerialLink, now_us
+from hil.drive.emulator_child import EmulatorChild
+from hil.drive.links.base import Link
+from hil.drive.links.factory import connect_rig
+from hil.drive.links.serial import LinkError, now_us
 from hil.drive.mapping import servo_map_from_rig
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
+from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
-from hil.experiment.supervisor import die_with_parent, mms_argv
-from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
 from sim.network import load_endpoints, open_socket
-from sim.server_control import encode_reply, error_reply, one_line
+from sim.control import ControlError, encode_reply, error_reply, one_line, parse_request
 
 #: control commands -> what they do (the reply of "help", and docs/driver.md)
 COMMANDS = {
@@ -68,14 +62,10 @@ COMMANDS = {
     "help": "list the commands",
     "shutdown": "ramp to neutral and exit",
 }
-DEFAULT_STATUS_HZ = 10.0
-DEFAULT_LINK_TIMEOUT_S = 0.5
 #: how long an explicit configure / reset_estop waits for the device before it replies with an error, s
 CONTROL_WAIT_S = 10.0
 #: reconnect backoff: first delay, factor, ceiling (s)
 BACKOFF_FIRST_S, BACKOFF_FACTOR, BACKOFF_MAX_S = 0.05, 2.0, 1.0
-#: how long `mms emulate` has to print its pty path, s
-EMULATOR_START_S = 20.0
 #: zmq polls in whole milliseconds: the loop wakes this early (ms) and sleeps the rest
 COARSE_WAIT_MS = 1.0
 #: how often the loop looks for the booting emulator's pty path, s
@@ -92,6 +82,9 @@ PUB_LINGER_MS = 500
 LATENCY_WINDOW = 2000
 #: a control request longer than this is refused unread, bytes (the longest real one is under 100)
 MAX_REQUEST_BYTES = 4096
+#: control-request refusals a valid command can meet here (besides sim/control.py's REASONS), counted in
+#: hw/status health.refused as control:REASON
+REFUSED, REMOTE_RESET = "refused", "remote_reset"
 #: how often the driver reads its emulator children's statistics files, s
 EMULATOR_STATS_PERIOD_S = 1.0
 #: a physics plant further behind the wall clock than this is reported on stderr, s: the emulated sensors then
@@ -99,16 +92,6 @@ EMULATOR_STATS_PERIOD_S = 1.0
 PLANT_LAG_WARN_S = 0.5
 #: at most one plant-lag line per this many s
 PLANT_LAG_WARN_EVERY_S = 10.0
-#: the most characters of a bad request's command echoed in the error reply
-ECHO_CHARS = 40
-
-
-class BadRequest(ValueError):
-    """A control request refused; ``reason`` is its key in hw/status ``health.refused`` (``control:REASON``)."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,121 +132,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "to this process, on this host, does; never while the rig's button is held)")
 
 
-class EmulatorChild:
-    """``mms emulate`` as a child process: its pty path from the first stdout line, the rest to our stderr.
-
-    Started without blocking (:meth:`spawn`, then :meth:`poll_path` from the driver's loop), so the driver keeps
-    publishing status and serving its control socket while the emulator boots.
-    """
-
-    def __init__(self, rig_path: Path, extra: list[str]):
-        self.argv = mms_argv("emulate", "--rig", str(rig_path), *extra)
-        self.process: subprocess.Popen | None = None
-        self.path: str | None = None
-        self.starts = 0
-        self._line = b""
-        self._deadline = 0.0
-        self._stats_dir: tempfile.TemporaryDirectory | None = None
-
-    @property
-    def stats_path(self) -> Path:
-        """The ``--stats`` file the child rewrites every second (firmware_interface.pty_device.serve): the one
-        the user gave in the emulator's arguments, else one in a temporary directory of ours."""
-        given = _option_value(self.argv, "--stats")
-        if given is not None:
-            return Path(given)
-        if self._stats_dir is None:
-            self._stats_dir = tempfile.TemporaryDirectory(prefix="mms-drive-emulator-")
-        return Path(self._stats_dir.name) / "stats.json"
-
-    def read_stats(self) -> dict | None:
-        """The child's latest statistics, or None (not written yet, or not JSON: a torn file cannot happen,
-        the child replaces it whole, but a foreign one is not trusted)."""
-        try:
-            stats = json.loads(self.stats_path.read_text())
-        except (OSError, ValueError):
-            return None
-        return stats if isinstance(stats, dict) else None
-
-    def spawn(self, now: float) -> None:
-        self.stop()
-        stats = [] if _option_value(self.argv, "--stats") is not None else ["--stats", str(self.stats_path)]
-        self.stats_path.unlink(missing_ok=True)         # nothing of the last child's is read as this one's
-        self.process = subprocess.Popen([*self.argv, *stats], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                        preexec_fn=die_with_parent)
-        self.starts += 1
-        self.path, self._line, self._deadline = None, b"", now + EMULATOR_START_S
-
-    def poll_path(self, now: float) -> str | None:
-        """The pty path once the child has printed it, else None; LinkError if it died or took too long."""
-        if self.path is not None:
-            return self.path
-        assert self.process is not None and self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        while select.select([fd], [], [], 0)[0]:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            self._line += chunk
-            if b"\n" in self._line:
-                first, rest = self._line.split(b"\n", 1)
-                self.path = first.decode(errors="replace").strip()
-                if rest:
-                    sys.stderr.write("[emulator] " + rest.decode(errors="replace"))
-                threading.Thread(target=self._pump, args=(self.process.stdout,), daemon=True).start()
-                return self.path
-        code = self.process.poll()
-        if code is not None or now > self._deadline:
-            self.stop()
-            raise LinkError(f"`{' '.join(self.argv[2:])}` printed no pty path "
-                            f"({'exit code ' + str(code) if code is not None else 'timeout'})")
-        return None
-
-    @staticmethod
-    def _pump(stream) -> None:
-        for raw in stream:
-            sys.stderr.write("[emulator] " + raw.decode(errors="replace"))
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.process is None else self.process.pid
-
-    def stop(self) -> None:
-        self.path = None
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(3.0)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    def cleanup(self) -> None:
-        """Stop the child and remove its statistics directory (at the driver's exit)."""
-        self.stop()
-        if self._stats_dir is not None:
-            self._stats_dir.cleanup()
-            self._stats_dir = None
-
-
-def _option_value(argv: list[str], option: str) -> str | None:
-    """The value of ``option`` in ``argv`` (``--opt VALUE`` or ``--opt=VALUE``; the last one wins), or None."""
-    value = None
-    for k, arg in enumerate(argv):
-        if arg == option and k + 1 < len(argv):
-            value = argv[k + 1]
-        elif arg.startswith(option + "="):
-            value = arg[len(option) + 1:]
-    return value
-
-
 def _percentiles_us(samples) -> dict:
     if not samples:
         return {"n": 0}
@@ -273,24 +141,29 @@ def _percentiles_us(samples) -> dict:
 
 
 class Driver:
-    def __init__(self, rig: Rig, args: argparse.Namespace):
+    """The driver of ``rig`` (the host's view, firmware_interface/rigs/host.py) over ``link``. ``port``: the
+    device's port; with an ``emulator`` child instead, the pty it prints (hil/drive/links/factory.py builds all
+    three from a rig file)."""
+
+    def __init__(self, rig: Rig, link: Link, options: DriverOptions, *, port: str | None = None,
+                 emulator: EmulatorChild | None = None):
         self.rig = rig
-        self.args = args
-        self.endpoints = load_endpoints(args.config)
+        self.options = options
+        self.endpoints = load_endpoints(options.network)
         self.map = servo_map_from_rig(rig)
         self.period = 1.0 / rig.command_hz
-        self.core = DriverCore(self.map, self.period, state_timeout_s=args.state_timeout, hold_s=args.hold,
-                               max_state_age_s=args.max_state_age)
-        self.link = SerialLink(rig)
-        self.emulator = EmulatorChild(rig.path, shlex.split(args.emulator_args)) if args.emulate else None
-        self.port_name = args.port or (None if args.emulate else rig.port)
+        self.core = DriverCore(self.map, self.period, state_timeout_s=options.state_timeout_s,
+                               hold_s=options.hold_s, max_state_age_s=options.max_state_age_s)
+        self.link = link
+        self.emulator = emulator
+        self.port_name = port
         self.seqs = HwPublisherSeq()
         self.sim_seq = SeqTracker()
         self.sim_malformed = 0
         self.states_received = 0
         self.states_superseded = 0          # well-formed states a newer one replaced in the same read
         self.want_link = False              # configure requested: keep (re)connecting
-        self.activate_when_up = args.autoactivate
+        self.activate_when_up = options.autoactivate
         self.backoff_s = BACKOFF_FIRST_S
         self.next_connect_s = 0.0
         self.last_error = ""
@@ -411,7 +284,7 @@ class Driver:
                     self.next_plant_read_s = now + EMULATOR_STATS_PERIOD_S
                     self.read_plant(now)
                 if now >= next_status or self.status_key() != self.published_key:
-                    next_status = now + 1.0 / self.args.status_hz
+                    next_status = now + 1.0 / self.options.status_hz
                     self.publish_status()
         finally:
             self.core.lifecycle.state = State.FINALIZED
@@ -553,7 +426,7 @@ class Driver:
         if not self.link.up or self.link.last_rx_s is None:
             return
         frame_period = self.rig.samples_per_frame / self.rig.telemetry_hz
-        silence = max(self.args.link_timeout, 10 * frame_period, 3.0 / self.rig.heartbeat_hz)
+        silence = max(self.options.link_timeout_s, 10 * frame_period, 3.0 / self.rig.heartbeat_hz)
         if now - self.link.last_rx_s > silence:
             self.link_lost(now, f"{self.link.port_name}: nothing received for {silence:.2f} s")
 
@@ -705,37 +578,18 @@ class Driver:
         self.pending_reply = ("immediate", math.inf)
         try:
             result = self.handle_control(frames, now)
-        except BadRequest as exc:
+        except ControlError as exc:
             self.refused[f"control:{exc.reason}"] += 1
             result = error_reply(str(exc))
         except (ValueError, TransitionError) as exc:      # a valid request the current state does not allow
-            self.refused["control:refused"] += 1
+            self.refused[f"control:{REFUSED}"] += 1
             result = error_reply(str(exc))
         if result is not None:
             self.reply(result)
 
-    @staticmethod
-    def parse_request(frames: list[bytes]) -> str:
-        """The command of a request (one frame, a MessagePack map with a string ``cmd``); BadRequest if not."""
-        if len(frames) != 1:
-            raise BadRequest("frames", f"expected one frame holding a MessagePack map, got {len(frames)} frames")
-        if len(frames[0]) > MAX_REQUEST_BYTES:
-            raise BadRequest("too_long", f"request of {len(frames[0])} bytes, at most {MAX_REQUEST_BYTES}")
-        try:
-            request = msgpack.unpackb(bytes(frames[0]), raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several unrelated types on bad bytes
-            raise BadRequest("not_msgpack", f"request is not MessagePack ({type(exc).__name__})") from None
-        if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
-            raise BadRequest("not_a_request", f'expected a map {{"cmd": NAME}}; commands: {", ".join(COMMANDS)}')
-        cmd = request["cmd"]
-        if cmd not in COMMANDS:
-            raise BadRequest("unknown_command", f"unknown command {cmd[:ECHO_CHARS]!r}; commands: "
-                             f"{', '.join(COMMANDS)}")
-        return cmd
-
     def handle_control(self, frames: list[bytes], now: float) -> dict | None:
         """The reply to a request, or None when it comes later (the device has to answer first)."""
-        cmd = self.parse_request(frames)
+        cmd = parse_request(frames, COMMANDS, max_bytes=MAX_REQUEST_BYTES)["cmd"]
         core = self.core
         if self.shutdown_deadline is not None and cmd not in ("status", "help", "estop"):
             raise ValueError("shutting down")
@@ -774,10 +628,10 @@ class Driver:
             return {"ok": True, "latched": True, "newly": newly, "device_told": bool(sent),
                     "lifecycle": core.lifecycle.state.value}
         if cmd == "reset_estop":
-            if not self.args.allow_remote_reset:
-                raise BadRequest("remote_reset", f"an e-stop reset over the control socket is off: confirm on "
-                                 f"the driver's host with `kill -USR1 {os.getpid()}`, or start mms drive with "
-                                 f"--allow-remote-reset")
+            if not self.options.allow_remote_reset:
+                raise ControlError(f"an e-stop reset over the control socket is off: confirm on "
+                                   f"the driver's host with `kill -USR1 {os.getpid()}`, or start mms drive with "
+                                   f"--allow-remote-reset", REMOTE_RESET)
             if not core.estop.latched:
                 return {"ok": True, "latched": False, "lifecycle": core.lifecycle.state.value}
             self.send_estop_reset(now, "control")
@@ -786,7 +640,7 @@ class Driver:
         if cmd == "shutdown":
             self.stop_requested = True
             return {"ok": True, "lifecycle": core.lifecycle.state.value}
-        raise BadRequest("unknown_command", f"command {cmd!r} has no handler")     # COMMANDS lists one too many
+        raise ControlError(f"command {cmd!r} has no handler", "unknown_command")     # COMMANDS lists one too many
 
     # ---- e-stop reset: local authority, never while the rig's button is held -------------------------
     def button_held(self) -> bool:
@@ -836,8 +690,7 @@ class Driver:
     # ---- run health (hw/status "health", docs/messages.md) ----------------------------------------------
     def emulator_children(self) -> list[EmulatorChild]:
         """The emulators this driver runs: the device's (--emulate), and a composite link's microcontroller's."""
-        children = [self.emulator, getattr(self.link, "sensor_emulator", None)]
-        return [c for c in children if c is not None]
+        return [c for c in (self.emulator, *self.link.emulators()) if c is not None]
 
     def read_plant(self, now: float) -> None:
         """The physics plant's figures from the emulator child that runs one (its --stats file, rewritten every
@@ -935,20 +788,6 @@ def set_realtime_priority(priority: int) -> None:
               f"running under the normal scheduler", file=sys.stderr, flush=True)
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """One-line ConfigError for driver options out of range (shared by every link backend)."""
-    for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
-        value = getattr(args, name)
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
-    if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
-        raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
-    if not 0 <= args.rt_priority <= 99:
-        raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
-    if args.sensor_emulator_args and not args.emulate:
-        raise ConfigError(None, "--sensor-emulator-args", "needs --emulate")
-
-
 def run_until_signalled(driver: "Driver") -> int:
     """Run ``driver`` with SIGINT/SIGTERM asking it to stop (servos to neutral) and SIGUSR1 confirming an e-stop
     reset on this host, restoring the handlers after."""
@@ -968,17 +807,10 @@ def run_until_signalled(driver: "Driver") -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from firmware_interface.rigs.dynamixel import rig_kind
-
-    check_options(args)
-    if rig_kind(args.rig) == "dynamixel":       # same options, the Dynamixel link (hil/drive/links/dynamixel.py)
-        from hil.drive.links import dynamixel as driver_dynamixel
-
-        return driver_dynamixel.run(args)
-    rig = load_rig(args.rig)
-    if args.sensor_port or args.sensor_emulator_args:
-        raise ConfigError(args.rig, "--sensor-port" if args.sensor_port else "--sensor-emulator-args",
-                          "this rig is one serial device (only a Dynamixel rig with a [microcontroller] has two)")
-    if args.rt_priority:
-        set_realtime_priority(args.rt_priority)
-    return run_until_signalled(Driver(rig, args))
+    """``mms drive``: the typed options, the link the rig file calls for (hil/drive/links/factory.py), the loop."""
+    options, device = options_from_args(args)
+    connection = connect_rig(args.rig, device)
+    if options.rt_priority:
+        set_realtime_priority(options.rt_priority)
+    return run_until_signalled(Driver(connection.rig, connection.link, options, port=connection.port,
+                                      emulator=connection.emulator))

@@ -29,9 +29,17 @@ import zmq
 from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
 from firmware_interface.rigs.host import sensor_rig_path
 from sim.config import ConfigError
+from sim.control import ControlError, encode_reply, error_reply, parse_request
 from sim.messages import SeqTracker
 from sim.network import Endpoints, load_endpoints, open_socket
 
+#: control commands -> what they do (the reply of "help"; docs/recording.md lists their arguments and replies)
+COMMANDS = {
+    "start": "start recording (optional path, robot, rig)",
+    "stop": "finish the file; the recorder stays up, idle",
+    "status": "whether it records, and the counters of the file being written",
+    "help": "list the commands",
+}
 #: receive queue length (messages) before ZeroMQ drops: at 10 kmsg/s this is 100 s of backlog
 DEFAULT_HWM = 1_000_000
 #: how often the progress line is redrawn, s
@@ -252,22 +260,18 @@ class Recorder:
 
     def handle_control(self) -> None:
         try:
-            raw = self.control.recv(zmq.NOBLOCK)
+            frames = self.control.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return
         try:
-            reply = self._dispatch(raw)
+            reply = self._dispatch(parse_request(frames, COMMANDS))
+        except ControlError as exc:
+            reply = error_reply(str(exc))
         except (RecordingError, ConfigError, FileExistsError, OSError) as exc:
-            reply = {"ok": False, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
-        self.control.send(msgpack.packb(reply, use_bin_type=True))
+            reply = error_reply(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        self.control.send(encode_reply(reply))
 
-    def _dispatch(self, raw: bytes) -> dict[str, Any]:
-        try:
-            request = msgpack.unpackb(raw, raw=False)
-        except Exception as exc:  # noqa: BLE001 - any undecodable request gets an error reply
-            raise RecordingError(f"request is not MessagePack: {exc}") from None
-        if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
-            raise RecordingError('request must be a map with a string "cmd"')
+    def _dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
         cmd = request["cmd"]
         if cmd == "start":
             path = request.get("path")
@@ -286,7 +290,7 @@ class Recorder:
             if self.session is None:
                 return {"ok": True, "recording": False}
             return {"ok": True, "recording": True, **self.session.summary()}
-        raise RecordingError(f"unknown cmd {cmd!r} (expected start, stop or status)")
+        return {"ok": True, "commands": COMMANDS}                      # help
 
     def run(self, duration_s: float | None = None) -> None:
         """Loop until a signal or ``duration_s`` after the recording started; the open file is finished."""

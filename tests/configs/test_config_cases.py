@@ -16,7 +16,8 @@ from firmware_interface.rigs.mcu import load_rig
 from firmware_interface.rigs.schema import MAX_LINK_LOSS_S
 from sim.config import ConfigError, load_toml
 from sim.robots import load_robot
-from sim.server_control import ControlError, with_value
+from sim.control import ControlError
+from sim.server_control import with_value
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -95,7 +96,7 @@ def test_dynamixel_rig_file_mistakes(tmp_path, old, new, key, says):
 
 
 def test_the_link_loss_bound_is_the_drivers_link_timeout():
-    from hil.drive.driver import DEFAULT_LINK_TIMEOUT_S
+    from hil.drive.options import DEFAULT_LINK_TIMEOUT_S
     assert MAX_LINK_LOSS_S == DEFAULT_LINK_TIMEOUT_S
 
 

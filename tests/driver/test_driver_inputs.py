@@ -519,10 +519,11 @@ def test_without_the_option_only_a_local_confirmation_resets_and_never_while_the
 def test_a_lagging_plant_is_in_health_and_said_once_per_ten_seconds(live, capsys):
     """The emulator child's statistics file as `serve` writes it (firmware_interface.pty_device.write_stats)."""
     from firmware_interface.pty_device import write_stats
-    from hil.drive.driver import PLANT_LAG_WARN_EVERY_S, EmulatorChild
+    from hil.drive.driver import PLANT_LAG_WARN_EVERY_S
+    from hil.drive.emulator_child import EmulatorChild, emulate_argv
 
     d = live.driver
-    d.emulator = EmulatorChild(live.rig.path, [])
+    d.emulator = EmulatorChild(emulate_argv(live.rig.path))
     write_stats(d.emulator.stats_path, {"plant": {"plant": "physics", "rtf": 0.6, "lag_s": 2.5, "alive": True}})
     now = time.monotonic()
     for k in range(3):                                 # within the 10 s: one line

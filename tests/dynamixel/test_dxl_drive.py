@@ -1,4 +1,4 @@
-"""The servo driver with the Dynamixel backend alone, end to end: ``python -m hil.drive.links.dynamixel --emulate`` on
+"""The servo driver with the Dynamixel backend alone, end to end: ``mms drive --emulate`` on
 a bus-only rig (flapper_dynamixel_rig.toml without its ``[microcontroller]``: the driver of hil/drive/driver.py with a
 DynamixelLink, the Dynamixel emulator as its child) tracks a sim/state sinusoid published on a real ZeroMQ
 socket, publishes schema-valid hw/* messages without strain or load channels, and ramps to neutral on SIGINT.
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import tomli_w
@@ -75,7 +74,3 @@ def test_sensor_options_need_a_second_device(stack):
         assert run.returncode == 2, run.stderr
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and "--sensor-port" in lines[0] and "Traceback" not in run.stderr, run.stderr
-    # the backend's own entry point says the same
-    run = subprocess.run([sys.executable, "-m", "hil.drive.links.dynamixel", "--rig", str(bus_only), "--sensor-port",
-                          "/dev/null"], capture_output=True, text=True, timeout=60, cwd=stack.root)
-    assert run.returncode == 2 and "--sensor-port" in run.stderr, run.stderr

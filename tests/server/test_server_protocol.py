@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.server_control import (COMMANDS, MAX_ERROR_CHARS, ControlError, encode_reply, error_reply,
-                                parse_request, step_count, with_value)
+from sim.control import MAX_ERROR_CHARS, ControlError, encode_reply, error_reply
+from sim.server_control import COMMANDS, parse_request, step_count, with_value
 
 msgpack_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats() | st.text(max_size=20)

@@ -79,7 +79,7 @@ def test_warmup_then_a_new_process_compiles_nothing():
 
 
 def test_stale_kernels_are_discarded_when_a_kernel_source_changes(tmp_path):
-    from sim.warmup import STAMP_NAME, discard_stale_kernels, kernel_sources_hash
+    from sim.kernel_cache import STAMP_NAME, discard_stale_kernels, kernel_sources_hash
 
     for name in ("fused.rk4-1.py311.nbi", "fused.rk4-1.py311.1.nbc", "other.pyc"):
         (tmp_path / name).write_bytes(b"x")

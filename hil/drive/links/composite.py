@@ -81,7 +81,7 @@ class CompositeLink:
         self.sensor = SerialLink(sensor_rig)
         self.mirror = ServoMirror(bus_rig, sensor_rig, servo_channels)
         self.sensor_port = sensor_port or sensor_rig.port
-        self.sensor_emulator = sensor_emulator          # hil.drive.driver.EmulatorChild or None
+        self.sensor_emulator = sensor_emulator          # hil.drive.emulator_child.EmulatorChild or None
         self.totals = self.bus.totals                   # the driver's reconnect, loss and NACK totals
         self.state = "closed"
         self.device_stats: p.LinkStats | None = None    # the microcontroller's own counters
@@ -278,3 +278,6 @@ class CompositeLink:
         return {**self.bus.counters(), "estops_forwarded": self.estops_forwarded,
                 "stray_reset_answers": self.stray_reset_answers,
                 "servo_channels": self.mirror.mode, "sensor": sensor}
+
+    def emulators(self) -> tuple:
+        return () if self.sensor_emulator is None else (self.sensor_emulator,)

@@ -1,8 +1,7 @@
 """Dynamixel backend of the servo driver: a Protocol 2.0 servo bus behind the driver's link interface.
 
-``mms drive`` talks to its device through :class:`hil.drive.links.serial.SerialLink` (open / handshake_step / send /
-receive / close, plus counters). :class:`DynamixelLink` offers the same interface for a rig file of
-``kind = "dynamixel"`` and translates the driver's messages (firmware_interface.protocol) to bus transactions:
+``mms drive`` talks to its device through a :class:`hil.drive.links.base.Link`. :class:`DynamixelLink` is the link
+for a rig file of ``kind = "dynamixel"`` (hil/drive/links/factory.py picks it) and translates the driver's messages (firmware_interface.protocol) to bus transactions:
 
 * handshake (configure): PING every servo (model number checked against the rig), torque off, the rig's EEPROM
   values and position limits written, the Bus Watchdog set to the rig's watchdog timeout;
@@ -21,9 +20,8 @@ receive / close, plus counters). :class:`DynamixelLink` offers the same interfac
 * close (cleanup, shutdown): torque off on every servo, read back to confirm (the driver ramps to neutral
   first).
 
-The driver needs a :class:`firmware_interface.rigs.mcu.Rig`; :func:`driver_rig` makes one from the Dynamixel rig
-(servo raw unit = ticks, no strain/load channels on this link). docs/dynamixel.md describes the hook in the
-driver that selects this backend.
+The driver needs a :class:`firmware_interface.rigs.mcu.Rig`; :func:`firmware_interface.rigs.host.driver_rig` makes
+one from the Dynamixel rig (servo raw unit = ticks, no strain/load channels on this link).
 """
 from __future__ import annotations
 
@@ -36,7 +34,7 @@ import serial
 from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p
 from firmware_interface.rigs.dynamixel import RAD_S_PER_VELOCITY_UNIT, DxlRig
-from firmware_interface.rigs.host import limit_ticks, load_driver_rig
+from firmware_interface.rigs.host import limit_ticks
 from firmware_interface.rigs.mcu import Rig
 from hil.drive.inputs import SetpointLimits
 from hil.drive.links.serial import LinkError, LinkTotals, open_port
@@ -373,65 +371,5 @@ class DynamixelLink:
                 "late_replies": b.late_replies,
                 "hardware_error_status": {str(k): v for k, v in self.hardware_errors.items()}}
 
-
-# ---- `mms drive` for a Dynamixel rig ------------------------------------------------------------------------
-def add_arguments(parser) -> None:
-    """The servo driver's own options (hil/drive/driver.py): the backend changes the link, not the driver."""
-    from hil.drive.driver import add_arguments as driver_arguments
-    driver_arguments(parser)
-
-
-def run(args) -> int:
-    """``mms drive`` with this backend: the driver of hil/drive/driver.py, its link a :class:`DynamixelLink`, or, for
-    a rig with a ``[microcontroller]`` (the sensors on a second serial device), a
-    :class:`hil.drive.links.composite.CompositeLink` over both devices.
-
-    ``mms drive`` (hil/drive/driver.py ``run``) comes here for a rig of ``kind = "dynamixel"``; also runnable as
-    ``python -m hil.drive.links.dynamixel --rig configs/rigs/flapper_dynamixel_rig.toml ...``. With ``--emulate`` the
-    driver's child is the Dynamixel emulator instead of ``mms emulate``; a composite link starts the
-    microcontroller's emulator itself.
-    """
-    import shlex
-    import sys
-
-    from firmware_interface.rigs.mcu import load_rig
-    from hil.drive import driver as driver_module
-    from hil.drive.links.composite import CompositeLink
-    from firmware_interface.rigs.host import two_device_rig
-    from sim.config import ConfigError
-
-    dxl_rig, bus_rig = load_driver_rig(args.rig)
-    driver_module.check_options(args)
-    if dxl_rig.microcontroller is None and (args.sensor_port or args.sensor_emulator_args):
-        raise ConfigError(None, "--sensor-port" if args.sensor_port else "--sensor-emulator-args",
-                          f"the rig {dxl_rig.path} has no [microcontroller] (no second device)")
-    if args.rt_priority:
-        driver_module.set_realtime_priority(args.rt_priority)
-    if dxl_rig.microcontroller is None:
-        driver = driver_module.Driver(bus_rig, args)
-        driver.link = DynamixelLink(dxl_rig, bus_rig)
-    else:
-        sensor_rig = load_rig(dxl_rig.microcontroller)
-        driver = driver_module.Driver(two_device_rig(bus_rig, sensor_rig), args)
-        sensor_emulator = None
-        if args.emulate:
-            sensor_emulator = driver_module.EmulatorChild(sensor_rig.path, shlex.split(args.sensor_emulator_args))
-        driver.link = CompositeLink(dxl_rig, bus_rig, sensor_rig,
-                                    servo_channels=dxl_rig.microcontroller_servo_channels,
-                                    sensor_port=args.sensor_port or dxl_rig.microcontroller_port,
-                                    sensor_emulator=sensor_emulator)
-    if driver.emulator is not None:
-        driver.emulator.argv = [sys.executable, "-m", "firmware_interface.dynamixel_emulator", "--rig",
-                                str(dxl_rig.path), *shlex.split(args.emulator_args)]
-    return driver_module.run_until_signalled(driver)
-
-
-def main(argv=None) -> int:
-    from firmware_interface.command import module_main
-
-    return module_main("python -m hil.drive.links.dynamixel", "servo driver for a Dynamixel (Protocol 2.0) rig",
-                       add_arguments, run, "mms drive", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def emulators(self) -> tuple:
+        return ()                                   # the bus's emulator is the device's: the driver runs it

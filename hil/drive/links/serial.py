@@ -222,6 +222,9 @@ class SerialLink:
                 "reconnects": t.reconnects, "link_losses": t.link_losses,
                 "nacks": {str(k): v for k, v in t.nacks.items()}, "last_line": self.limits.counters()}
 
+    def emulators(self) -> tuple:
+        return ()                                   # the device's emulator, if any, is the driver's
+
 
 def now_us() -> int:
     """Host clock for outgoing frame headers, µs (wraps in the header)."""

@@ -1,0 +1,63 @@
+"""The driver's options, typed: built once from the parsed command line (:func:`options_from_args`), checked
+there, and handed to :class:`hil.drive.driver.Driver` and to the link factory (hil/drive/links/factory.py)."""
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S
+from sim.config import ConfigError
+
+DEFAULT_STATUS_HZ = 10.0
+DEFAULT_LINK_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    """How the driver behaves (docs/driver.md lists the command-line options these come from)."""
+    network: Path | None = None                 # network file; None: configs/network.toml
+    autoactivate: bool = False                  # activate as soon as the device is configured
+    state_timeout_s: float = DEFAULT_STATE_TIMEOUT_S    # no fresh sim/state for this long -> hold
+    hold_s: float = DEFAULT_HOLD_S              # hold this long, then ramp to neutral
+    max_state_age_s: float | None = None        # None: the state timeout; 0: off
+    link_timeout_s: float = DEFAULT_LINK_TIMEOUT_S      # silence of the device for this long -> link lost
+    status_hz: float = DEFAULT_STATUS_HZ        # hw/status rate
+    allow_remote_reset: bool = False            # reset_estop on the control socket may release the e-stop
+    rt_priority: int = 0                        # SCHED_FIFO priority, 0: the normal scheduler
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """Where the device is: a port, or an emulator the driver starts (and, for a rig of two devices, the
+    microcontroller's port or emulator arguments)."""
+    port: str | None = None                     # None: the rig file's port (or the emulator's pty)
+    emulate: bool = False
+    emulator_args: tuple[str, ...] = ()
+    sensor_port: str | None = None
+    sensor_emulator_args: tuple[str, ...] = ()
+
+
+def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOptions]:
+    """The typed options of ``mms drive``'s parsed arguments; one-line ConfigError for a value out of range."""
+    for name in ("state_timeout", "hold", "status_hz", "link_timeout"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
+    if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
+        raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
+    if not 0 <= args.rt_priority <= 99:
+        raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
+    if args.sensor_emulator_args and not args.emulate:
+        raise ConfigError(None, "--sensor-emulator-args", "needs --emulate")
+    driver = DriverOptions(network=None if args.config is None else Path(args.config),
+                           autoactivate=args.autoactivate, state_timeout_s=args.state_timeout, hold_s=args.hold,
+                           max_state_age_s=args.max_state_age, link_timeout_s=args.link_timeout,
+                           status_hz=args.status_hz, allow_remote_reset=args.allow_remote_reset,
+                           rt_priority=args.rt_priority)
+    device = DeviceOptions(port=args.port, emulate=args.emulate, emulator_args=tuple(shlex.split(args.emulator_args)),
+                           sensor_port=args.sensor_port,
+                           sensor_emulator_args=tuple(shlex.split(args.sensor_emulator_args)))
+    return driver, device
