@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         maps = channel_maps(load_host_rig(args.rig))
     if args.screenshot is not None:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from gui.preflight import dashboard_problem
+    from hil.qt_preflight import dashboard_problem
 
     problem = dashboard_problem()
     if problem is not None:

@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--config", str(network),
                                            "--autoactivate", *rig.drive_args))
         if args.gui:
-            from gui.preflight import dashboard_problem
+            from hil.qt_preflight import dashboard_problem
 
             problem = dashboard_problem()
             if problem is None:

@@ -1,4 +1,4 @@
-"""The check for Qt's system libraries before the dashboard starts (gui/preflight.py): a real shared library with
+"""The check for Qt's system libraries before the dashboard starts (hil/qt_preflight.py): a real shared library with
 a missing dependency (built by gcc, ``ldd`` asked), `mms dash` refusing in one line with the command that fixes it."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gui.preflight import PLUGIN_ENV, dashboard_problem, install_command, missing_libraries
+from hil.qt_preflight import PLUGIN_ENV, dashboard_problem, install_command, missing_libraries
 from tests.conftest import MISSING_LIBRARY
 
 ROOT = Path(__file__).resolve().parents[2]

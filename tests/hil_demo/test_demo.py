@@ -13,7 +13,7 @@ from pathlib import Path
 import msgpack
 from mcap.reader import make_reader
 
-from gui.preflight import PLUGIN_ENV
+from hil.qt_preflight import PLUGIN_ENV
 from sim import messages
 from tests.conftest import MISSING_LIBRARY
 
