@@ -208,7 +208,7 @@ class DriverProc(MmsProcess):
     def __init__(self, tmp_path: Path, network: Path, *args: str, rig: Path, root: Path):
         self.ep = endpoints(network)
         self.collector = Collector(self.ep.driver_pub, validate_every=1)
-        super().__init__(tmp_path, ["drive", "--rig", str(rig), "--config", str(network), *args], root,
+        super().__init__(tmp_path, ["drive", "--rig", str(rig), "--network", str(network), *args], root,
                          self.ep.driver_control)
 
     def status(self) -> dict | None:
@@ -299,11 +299,10 @@ class Stack:
 
 def driver_args(rig: Path, *extra: str):
     """The ``mms drive`` options (hil/drive/driver.py ``add_arguments``) parsed from ``--rig RIG`` and ``extra``."""
-    import argparse
-
     from hil.drive.driver import add_arguments
+    from sim.cli_options import make_parser
 
-    parser = argparse.ArgumentParser()
+    parser = make_parser("mms drive")
     add_arguments(parser)
     return parser.parse_args(["--rig", str(rig), *extra])
 
@@ -326,7 +325,7 @@ class LiveDriver:
         self.thread = threading.Thread(target=self.emulator.run, daemon=True)
         self.thread.start()
         self.driver = Driver(self.rig, driver_args(rig_path, "--port", self.emulator.slave_path,
-                                                   "--config", str(network), *extra))
+                                                   "--network", str(network), *extra))
         self.driver.open_sockets()
         self.driver.request_configure()
         wait_for(lambda: self.step() or self.driver.link.up, what="the driver's link up")

@@ -48,6 +48,7 @@ from hil.drive.mapping import servo_map_from_rig
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
 from hil.experiment.supervisor import die_with_parent, mms_argv
+from sim.cli_options import add_network, add_rig, add_start
 from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
@@ -112,7 +113,7 @@ class BadRequest(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rig", required=True, help="rig file (configs/rigs/*.toml)")
+    add_rig(parser, required=True)
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--port", help="serial device (default: the rig file's [serial] port)")
     where.add_argument("--emulate", action="store_true",
@@ -126,9 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     two.add_argument("--sensor-emulator-args", default="",
                      help='with --emulate: extra arguments for the microcontroller\'s emulator, one string '
                           '(e.g. "--plant physics")')
-    parser.add_argument("--config", help="network endpoints (default configs/network.toml)")
-    parser.add_argument("--autoactivate", action="store_true",
-                        help="activate as soon as the device is configured (default: wait for `activate`)")
+    add_network(parser)
+    add_start(parser, idle_by_default=True, deprecated=("--autoactivate",))
     parser.add_argument("--state-timeout", type=float, default=DEFAULT_STATE_TIMEOUT_S, metavar="S",
                         help="no fresh sim/state for this long -> hold (default %(default)s s)")
     parser.add_argument("--hold", type=float, default=DEFAULT_HOLD_S, metavar="S",
@@ -276,7 +276,7 @@ class Driver:
     def __init__(self, rig: Rig, args: argparse.Namespace):
         self.rig = rig
         self.args = args
-        self.endpoints = load_endpoints(args.config)
+        self.endpoints = load_endpoints(args.network)
         self.map = servo_map_from_rig(rig)
         self.period = 1.0 / rig.command_hz
         self.core = DriverCore(self.map, self.period, state_timeout_s=args.state_timeout, hold_s=args.hold,
@@ -290,7 +290,7 @@ class Driver:
         self.states_received = 0
         self.states_superseded = 0          # well-formed states a newer one replaced in the same read
         self.want_link = False              # configure requested: keep (re)connecting
-        self.activate_when_up = args.autoactivate
+        self.activate_when_up = args.autostart
         self.backoff_s = BACKOFF_FIRST_S
         self.next_connect_s = 0.0
         self.last_error = ""

@@ -65,7 +65,7 @@ def test_serve_drive_dynamixel_emulator_chain(stack):
 
     sim = stack.collect(stack.ep.sim_pub, ("sim/state", "sim/status"), validate_every=50)
     stack.serve(str(robot_path), "--rate", str(SIM_RATE_HZ))
-    drive = stack.driver("--emulate", "--autoactivate", "--emulator-args", f"--stats {stats_path}",
+    drive = stack.driver("--emulate", "--autostart", "--emulator-args", f"--stats {stats_path}",
                          "--sensor-emulator-args", f"--stats {sensor_stats_path}", rig=RIG)
     hw = drive.collector
     logs = (drive.log_path, *(m.log_path for m in stack.made if hasattr(m, "log_path")))

@@ -75,7 +75,7 @@ def _expected_telemetry_clocks(frames):
 
 def test_export_mat_read_by_scipy(tmp_path, run, kit):
     path, states, frames = run
-    result = kit.mms_run("export", str(path), "--to", "mat", "--out", str(tmp_path / "mat"), "--no-progress")
+    result = kit.mms_run("export", str(path), "--to", "mat", "--out", str(tmp_path / "mat"), "--quiet")
     assert result.returncode == 0, result.stderr
     data = loadmat(tmp_path / "mat" / "run.mat", simplify_cells=True)
     state = data["sim_state"]
@@ -99,7 +99,7 @@ def test_export_mat_read_by_scipy(tmp_path, run, kit):
 
 def test_export_h5_read_by_h5py(tmp_path, run, kit):
     path, states, frames = run
-    result = kit.mms_run("export", str(path), "--to", "h5", "--out", str(tmp_path / "h5"), "--no-progress")
+    result = kit.mms_run("export", str(path), "--to", "h5", "--out", str(tmp_path / "h5"), "--quiet")
     assert result.returncode == 0, result.stderr
     with h5py.File(tmp_path / "h5" / "run.h5", "r") as handle:
         for column, expected in _expected_state_columns(states).items():
@@ -119,7 +119,7 @@ def test_export_h5_read_by_h5py(tmp_path, run, kit):
 def test_export_csv_read_by_csv_module(tmp_path, run, kit):
     path, states, frames = run
     result = kit.mms_run("export", str(path), "--to", "csv", "--out", str(tmp_path / "csv"), "--topics",
-                         "sim/state", "hw/telemetry", "--no-progress")
+                         "sim/state", "hw/telemetry", "--quiet")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == [
         "hw_telemetry.csv", "hw_telemetry_raw_clocks.csv", "sim_state.csv", "sim_state_raw_clocks.csv"]
