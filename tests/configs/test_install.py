@@ -57,6 +57,10 @@ def test_an_installed_mms_runs_the_shipped_robots_from_any_folder(tmp_path):
     where = subprocess.run([str(bin_dir / "python"), "-c", "import sim, configs; print(sim.__file__, configs.__file__)"],
                            cwd=elsewhere, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
     assert all(str(tmp_path / "venv") in path for path in where.stdout.split()), where.stdout + where.stderr
+    # the demo's set-ups are the installed rigs and robots (a full demo run is tests/hil_demo's)
+    demo = subprocess.run([str(bin_dir / "mms"), "demo", "--help"], cwd=elsewhere, capture_output=True, text=True,
+                          env=env, timeout=RUN_TIMEOUT_S)
+    assert demo.returncode == 0 and "flapper, flapper-dynamixel, raybot" in " ".join(demo.stdout.split()), demo.stderr
     # the interpreted path (numba's JIT off): compiling the kernels for a new install folder takes about 70 s,
     # and the same Python code runs either way
     env["NUMBA_DISABLE_JIT"] = "1"
