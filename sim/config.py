@@ -252,7 +252,7 @@ def shipped_configs(kind: str) -> dict[str, Path]:
     folder, suffix = SHIPPED_FOLDERS[kind]
     root = Path(str(resources.files(SHIPPED_PACKAGE) / folder))
     names = {}
-    for path in sorted(root.glob("*.toml")):
+    for path in root.glob("*.toml"):
         stem = path.stem.removesuffix(suffix) if suffix and path.stem.endswith(suffix) else path.stem
         names[stem.replace("_", "-")] = path
     return dict(sorted(names.items()))
