@@ -171,7 +171,7 @@ def test_exports_give_units_one_time_base_and_the_rigs_signs(tmp_path, kit):
     simulated signal's unit and sign (the thrust cell reads -base_wrench fx: scale -1 in the rig)."""
     run = tmp_path / "run.mcap"
     truth = kit.write_synthetic_run(run, duration_s=3.0)
-    result = kit.mms_run("export", str(run), "--to", "csv", "--out", str(tmp_path / "csv"), "--no-progress")
+    result = kit.mms_run("export", str(run), "--to", "csv", "--out", str(tmp_path / "csv"), "--quiet")
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "csv" / "hw_telemetry.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -188,7 +188,7 @@ def test_exports_give_units_one_time_base_and_the_rigs_signs(tmp_path, kit):
     assert np.mean(as_wrench) == pytest.approx(np.mean(wrench), rel=0.05)
     assert np.mean(wrench) == pytest.approx(-truth["thrust_mean"], rel=0.05)
 
-    kit.mms_run("export", str(run), "--to", "mat", "--out", str(tmp_path / "mat"), "--no-progress")
+    kit.mms_run("export", str(run), "--to", "mat", "--out", str(tmp_path / "mat"), "--quiet")
     data = loadmat(tmp_path / "mat" / "run.mat", simplify_cells=True)
     telemetry = data["hw_telemetry"]
     assert telemetry["units"]["gauge_strain_fin_ray_left_m_per_m"] == "m/m"
