@@ -105,7 +105,7 @@ def main() -> int:
                                                               args.rt_priority), daemon=True)
     publisher.start()
     driver = subprocess.Popen([sys.executable, "-m", "hil.cli", "drive", "--rig", args.rig, "--port", port,
-                               "--config", str(network), "--autoactivate", "--rt-priority", str(args.rt_priority)],
+                               "--network", str(network), "--autostart", "--rt-priority", str(args.rt_priority)],
                               stdout=subprocess.DEVNULL, stderr=(work / "drive.log").open("wb"), cwd=ROOT)
     ctx = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)

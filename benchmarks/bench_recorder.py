@@ -149,7 +149,7 @@ def request(endpoint: str, message: dict) -> dict | None:
 
 
 def run_recorder(network: Path, control: str, pub, topic: str, make, total: int, out: Path) -> dict:
-    proc = subprocess.Popen([str(MMS), "record", "--config", str(network), "--out", str(out), "--quiet"],
+    proc = subprocess.Popen([str(MMS), "record", "--network", str(network), "--out", str(out), "--quiet"],
                             cwd=REPO, stderr=subprocess.PIPE, text=True)
 
     cpu_at_ready = []

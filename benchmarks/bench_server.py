@@ -83,7 +83,7 @@ def main() -> int:
         network = Path(tmp) / "network.toml"
         network.write_text(f'[sim]\npub = "{sim_pub}"\ncontrol = "{sim_control}"\n')
         server = subprocess.Popen([*mms_command, "serve", str(args.config), "--network", str(network),
-                                   "--mode", "realtime", "--rate", str(args.rate), "--paused"],
+                                   "--mode", "realtime", "--rate", str(args.rate), "--idle"],
                                   cwd=ROOT, stderr=subprocess.PIPE, text=True)
         raw = None
         try:

@@ -97,10 +97,10 @@ def main() -> int:
                     f"--stats {shlex.quote(str(stats))}")
         supervisor = Supervisor(run / "logs", say=lambda text: print(f"[soak] {text}", flush=True))
         supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network)))
-        supervisor.start("record", mms_argv("record", "--out", str(recording), "--config", str(network), "--robot",
+        supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network), "--robot",
                                             str(robot), "--rig", str(rig.rig), "--quiet"))
-        supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--config", str(network),
-                                           "--autoactivate", "--emulator-args", emulator))
+        supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
+                                           "--autostart", "--emulator-args", emulator))
         memory: dict[str, list[tuple[float, float]]] = {}
         started = time.monotonic()
         duration = args.minutes * 60.0

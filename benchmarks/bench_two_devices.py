@@ -1,7 +1,7 @@
 """Benchmark of one ``mms drive`` owning both devices of the Dynamixel rig (hil/drive/links/composite.py).
 
 Real processes: a sim/state publisher (a sinusoidal stroke at 500 Hz on a real ZeroMQ socket), ``mms drive
---emulate --autoactivate`` and its emulators on ptys. Two runs of --seconds each, in the same session:
+--emulate --autostart`` and its emulators on ptys. Two runs of --seconds each, in the same session:
 
 * baseline: the bus alone (flapper_dynamixel_rig.toml without its ``[microcontroller]``);
 * two devices: the rig as it is, the sensor microcontroller's emulator beside the bus's.
@@ -42,7 +42,7 @@ def one_run(rig: Path, seconds: float, folder: Path) -> dict:
     try:
         stack.sim(["stroke_r", "stroke_l"], lambda t: [STROKE_RAD * math.sin(2 * math.pi * STROKE_HZ * t)] * 2,
                   rate_hz=500)
-        drv = stack.driver("--emulate", "--autoactivate", rig=rig)
+        drv = stack.driver("--emulate", "--autostart", rig=rig)
         drv.wait_status(lambda s: s["lifecycle"] == "active", "the driver active", timeout_s=120)
         start = drv.status()
         t0 = time.time_ns()

@@ -110,7 +110,7 @@ def main() -> int:
         out = Path(folder) / "report"
         start = time.perf_counter()
         cpu_before = _children_cpu_s()
-        result = subprocess.run([str(MMS), "validate", str(run), "--out", str(out), "--no-progress"], cwd=REPO,
+        result = subprocess.run([str(MMS), "validate", str(run), "--out", str(out), "--quiet"], cwd=REPO,
                                 capture_output=True, text=True)
         validate_s = time.perf_counter() - start
         validate_cpu_s = _children_cpu_s() - cpu_before

@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Callable
 
+from sim.cli_options import make_parser
 from sim.config import ConfigError
 
 
@@ -14,7 +15,7 @@ def module_main(prog: str, description: str, add_arguments: Callable[[argparse.A
                 run: Callable[[argparse.Namespace], int], name: str, argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's) with ``add_arguments`` and ``run`` them; ``name`` prefixes the
     one-line error (``name: error: file: key: message``). Returns the exit code."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = make_parser(prog, description)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from sim.cli_options import add_rig
 from sim.config import ConfigError
 
 from firmware_interface import dynamixel as dxl
@@ -414,8 +415,7 @@ class DynamixelEmulator(PtyDevice):
 
 # -- command line --------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rig", required=True, help='rig file with [rig] kind = "dynamixel", e.g. '
-                        "configs/rigs/flapper_dynamixel_rig.toml")
+    add_rig(parser, required=True, extra=' of [rig] kind = "dynamixel" (flapper-dynamixel)')
     parser.add_argument("--baud", type=int, default=None, help="override the rig's baud rate (bit/s)")
     parser.add_argument("--seed", type=int, default=None, help="fault-injection random seed (default: the rig's)")
     parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds "

@@ -41,6 +41,7 @@ from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_lo
                                            open_applied_log, serve)
 from firmware_interface.rigs.mcu import Rig, load_rig
 from firmware_interface.rigs.schema import MAX_SAMPLE_RATE_HZ
+from sim.cli_options import add_rig
 
 #: Most the loop sleeps without checking the port, s.
 MAX_IDLE_S = 2e-3
@@ -414,7 +415,7 @@ class Emulator(PtyDevice):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rig", required=True, help="rig file, e.g. configs/rigs/flapper_rig.toml")
+    add_rig(parser, required=True)
     parser.add_argument("--baud", type=int, default=None, help="override the rig's baud rate (bit/s)")
     parser.add_argument("--plant", choices=("kinematic", "physics"), default=None,
                         help="override the rig's [emulator] plant")

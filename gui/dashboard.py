@@ -1,8 +1,8 @@
 """``mms dash``: the live dashboard (simulated vs measured torques, strains, servo tracking, link health, E-STOP).
 
 Live: subscribes to ``sim/*`` (the simulator's PUB) and ``hw/*`` (the driver's PUB) from
-``configs/network.toml``. ``--replay runs/x.mcap`` plays a recording through the same plots instead.
-``--rig FILE`` draws each measured channel the rig maps in its simulated signal's unit and sign (a replay takes
+the network file (``--network``, default configs/network.toml). ``--replay runs/x.mcap`` plays a recording through the same plots instead.
+``--rig RIG`` draws each measured channel the rig maps in its simulated signal's unit and sign (a replay takes
 the rig stored in the recording). ``--screenshot PATH --after SECONDS`` renders offscreen, saves a PNG after that
 long and exits.
 See docs/dashboard.md.
@@ -14,8 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from sim.cli_options import add_network, add_rig
 from sim.config import ConfigError
-from sim.network import DEFAULT_NETWORK_CONFIG, load_endpoints
+from sim.network import load_endpoints
 
 
 def _positive(text: str) -> float:
@@ -29,11 +30,9 @@ def _positive(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=DEFAULT_NETWORK_CONFIG,
-                        help="network endpoints TOML (default: configs/network.toml)")
-    parser.add_argument("--rig", type=Path, metavar="FILE",
-                        help="rig file: measured channels drawn in their simulated signal's unit and sign by its "
-                             "maps, as validation compares them (default: none live; a replay's stored rig)")
+    add_network(parser)
+    add_rig(parser, extra=": measured channels drawn in their simulated signal's unit and sign by its maps, as "
+                          "validation compares them (default: none live; a replay's stored rig)")
     parser.add_argument("--replay", type=Path, metavar="MCAP",
                         help="play a recording (runs/x.mcap) instead of subscribing live")
     parser.add_argument("--speed", type=_positive, default=1.0,
@@ -67,7 +66,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    endpoints = load_endpoints(args.config)
+    endpoints = load_endpoints(args.network)
     if args.replay is not None and not args.replay.is_file():
         raise ConfigError(args.replay, None, "recording not found (expected an MCAP file)")
     if args.buffer_samples < 2:

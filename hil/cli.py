@@ -6,10 +6,10 @@ never for numba. A :class:`sim.config.ConfigError` is printed as one line, witho
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
+from sim.cli_options import make_parser, suggestion, version
 from sim.config import ConfigError
 
 #: command name -> (module implementing it, one-line summary)
@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
-    lines = ["usage: mms COMMAND [options]   (mms COMMAND --help for a command's options)", "", "commands:"]
+    lines = ["usage: mms COMMAND [options]   (mms COMMAND --help for a command's options; mms --version)", "",
+             "commands:"]
     lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -41,9 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
+    if argv[0] in ("-V", "--version"):
+        print(f"mms {version()}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"mms: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"mms: unknown command {name!r}{suggestion(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, summary = COMMANDS[name]
     try:
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mms {name}: not built yet ({module_name} is missing)", file=sys.stderr)
             return 2
         raise
-    parser = argparse.ArgumentParser(prog=f"mms {name}", description=summary)
+    parser = make_parser(f"mms {name}", summary)
     module.add_arguments(parser)
     args = parser.parse_args(rest)
     try:

@@ -208,7 +208,7 @@ class DriverProc(MmsProcess):
     def __init__(self, tmp_path: Path, network: Path, *args: str, rig: Path, root: Path):
         self.ep = endpoints(network)
         self.collector = Collector(self.ep.driver_pub, validate_every=1)
-        super().__init__(tmp_path, ["drive", "--rig", str(rig), "--config", str(network), *args], root,
+        super().__init__(tmp_path, ["drive", "--rig", str(rig), "--network", str(network), *args], root,
                          self.ep.driver_control)
 
     def status(self) -> dict | None:
@@ -300,12 +300,11 @@ class Stack:
 def driver_options(rig: Path, *extra: str):
     """The driver's typed options (hil/drive/options.py), from ``mms drive --rig RIG`` and ``extra`` parsed as the
     command parses them."""
-    import argparse
-
     from hil.drive.driver import add_arguments
     from hil.drive.options import options_from_args
+    from sim.cli_options import make_parser
 
-    parser = argparse.ArgumentParser()
+    parser = make_parser("mms drive")
     add_arguments(parser)
     return options_from_args(parser.parse_args(["--rig", str(rig), *extra]))[0]
 
@@ -328,7 +327,7 @@ class LiveDriver:
         self.emulator = Emulator(self.rig, applied_log=AppliedLog(applied_log))
         self.thread = threading.Thread(target=self.emulator.run, daemon=True)
         self.thread.start()
-        self.driver = Driver(self.rig, SerialLink(self.rig), driver_options(rig_path, "--config", str(network), *extra),
+        self.driver = Driver(self.rig, SerialLink(self.rig), driver_options(rig_path, "--network", str(network), *extra),
                              port=self.emulator.slave_path)
         self.driver.open_sockets()
         self.driver.request_configure()

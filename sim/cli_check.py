@@ -1,6 +1,6 @@
 """``mms check``: evaluate a robot with both dynamics engines and compare them (docs/tmt.md).
 
-    mms check CONFIG [--random-states 20] [--run-states 10] [--seed 0] [--tolerance 1e-9]
+    mms check ROBOT [--random-states 20] [--run-states 10] [--seed 0] [--tolerance 1e-9]
 
 For states of a short run of the robot (its own motion, its force models active) and random states (random
 joint positions and rates, base pose and twist; all joints passive, all actuated and the model's own split),
@@ -12,10 +12,10 @@ prints the largest relative difference of accelerations and torques and exits 1 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
+from sim.cli_options import add_robot
 from sim.config import ConfigError
 
 #: Largest accepted relative difference between the two engines (both are exact up to rounding: 1e-13 typical).
@@ -32,7 +32,7 @@ RANDOM_POSITION, RANDOM_RATE, RANDOM_TWIST = 0.5, 1.0, 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="robot TOML file (configs/robots/*.toml)")
+    add_robot(parser)
     parser.add_argument("--random-states", type=int, default=20, metavar="N",
                         help="random states checked, each with three actuation splits (default 20)")
     parser.add_argument("--run-states", type=int, default=10, metavar="N",

@@ -1,6 +1,6 @@
 """``mms sim``: run a robot simulation offline; write its time series, plots and an optional summary.
 
-    mms sim CONFIG [--periods 6 | --duration T] [--base free|tethered] [--dt DT] [--integrator rk4|rk45|rosw]
+    mms sim ROBOT [--periods 6 | --duration T] [--base free|tethered] [--dt DT] [--integrator rk4|rk45|rosw]
                    [--out runs/<name>/] [--summary PATH] [--record-every N] [--no-plots] [--quiet]
                    [--tailbeat-frequency F] [--tailbeat-amplitude A]
 
@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.cli_options import (BASES, add_base, add_integrator, add_no_plots, add_out, add_quiet,
+                             add_robot)
 from sim.config import ConfigError, load_toml, require
 from sim.integrators import INTEGRATORS
 
@@ -74,7 +76,6 @@ OUTPUT_UNITS: dict[str, tuple[str, str]] = {
 }
 
 ROBOT_OPTIONS = ("tailbeat_frequency", "tailbeat_amplitude")
-BASES = {"free": "floating", "tethered": "fixed"}
 #: Relative tolerance when comparing the chosen dt with a robot's advised step.
 DT_SLACK = 1e-9
 #: Steps per compiled call of the stepping loop: long enough that the call's overhead vanishes (< 1 %), short
@@ -101,25 +102,21 @@ class SimRun:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="robot TOML file (configs/robots/*.toml)")
+    add_robot(parser)
     span = parser.add_mutually_exclusive_group()
     span.add_argument("--periods", type=float, default=None,
                       help="simulated time in actuation periods (default: the config's [simulation] periods, or 6)")
     span.add_argument("--duration", type=float, default=None, help="simulated time in s")
-    parser.add_argument("--base", choices=sorted(BASES), default=None,
-                        help="free (floating base, free flight) or tethered (base fixed, its wrench is an output)")
+    add_base(parser, "the robot file's [robot] base")
     parser.add_argument("--dt", type=float, default=None,
                         help="time step in s (output interval for rk45; default: config, else 1e-4)")
-    parser.add_argument("--integrator", choices=INTEGRATORS, default=None,
-                        help="rk4 (fixed step), rk45 (adaptive Dormand-Prince) or rosw (fixed step, linearly "
-                             "implicit Rosenbrock-W: stiff modes do not bound its step); default: config, else rk4")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder for the time series and plots (default runs/<robot name>/)")
+    add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
+    add_out(parser, "runs/<robot name>/", type=Path)
     parser.add_argument("--summary", type=Path, default=None, help="write a JSON summary of the run here")
     parser.add_argument("--record-every", type=int, default=1, metavar="N",
                         help="record the outputs every N steps (default 1: every step; recording costs about "
                              "one extra dynamics evaluation per record on the Python path)")
-    parser.add_argument("--no-plots", action="store_true", help="skip the plots")
+    add_no_plots(parser)
     parser.add_argument("--periodic", action="store_true",
                         help="start from the periodic orbit: find the initial state whose motion repeats after one "
                              "actuation period (up to a translation and a turn about the vertical; Newton shooting, "
@@ -132,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="robot-specific (RayBot): tail-beat frequency, Hz")
     parser.add_argument("--tailbeat-amplitude", type=float, default=None,
                         help="robot-specific (RayBot): tail-beat amplitude, deg")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(parser)
 
 
 def robot_module(kind: str):

@@ -1,6 +1,6 @@
 """``mms sweep``: sweep a robot's actuation (tail-beat frequency x servo amplitude) and tabulate steady results.
 
-    mms sweep configs/robots/raybot.toml --frequencies 1 1.5 2 2.5 3 --amplitudes 15 25 --duration 20 --out DIR
+    mms sweep raybot --frequencies 1 1.5 2 2.5 3 --amplitudes 15 25 --duration 20 --out DIR
 
 Reproduces, from simulation, the RayBot paper's two validation curves (Section V, Fig. 10): tail-beat frequency
 against tail-beat amplitude, and against steady forward speed. Each (amplitude, frequency) pair is one free-
@@ -16,6 +16,7 @@ import csv
 import math
 from pathlib import Path
 
+from sim.cli_options import add_out, add_quiet, add_robot
 from sim.config import ConfigError, load_toml, require
 
 CSV_COLUMNS = ("servo_amplitude_deg", "tailbeat_frequency_Hz", "tailbeat_amplitude_m", "forward_speed_m_s",
@@ -23,14 +24,14 @@ CSV_COLUMNS = ("servo_amplitude_deg", "tailbeat_frequency_Hz", "tailbeat_amplitu
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="robot TOML file (a RayBot config, configs/robots/raybot.toml)")
+    add_robot(parser, extra=" (a RayBot: raybot)")
     parser.add_argument("--frequencies", type=float, nargs="+", required=True, help="tail-beat frequencies, Hz")
     parser.add_argument("--amplitudes", type=float, nargs="+", default=None,
                         help="servo amplitudes, deg (default: the config's tail_drive.servo_amplitude_deg)")
     parser.add_argument("--duration", type=float, default=20.0, help="simulated time of each run, s (default 20)")
     parser.add_argument("--dt", type=float, default=None, help="time step, s (default: the config's)")
-    parser.add_argument("--out", type=Path, default=Path("runs/sweep"), help="output folder (default runs/sweep)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_out(parser, "runs/sweep", type=Path, default=Path("runs/sweep"))
+    add_quiet(parser)
 
 
 def sweep(config: dict, path, frequencies, amplitudes, duration: float, dt: float | None = None,

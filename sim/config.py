@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -220,10 +221,15 @@ def short_repr(value: Any) -> str:
 # ------------------------------------------------------------------------------------------- file kinds
 #: Each file kind, the top-level table that marks it, the commands that take it and a shipped example.
 FILE_KINDS: dict[str, tuple[str, str, str]] = {
-    "robot": ("robot", "`mms sim` and `mms serve`", "configs/robots/flapper.toml"),
-    "rig": ("rig", "`mms drive` and `mms emulate`", "configs/rigs/flapper_rig.toml"),
+    "robot": ("robot", "`mms sim` and `mms serve`", "flapper (configs/robots/flapper.toml)"),
+    "rig": ("rig", "`mms drive` and `mms emulate`", "flapper (configs/rigs/flapper_rig.toml)"),
     "network": ("sim", "the --network option", "configs/network.toml"),
 }
+#: The package holding the shipped configs as package data (configs/ in a clone).
+SHIPPED_PACKAGE = "configs"
+#: Folder of each file kind inside :data:`SHIPPED_PACKAGE`, and the file-name suffix its names drop
+#: (rig files are ``<robot>_rig.toml``; the name ``flapper-dynamixel`` is ``flapper_dynamixel_rig.toml``).
+SHIPPED_FOLDERS: dict[str, tuple[str, str]] = {"robot": ("robots", ""), "rig": ("rigs", "_rig"), "network": (".", "")}
 
 
 def file_kind(doc: dict[str, Any]) -> str | None:
@@ -236,9 +242,49 @@ def file_kind(doc: dict[str, Any]) -> str | None:
     return None
 
 
+def shipped_configs(kind: str) -> dict[str, Path]:
+    """The shipped files of one kind ("robot", "rig", "network") by name: ``{"flapper": .../flapper.toml}``.
+
+    Found through ``importlib.resources``, so an installed package finds them wherever it is run from; the
+    package is installed as plain files (never zipped), so each is a real path that relative references
+    (a robot's ``urdf = "pendulum.urdf"``) resolve against.
+    """
+    folder, suffix = SHIPPED_FOLDERS[kind]
+    root = Path(str(resources.files(SHIPPED_PACKAGE) / folder))
+    names = {}
+    for path in root.glob("*.toml"):
+        stem = path.stem.removesuffix(suffix) if suffix and path.stem.endswith(suffix) else path.stem
+        names[stem.replace("_", "-")] = path
+    return dict(sorted(names.items()))
+
+
+def shipped_config(kind: str, name: str) -> Path:
+    """The shipped file of ``kind`` called ``name`` (see :func:`shipped_configs`); ConfigError if none is."""
+    return resolve_config(kind, name, files=False)
+
+
+def resolve_config(kind: str, value: str | Path, *, files: bool = True) -> Path:
+    """A config argument as a path: an existing file (``files``), else a shipped name of ``kind``, checked to
+    be a file of that kind. ``flapper_rig`` and ``flapper-rig`` name the rig ``flapper`` too."""
+    path = Path(value)
+    if files and path.is_file():
+        refuse_other_kind(load_toml(path), path, kind)
+        return path
+    shipped = shipped_configs(kind)
+    suffix = SHIPPED_FOLDERS[kind][1].replace("_", "-")
+    key = str(value).removesuffix(".toml").replace("_", "-")
+    key = key.removesuffix(suffix) if suffix and key.endswith(suffix) else key
+    if key in shipped:
+        return shipped[key]
+    close = difflib.get_close_matches(key, shipped, n=SUGGESTIONS, cutoff=SUGGESTION_CUTOFF)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    missing = "file not found, and not " if files else "not "
+    raise ConfigError(value, None, f"{missing}a shipped {kind} name (names: {', '.join(shipped)}){hint}")
+
+
 def refuse_other_kind(doc: dict[str, Any], path: str | Path | None, expected: str) -> None:
     """A one-line ConfigError if ``doc`` is a file of another kind than ``expected`` (see :data:`FILE_KINDS`):
-    ``this is a rig file ([rig] kind "mcu"): `mms sim` and `mms serve` take a robot file such as ...``."""
+    ``this is a rig file ([rig] kind "mcu"), not a robot file: `mms sim` and `mms serve` take a robot such as ...``."""
     kind = file_kind(doc)
     if kind is None or kind == expected:
         return
@@ -247,8 +293,8 @@ def refuse_other_kind(doc: dict[str, Any], path: str | Path | None, expected: st
     named = doc[marker].get("kind")
     detail = f"[{marker}]" + (f" kind {short_repr(named)}" if isinstance(named, str) else "")
     _, commands, example = FILE_KINDS[expected]
-    raise ConfigError(path, None, f"this is a {kind} file ({detail}): {commands} take a {expected} file such "
-                                  f"as {example}")
+    raise ConfigError(path, None, f"this is a {kind} file ({detail}), not a {expected} file: {commands} take a "
+                                  f"{expected} such as {example}")
 
 
 # ------------------------------------------------------------------------------------------- schema builders

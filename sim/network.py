@@ -25,9 +25,9 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from sim.config import ConfigError, load_toml
+from sim.config import ConfigError, load_toml, refuse_other_kind, shipped_config
 
-DEFAULT_NETWORK_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "network.toml"
+DEFAULT_NETWORK_CONFIG = shipped_config("network", "network")
 #: transports that never leave the host
 _LOCAL_TRANSPORTS = ("ipc://", "inproc://")
 _LOOPBACK_NAMES = ("localhost", "[::1]", "::1")
@@ -104,6 +104,7 @@ def load_endpoints(path: str | Path | None = None) -> Endpoints:
     if not path.exists() and path == DEFAULT_NETWORK_CONFIG:
         return Endpoints()
     table = _load_text_toml(path)
+    refuse_other_kind(table, path, "network")
     check_schema(table, NETWORK_SCHEMA, path)
     values = {}
     for (section, key), name in _ENDPOINT_KEYS.items():

@@ -34,9 +34,10 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
+from sim.cli_options import add_integrator, add_network, add_robot, add_start
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
-from sim.network import DEFAULT_NETWORK_CONFIG, Curve, load_endpoints, open_socket
+from sim.network import Curve, load_endpoints, open_socket
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -631,9 +632,8 @@ class SimulationServer:
 
 # -------------------------------------------------------------------- the command
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, help="robot TOML (configs/robots/*.toml)")
-    parser.add_argument("--network", type=Path, default=DEFAULT_NETWORK_CONFIG,
-                        help="endpoints TOML, [sim] pub and control (default: %(default)s)")
+    add_robot(parser)
+    add_network(parser)
     parser.add_argument("--pub", metavar="ENDPOINT", help="override the sim PUB endpoint of --network")
     parser.add_argument("--control", metavar="ENDPOINT", help="override the sim control endpoint of --network")
     parser.add_argument("--mode", choices=MODES, default="realtime",
@@ -645,13 +645,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dt", type=float, default=None, metavar="S",
                         help="integration step, s (default: [simulation] dt of the robot config, else the "
                              "simulator's)")
-    parser.add_argument("--integrator", default=None,
-                        help="rk4 or rk45 (default: [simulation] integrator of the robot config, else rk4)")
-    start = parser.add_mutually_exclusive_group()
-    start.add_argument("--autostart", dest="autostart", action="store_true", default=True,
-                       help="start simulating at once (default)")
-    start.add_argument("--paused", dest="autostart", action="store_false",
-                       help="wait idle for a start (or step) command")
+    add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
+    add_start(parser, idle_by_default=False, deprecated=("--paused",))
     parser.add_argument("--stall-timeout", type=float, default=2.0, metavar="S",
                         help="lockstep: report a stall after this long without a step request, s "
                              "(default: %(default)g)")

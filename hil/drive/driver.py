@@ -43,6 +43,8 @@ from hil.drive.mapping import servo_map_from_rig
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
 from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
+from sim.cli_options import add_network, add_rig, add_start
+from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
 from sim.network import load_endpoints, open_socket
@@ -95,7 +97,7 @@ PLANT_LAG_WARN_EVERY_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rig", required=True, help="rig file (configs/rigs/*.toml)")
+    add_rig(parser, required=True)
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--port", help="serial device (default: the rig file's [serial] port)")
     where.add_argument("--emulate", action="store_true",
@@ -109,9 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     two.add_argument("--sensor-emulator-args", default="",
                      help='with --emulate: extra arguments for the microcontroller\'s emulator, one string '
                           '(e.g. "--plant physics")')
-    parser.add_argument("--config", help="network endpoints (default configs/network.toml)")
-    parser.add_argument("--autoactivate", action="store_true",
-                        help="activate as soon as the device is configured (default: wait for `activate`)")
+    add_network(parser)
+    add_start(parser, idle_by_default=True, deprecated=("--autoactivate",))
     parser.add_argument("--state-timeout", type=float, default=DEFAULT_STATE_TIMEOUT_S, metavar="S",
                         help="no fresh sim/state for this long -> hold (default %(default)s s)")
     parser.add_argument("--hold", type=float, default=DEFAULT_HOLD_S, metavar="S",

@@ -52,8 +52,8 @@ def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOp
         raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
     if args.sensor_emulator_args and not args.emulate:
         raise ConfigError(None, "--sensor-emulator-args", "needs --emulate")
-    driver = DriverOptions(network=None if args.config is None else Path(args.config),
-                           autoactivate=args.autoactivate, state_timeout_s=args.state_timeout, hold_s=args.hold,
+    driver = DriverOptions(network=None if args.network is None else Path(args.network),
+                           autoactivate=args.autostart, state_timeout_s=args.state_timeout, hold_s=args.hold,
                            max_state_age_s=args.max_state_age, link_timeout_s=args.link_timeout,
                            status_hz=args.status_hz, allow_remote_reset=args.allow_remote_reset,
                            rt_priority=args.rt_priority)

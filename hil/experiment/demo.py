@@ -22,9 +22,10 @@ import zmq
 from hil.validation.narrative import Claim, narrate
 from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
+from sim.cli_options import add_out, add_rig
+from sim.config import ConfigError, shipped_config
 from sim.network import open_socket, write_loopback_network
 
-REPO_ROOT = Path(__file__).resolve().parents[2]   # hil/<package>/<module>.py
 #: how long a process may take to come up (imports, numba compilation on a fresh machine), s
 STARTUP_TIMEOUT_S = 120.0
 #: how long the driver gets to ramp the servos to neutral after `deactivate`, s
@@ -82,7 +83,7 @@ RIGS = {
     # Tethered, two sections per wing and a 0.5 ms step so the live model keeps up with the wall clock next to
     # the rig's physics plant on a 2-core laptop; a 5 Hz stroke because the rig's servos top out at 30 rad/s
     # (41.3 deg at 5 Hz needs 22.6 rad/s). The plant's truth has 20 % stiffer wing roots (the rig file).
-    "flapper": DemoRig(REPO_ROOT / "configs/robots/flapper.toml", REPO_ROOT / "configs/rigs/flapper_rig.toml",
+    "flapper": DemoRig(shipped_config("robot", "flapper"), shipped_config("rig", "flapper"),
                        {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 5.0},
                         "simulation": {"dt": 5e-4}},
                        "the rig's truth has stiffer wing roots than the model (its rig file's "
@@ -92,13 +93,13 @@ RIGS = {
     # needs 3.6 rad/s) and the sensor microcontroller, whose physics plant follows the stroke the driver mirrors to
     # its servo channels (docs/dynamixel.md), one `mms drive` owning both devices.
     "flapper-dynamixel": DemoRig(
-        REPO_ROOT / "configs/robots/flapper.toml", REPO_ROOT / "configs/rigs/flapper_dynamixel_rig.toml",
+        shipped_config("robot", "flapper"), shipped_config("rig", "flapper-dynamixel"),
         {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 0.8},
          "simulation": {"dt": 5e-4}},
         "the servo channels are the Dynamixel servos tracking the stroke; at this slow stroke the strain the stroke "
         "drives is small against the wing vibration in the emulated gauges (docs/dynamixel.md, Demo)",
         ("--sensor-emulator-args", "--plant physics")),
-    "raybot": DemoRig(REPO_ROOT / "configs/robots/raybot.toml", REPO_ROOT / "configs/rigs/raybot_rig.toml",
+    "raybot": DemoRig(shipped_config("robot", "raybot"), shipped_config("rig", "raybot"),
                       {"robot": {"base": "fixed"}},
                       "the rig's truth and sensors follow configs/rigs/raybot_rig.toml's [emulator] section"),
 }
@@ -118,13 +119,22 @@ def write_demo_robot(rig: DemoRig, path: Path) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rig", choices=sorted(RIGS), default="flapper", help="which robot and rig (default: flapper)")
+    add_rig(parser, default="flapper", extra=f"; the demo runs the shipped rigs: {', '.join(RIGS)}")
     parser.add_argument("--duration", type=float, default=20.0, help="length of the live run, s (default: 20)")
-    parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/demo-<time>)")
+    add_out(parser, "runs/demo-<time> in the current folder", type=Path)
     parser.add_argument("--gui", action="store_true", help="also open the live dashboard")
     parser.add_argument("--no-replay", action="store_true",
                         help="skip the second validation against the model driven by the measured servo motion "
                              "(mms validate --sim recorded)")
+
+
+def demo_rig(rig: Path) -> DemoRig:
+    """The demo set-up of a rig given by name or path (one of :data:`RIGS`)."""
+    for demo in RIGS.values():
+        if demo.rig.resolve() == Path(rig).resolve():
+            return demo
+    raise ConfigError(rig, None, f"mms demo runs the shipped rigs only ({', '.join(RIGS)}): it knows what each "
+                                 "rig's truth predicts")
 
 
 class Watcher:
@@ -178,8 +188,8 @@ def request(context: zmq.Context, endpoint: str, payload: dict, timeout_ms: int 
 
 
 def run(args: argparse.Namespace) -> int:
-    rig = RIGS[args.rig]
-    run_dir = args.out or REPO_ROOT / "runs" / time.strftime("demo-%Y%m%d-%H%M%S")
+    rig = demo_rig(args.rig)
+    run_dir = args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     network = run_dir / "network.toml"
     endpoints = write_loopback_network(network)
@@ -193,16 +203,16 @@ def run(args: argparse.Namespace) -> int:
     supervisor = Supervisor(run_dir / "logs", say=say)
     try:
         supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), "--mode", "realtime"))
-        supervisor.start("record", mms_argv("record", "--out", str(recording), "--config", str(network),
+        supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network),
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
-        supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--config", str(network),
-                                           "--autoactivate", *rig.drive_args))
+        supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
+                                           "--autostart", *rig.drive_args))
         if args.gui:
             from hil.qt_preflight import dashboard_problem
 
             problem = dashboard_problem()
             if problem is None:
-                supervisor.start("dash", mms_argv("dash", "--config", str(network), "--rig", str(rig.rig)),
+                supervisor.start("dash", mms_argv("dash", "--network", str(network), "--rig", str(rig.rig)),
                                  optional=True)
             else:
                 say(f"no dashboard: {problem}")

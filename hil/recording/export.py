@@ -44,6 +44,7 @@ from hil.recording.mcap_io import RawRecording, RecordingError, read_recording
 from hil.recording.series import FIXED_NAMES, Table, build_tables, simulated_unit
 from sim.config import ConfigError
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
+from sim.cli_options import add_out, add_quiet
 
 FORMATS = ("mat", "h5", "csv")
 _MATLAB_NAME_MAX = 63
@@ -337,16 +338,16 @@ def damage_report(result: ExportResult) -> list[str]:
 def add_arguments(parser) -> None:
     parser.add_argument("run", metavar="RUN.mcap", help="recording made by mms record")
     parser.add_argument("--to", choices=FORMATS, required=True, help="output format")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: RUN.export/ beside the recording)")
+    add_out(parser, "RUN.export/ beside the recording")
     parser.add_argument("--topics", nargs="+", metavar="TOPIC", help="only these topics (default: all)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_quiet(parser)
 
 
 def run(args) -> int:
     run_path = Path(args.run)
     out = Path(args.out) if args.out else run_path.with_suffix(".export")
     try:
-        result = export(run_path, args.to, out, args.topics, progress=not args.no_progress)
+        result = export(run_path, args.to, out, args.topics, progress=not args.quiet)
     except RecordingError as exc:
         print(f"mms export: error: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,8 @@ import zmq
 
 from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
 from firmware_interface.rigs.host import sensor_rig_path
-from sim.config import ConfigError
+from sim.cli_options import add_network, add_quiet, add_rig, add_robot, add_start
+from sim.config import ConfigError, resolve_config
 from sim.control import ControlError, encode_reply, error_reply, parse_request
 from sim.messages import SeqTracker
 from sim.network import Endpoints, load_endpoints, open_socket
@@ -57,7 +58,6 @@ PENDING_MAX_MESSAGES = 100_000
 RECEIVE_TURN_S = LOOP_TIMEOUT_S
 #: messages received between two looks at the clock within a receive turn
 RECEIVE_CLOCK_EVERY = 512
-REPO_ROOT = Path(__file__).resolve().parents[2]   # hil/<package>/<module>.py
 DEFAULT_RUN_DIR = Path("runs")
 RECORDING_SUFFIX = ".mcap"
 
@@ -88,19 +88,6 @@ def path_in_run_dir(requested: str, run_dir: Path) -> Path:
     if candidate.is_symlink() or resolved.exists():
         raise RecordingError(f"{requested}: exists (the recorder never replaces a file on request)")
     return resolved
-
-
-def resolve_config(value: str | None, kind: str) -> Path | None:
-    """A config file path, or a bare name looked up in ``configs/<kind>/NAME.toml``; None stays None."""
-    if value is None:
-        return None
-    path = Path(value)
-    if path.is_file():
-        return path
-    candidate = REPO_ROOT / "configs" / kind / f"{value}.toml"
-    if path.suffix == "" and candidate.is_file():
-        return candidate
-    raise ConfigError(value, None, f"file not found (nor configs/{kind}/{value}.toml)")
 
 
 @dataclass
@@ -280,8 +267,8 @@ class Recorder:
             if request.get("overwrite"):
                 raise RecordingError("overwriting is refused on request (only `mms record --overwrite --out` may)")
             path = path_in_run_dir(path, self.run_dir) if path is not None else None
-            robot = resolve_config(request["robot"], "robots") if request.get("robot") else None
-            rig = resolve_config(request["rig"], "rigs") if request.get("rig") else None
+            robot = resolve_config("robot", request["robot"]) if request.get("robot") else None
+            rig = resolve_config("rig", request["rig"]) if request.get("rig") else None
             session = self.start(path, robot=robot, rig=rig)
             return {"ok": True, "recording": True, "path": str(session.writer.path)}
         if cmd == "stop":
@@ -338,13 +325,12 @@ class Recorder:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--out", help="MCAP file to write (default runs/YYYYmmdd-HHMMSS.mcap); with --recover, "
+    parser.add_argument("--out", metavar="FILE.mcap", help="MCAP file to write (default runs/YYYYmmdd-HHMMSS.mcap); with --recover, "
                                       "the rebuilt file (default BROKEN.recovered.mcap)")
-    parser.add_argument("--config", help="network endpoints TOML (default configs/network.toml)")
-    parser.add_argument("--robot", help="robot config (file or name in configs/robots/) stored in the recording")
-    parser.add_argument("--rig", help="rig config (file or name in configs/rigs/) stored in the recording")
-    parser.add_argument("--wait", action="store_true",
-                        help="start idle and record only when told over the control socket")
+    add_network(parser)
+    add_robot(parser, option="--robot", extra=", stored in the recording")
+    add_rig(parser, extra=", stored in the recording")
+    add_start(parser, idle_by_default=False, deprecated=("--wait",))
     parser.add_argument("--duration", type=float, metavar="S",
                         help="stop and exit S seconds after the recording started (default: until Ctrl-C)")
     parser.add_argument("--run-dir", type=Path, metavar="DIR",
@@ -356,7 +342,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
                         help="close a chunk and fsync at least this often, s: the crash-loss bound "
                              f"(default {DEFAULT_FLUSH_INTERVAL_S})")
-    parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    add_quiet(parser)
     parser.add_argument("--recover", metavar="BROKEN.mcap",
                         help="rebuild a valid file from the complete records of a truncated recording, then exit")
 
@@ -382,10 +368,9 @@ def run(args) -> int:
     if args.flush_interval <= 0 or args.hwm <= 0:
         print("mms record: error: --flush-interval and --hwm must be positive", file=sys.stderr)
         return 2
-    endpoints = load_endpoints(args.config)
+    endpoints = load_endpoints(args.network)
     run_dir = args.run_dir or (Path(args.out).parent if args.out else DEFAULT_RUN_DIR)
-    robot = resolve_config(args.robot, "robots")
-    rig = resolve_config(args.rig, "rigs")
+    robot, rig = args.robot, args.rig
     if rig is not None:
         sensor_rig_path(rig)        # a bad rig file: one line now, not when the recording starts
     try:
@@ -400,7 +385,7 @@ def run(args) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    if not args.wait:
+    if args.autostart:
         try:
             recorder.start(args.out, overwrite=args.overwrite)
         except (RecordingError, FileExistsError, OSError) as exc:
@@ -409,7 +394,7 @@ def run(args) -> int:
             print(f"mms record: error: {exc}", file=sys.stderr)
             return 2
     print(f"mms record: subscribed to {endpoints.sim_pub} and {endpoints.driver_pub}, control on "
-          f"{endpoints.recorder_control}" + ("" if args.wait else f", writing {recorder.session.writer.path}"),
+          f"{endpoints.recorder_control}" + ("" if not args.autostart else f", writing {recorder.session.writer.path}"),
           file=sys.stderr, flush=True)
     recorder.run(duration_s=args.duration)
     return 0

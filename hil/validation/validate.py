@@ -1,6 +1,6 @@
 """``mms validate``: measured against simulated signals of a recorded run; report, plots and metrics.json.
 
-The simulated reference is the ``sim/*`` stream recorded in the same run, or with ``--sim CONFIG`` an offline
+The simulated reference is the ``sim/*`` stream recorded in the same run, or with ``--sim ROBOT`` an offline
 re-simulation of the model driven by the measured servo angles (hil/validation/resim.py). Which measured channel is
 compared with which simulated one is a *pair* (docs/validation.md)::
 
@@ -45,6 +45,8 @@ from hil.recording.mcap_io import RecordingError, read_recording
 from firmware_interface.rigs.host import channel_maps, load_host_rig, sensor_unit, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
 from hil.recording.series import simulated_unit as series_unit
+from sim.cli_options import (add_no_plots, add_out, add_quiet, add_rig, add_robot, config_type,
+                             deprecation)
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -901,10 +903,10 @@ def _pick(by_name: dict[str, PairResult], name: str | None, run: Path) -> PairRe
 
 def add_arguments(parser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN.mcap", help="recording(s) made by mms record")
-    parser.add_argument("--sim", metavar="CONFIG",
-                        help="reference: re-simulate this robot config (a TOML file, or 'recorded' for the one in "
-                             "the recording) driven by the measured servo angles, instead of the recorded sim/* "
-                             "stream (docs/validation.md)")
+    add_robot(parser, option="--sim", type=_resim_robot,
+              extra=", or 'recorded' for the one in the recording: the reference is this robot re-simulated, "
+                    "driven by the measured servo angles, instead of the recorded sim/* stream "
+                    "(docs/validation.md)")
     parser.add_argument("--sim-cutoff", type=float, metavar="HZ", default=None,
                         help="--sim: low-pass cutoff of the measured servo angles (default: "
                              "8 x their dominant frequency)")
@@ -913,11 +915,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--thresholds", metavar="FILE",
                         help="TOML with [validation] settings, [pass] criteria and [[pair]] mappings "
                              "(docs/validation.md); default: pairs from the rig, default criteria")
-    parser.add_argument("--rig", metavar="RIG", help="rig TOML to derive the pairs from (default: the rig "
-                                                     "stored in the recording)")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: RUN.validation/ beside the "
-                                                     "recording; sweep: sweep/ beside the first run)")
-    parser.add_argument("--plots", choices=PLOT_CHOICES, default="all", help="which channels get a figure")
+    add_rig(parser, extra=" to derive the pairs from (default: the rig stored in the recording)")
+    add_out(parser, "RUN.validation/ beside the recording; sweep: sweep/ beside the first run")
+    parser.add_argument("--plots", choices=PLOT_CHOICES, default="all", metavar="{all,failed}",
+                        help="which channels get a figure (default: all)")
+    add_no_plots(parser)
     parser.add_argument("--sweep", action="store_true",
                         help="several runs: dominant frequency vs amplitude and mean, measured and simulated")
     parser.add_argument("--channel", metavar="PAIR", help="sweep: the pair giving frequency and amplitude "
@@ -933,10 +935,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--whole-run", action="store_true",
                         help="compare over the whole run instead of its longest healthy window (the run health is "
                              "still assessed and reported, and an invalid run is still INVALID)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_quiet(parser)
+
+
+def _resim_robot(value: str) -> str | Path:
+    """``--sim``: "recorded", or a robot name or file."""
+    return value if value == "recorded" else config_type("robot")(value)
 
 
 def run(args) -> int:
+    if args.plots == "none":
+        deprecation("mms validate", "--plots none", "--no-plots")
+    plots = "none" if args.no_plots else args.plots
     if args.sim_cutoff is not None and not (args.sim and math.isfinite(args.sim_cutoff) and args.sim_cutoff > 0):
         raise ConfigError(None, "--sim-cutoff", f"got {args.sim_cutoff}, expected a frequency > 0 Hz, with --sim")
     if args.sim_warmup is not None and not (args.sim and math.isfinite(args.sim_warmup) and args.sim_warmup >= 0):
@@ -951,7 +961,7 @@ def run(args) -> int:
                                                                     ("min_analysed_s", args.min_analysed))
                                                    if v is not None})
     runs = [Path(r) for r in args.runs]
-    progress = not args.no_progress
+    progress = not args.quiet
     try:
         if args.sweep:
             out = Path(args.out) if args.out else runs[0].parent / "sweep"
@@ -968,7 +978,7 @@ def run(args) -> int:
             return 2
         run_path = runs[0]
         out = Path(args.out) if args.out else run_path.with_suffix(".validation")
-        results, document = validate_run(run_path, out, settings, args.rig, args.plots, progress, resim)
+        results, document = validate_run(run_path, out, settings, args.rig, plots, progress, resim)
     except RecordingError as exc:
         print(f"mms validate: error: {exc}", file=sys.stderr)
         return 2

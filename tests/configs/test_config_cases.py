@@ -115,13 +115,15 @@ def test_binary_and_non_utf8_files_are_named_as_such(tmp_path, load):
 
 
 @pytest.mark.parametrize("load,name,says", [
-    (load_robot, "rigs/flapper_rig.toml", 'this is a rig file ([rig] kind "mcu"): `mms sim` and `mms serve` take a '
-                                          "robot file such as configs/robots/flapper.toml"),
-    (load_robot, "network.toml", "this is a network file ([sim]): `mms sim` and `mms serve` take a robot file"),
-    (load_rig, "robots/raybot.toml", 'this is a robot file ([robot] kind "raybot"): `mms drive` and `mms emulate` '
-                                     "take a rig file such as configs/rigs/flapper_rig.toml"),
-    (load_dxl_rig, "robots/flapper.toml", 'this is a robot file ([robot] kind "flapper")'),
-    (load_rig, "network.toml", "this is a network file ([sim]): `mms drive` and `mms emulate` take a rig file"),
+    (load_robot, "rigs/flapper_rig.toml", 'this is a rig file ([rig] kind "mcu"), not a robot file: `mms sim` and '
+                                          "`mms serve` take a robot such as flapper (configs/robots/flapper.toml)"),
+    (load_robot, "network.toml", "this is a network file ([sim]), not a robot file: `mms sim` and `mms serve` take "
+                                 "a robot"),
+    (load_rig, "robots/raybot.toml", 'this is a robot file ([robot] kind "raybot"), not a rig file: `mms drive` and '
+                                     "`mms emulate` take a rig such as flapper (configs/rigs/flapper_rig.toml)"),
+    (load_dxl_rig, "robots/flapper.toml", 'this is a robot file ([robot] kind "flapper"), not a rig file'),
+    (load_rig, "network.toml", "this is a network file ([sim]), not a rig file: `mms drive` and `mms emulate` take "
+                               "a rig"),
 ])
 def test_a_file_of_another_kind_is_named(load, name, says):
     with pytest.raises(ConfigError) as caught:

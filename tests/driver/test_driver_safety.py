@@ -88,7 +88,7 @@ def test_killed_simulator_leads_to_neutral(stack):
     rig = load_rig(stack.flapper_rig)
     neutral = np.array([s.neutral_rad for s in rig.servos])
     serve = stack.serve("flapper.toml")
-    drv = stack.driver("--emulate", "--autoactivate")
+    drv = stack.driver("--emulate", "--autostart")
     stack.wait_for(lambda: len(track_commands(drv)) > 50, what="tracking mms serve", timeout_s=90)
     os.killpg(serve.proc.pid, signal.SIGKILL)
     killed_ns = time.time_ns()
@@ -240,7 +240,7 @@ def test_bad_rig_files_give_one_clear_line_each(stack):
         if text is not None:
             assert text != good
             path.write_text(text)
-        result = subprocess.run(stack.mms("drive", "--rig", str(path), "--emulate", "--config", str(stack.net)),
+        result = subprocess.run(stack.mms("drive", "--rig", str(path), "--emulate", "--network", str(stack.net)),
                                 capture_output=True, text=True, timeout=60, cwd=stack.root)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, (name, result.stderr)
@@ -256,7 +256,7 @@ def test_wrong_device_is_refused_at_configure(stack):
     try:
         port = emulator.stdout.readline().decode().strip()
         stack.sim(["stroke_r", "stroke_l"], lambda t: [0.2, 0.2])
-        drv = stack.driver("--port", port, "--autoactivate")
+        drv = stack.driver("--port", port, "--autostart")
         status = drv.wait_status(lambda s: "raybot-rig" in s["error"], "the device refused")
         assert "device is rig 'raybot-rig'" in status["error"] and "flapper-rig" in status["error"]
         assert status["lifecycle"] == "unconfigured" and status["link"]["state"] != "up"

@@ -34,7 +34,7 @@ def test_mapping_limits_and_calibrated_telemetry(stack):
     jm_left = next(j for j in rig.joints if j.servo == "stroke_left")
     sim = stack.sim(["bend1_r", "stroke_r", "stroke_l"], lambda t: [0.3, q_right(t), BEYOND])
     neutral = np.array([s.neutral_rad for s in rig.servos])
-    drv = stack.driver("--emulate", "--autoactivate")
+    drv = stack.driver("--emulate", "--autostart")
     stack.wait_for(lambda: sum(c["mode"] == "track" for c in drv.collector.get("hw/command")) > 1200,
                    what="1200 tracking commands (2.4 s at 500 Hz)", timeout_s=60)
     all_commands = drv.collector.get("hw/command")
@@ -122,7 +122,7 @@ def test_chain_with_mms_serve(stack):
     # Table I 25 Hz every setpoint may be rate-limited, and then no command can be compared with its state
     assert serve.ctl("set", timeout_s=120, key="stroke.frequency_hz", value=5.0)["ok"]
     states = stack.collect(stack.ep.sim_pub, ["sim/state", "sim/status"])
-    drv = stack.driver("--emulate", "--autoactivate")
+    drv = stack.driver("--emulate", "--autostart")
     stack.wait_for(lambda: sum(c["mode"] == "track" for c in drv.collector.get("hw/command")) > 100,
                    what="100 tracking commands from mms serve", timeout_s=120)
     by_seq = {s["seq"]: s for s in states.get("sim/state")}

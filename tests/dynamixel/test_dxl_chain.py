@@ -1,6 +1,6 @@
 """The whole chain on the two-device Dynamixel rig, real processes and sockets: ``mms serve`` (the flapper,
 tethered, one section per wing, a slow stroke) -> ``mms drive --rig flapper_dynamixel_rig.toml --emulate
---autoactivate`` -> the Dynamixel emulator (the servo bus) and ``mms emulate --rig flapper_rig.toml`` (the sensor
+--autostart`` -> the Dynamixel emulator (the servo bus) and ``mms emulate --rig flapper_rig.toml`` (the sensor
 microcontroller), both on ptys, one driver owning both.
 
 Checked: every tracking setpoint is the served stroke angle through the rig's joint map (exactly, unless the
@@ -65,7 +65,7 @@ def test_serve_drive_dynamixel_emulator_chain(stack):
 
     sim = stack.collect(stack.ep.sim_pub, ("sim/state", "sim/status"), validate_every=50)
     stack.serve(str(robot_path), "--rate", str(SIM_RATE_HZ))
-    drive = stack.driver("--emulate", "--autoactivate", "--emulator-args", f"--stats {stats_path}",
+    drive = stack.driver("--emulate", "--autostart", "--emulator-args", f"--stats {stats_path}",
                          "--sensor-emulator-args", f"--stats {sensor_stats_path}", rig=RIG)
     hw = drive.collector
     logs = (drive.log_path, *(m.log_path for m in stack.made if hasattr(m, "log_path")))

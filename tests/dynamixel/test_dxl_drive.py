@@ -31,7 +31,7 @@ def test_driver_tracks_the_simulator_through_the_dynamixel_bus(stack):
     bus_only.write_text(tomli_w.dumps(doc))
     stack.sim(["stroke_r", "stroke_l"], lambda t: [AMPLITUDE_RAD * math.sin(2 * math.pi * FREQUENCY_HZ * t)] * 2,
               rate_hz=500)
-    drv = stack.driver("--emulate", "--autoactivate", rig=bus_only)
+    drv = stack.driver("--emulate", "--autostart", rig=bus_only)
     hw = drv.collector
     wait = lambda predicate, what: stack.wait_for(predicate, what=what, logs=(drv.log_path,))  # noqa: E731
     drv.wait_status(lambda s: s["lifecycle"] == "active", "active")
@@ -69,7 +69,7 @@ def test_sensor_options_need_a_second_device(stack):
     bus_only = stack.tmp / "bus_only_rig.toml"
     bus_only.write_text(tomli_w.dumps(doc))
     for rig in (bus_only, stack.flapper_rig):
-        run = subprocess.run(stack.mms("drive", "--rig", str(rig), "--sensor-port", "/dev/null", "--config",
+        run = subprocess.run(stack.mms("drive", "--rig", str(rig), "--sensor-port", "/dev/null", "--network",
                                        str(stack.net)), capture_output=True, text=True, timeout=60, cwd=stack.root)
         assert run.returncode == 2, run.stderr
         lines = run.stderr.strip().splitlines()

@@ -43,7 +43,7 @@ def _telemetry_after(drv, t_ns: int) -> list[dict]:
 def test_button_reset_and_sensor_unplug(stack):
     neutral = [s.neutral_rad for s in load_dxl_rig(RIG).servos]
     stack.sim(JOINTS, _stroke, rate_hz=SIM_RATE_HZ)
-    drv = stack.driver("--emulate", "--autoactivate", "--allow-remote-reset", rig=RIG)
+    drv = stack.driver("--emulate", "--autostart", "--allow-remote-reset", rig=RIG)
     wait = lambda predicate, what: stack.wait_for(predicate, what=what, logs=(drv.log_path,))  # noqa: E731
     status = drv.wait_status(lambda s: s["lifecycle"] == "active" and s["link"]["state"] == "up", "active")
     sensor_pid = status["link"]["sensor"]["emulator_pid"]
@@ -97,7 +97,7 @@ def test_button_reset_and_sensor_unplug(stack):
 
 def test_servo_hardware_error_latches_the_microcontroller(stack):
     stack.sim(JOINTS, _stroke, rate_hz=SIM_RATE_HZ)
-    drv = stack.driver("--emulate", "--autoactivate", "--emulator-args", "--hw-error 3.0:2:32", rig=RIG)
+    drv = stack.driver("--emulate", "--autostart", "--emulator-args", "--hw-error 3.0:2:32", rig=RIG)
     latched = drv.wait_status(lambda s: s["estop"], "the e-stop latched by the overload")
     assert "device:fault" in latched["estop_sources"], latched["estop_sources"]
     assert latched["link"]["hardware_error_status"]["2"] == 32

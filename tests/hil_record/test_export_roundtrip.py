@@ -75,7 +75,7 @@ def _expected_telemetry_clocks(frames):
 
 def test_export_mat_read_by_scipy(tmp_path, run, kit):
     path, states, frames = run
-    result = kit.mms_run("export", str(path), "--to", "mat", "--out", str(tmp_path / "mat"), "--no-progress")
+    result = kit.mms_run("export", str(path), "--to", "mat", "--out", str(tmp_path / "mat"), "--quiet")
     assert result.returncode == 0, result.stderr
     data = loadmat(tmp_path / "mat" / "run.mat", simplify_cells=True)
     state = data["sim_state"]
@@ -99,7 +99,7 @@ def test_export_mat_read_by_scipy(tmp_path, run, kit):
 
 def test_export_h5_read_by_h5py(tmp_path, run, kit):
     path, states, frames = run
-    result = kit.mms_run("export", str(path), "--to", "h5", "--out", str(tmp_path / "h5"), "--no-progress")
+    result = kit.mms_run("export", str(path), "--to", "h5", "--out", str(tmp_path / "h5"), "--quiet")
     assert result.returncode == 0, result.stderr
     with h5py.File(tmp_path / "h5" / "run.h5", "r") as handle:
         for column, expected in _expected_state_columns(states).items():
@@ -119,7 +119,7 @@ def test_export_h5_read_by_h5py(tmp_path, run, kit):
 def test_export_csv_read_by_csv_module(tmp_path, run, kit):
     path, states, frames = run
     result = kit.mms_run("export", str(path), "--to", "csv", "--out", str(tmp_path / "csv"), "--topics",
-                         "sim/state", "hw/telemetry", "--no-progress")
+                         "sim/state", "hw/telemetry", "--quiet")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == [
         "hw_telemetry.csv", "hw_telemetry_raw_clocks.csv", "sim_state.csv", "sim_state_raw_clocks.csv"]
@@ -171,7 +171,7 @@ def test_exports_give_units_one_time_base_and_the_rigs_signs(tmp_path, kit):
     simulated signal's unit and sign (the thrust cell reads -base_wrench fx: scale -1 in the rig)."""
     run = tmp_path / "run.mcap"
     truth = kit.write_synthetic_run(run, duration_s=3.0)
-    result = kit.mms_run("export", str(run), "--to", "csv", "--out", str(tmp_path / "csv"), "--no-progress")
+    result = kit.mms_run("export", str(run), "--to", "csv", "--out", str(tmp_path / "csv"), "--quiet")
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "csv" / "hw_telemetry.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -188,7 +188,7 @@ def test_exports_give_units_one_time_base_and_the_rigs_signs(tmp_path, kit):
     assert np.mean(as_wrench) == pytest.approx(np.mean(wrench), rel=0.05)
     assert np.mean(wrench) == pytest.approx(-truth["thrust_mean"], rel=0.05)
 
-    kit.mms_run("export", str(run), "--to", "mat", "--out", str(tmp_path / "mat"), "--no-progress")
+    kit.mms_run("export", str(run), "--to", "mat", "--out", str(tmp_path / "mat"), "--quiet")
     data = loadmat(tmp_path / "mat" / "run.mat", simplify_cells=True)
     telemetry = data["hw_telemetry"]
     assert telemetry["units"]["gauge_strain_fin_ray_left_m_per_m"] == "m/m"

@@ -84,8 +84,8 @@ def test_a_stall_is_cut_and_the_figures_are_those_of_the_run_without_it(tmp_path
 def test_a_run_that_is_mostly_stall_is_invalid_with_the_reason(tmp_path, kit):
     kit.write_live_run(tmp_path / "run.mcap", duration_s=12.0, stall=(2.0, 8.0))
     out = tmp_path / "report"
-    result = kit.mms_run("validate", str(tmp_path / "run.mcap"), "--out", str(out), "--plots", "none",
-                         "--no-progress")
+    result = kit.mms_run("validate", str(tmp_path / "run.mcap"), "--out", str(out), "--no-plots",
+                         "--quiet")
     assert result.returncode == validate.EXIT_INVALID, result.stdout + result.stderr
     document = json.loads((out / "metrics.json").read_text())
     health = document["health"]
@@ -98,8 +98,8 @@ def test_a_run_that_is_mostly_stall_is_invalid_with_the_reason(tmp_path, kit):
     # the same run is valid when the user accepts shorter windows and a smaller share: the thresholds are options
     lenient = tmp_path / "lenient.toml"
     lenient.write_text("[health]\nmin_fraction = 0.1\nmin_analysed_s = 0.5\nmin_window_s = 0.5\n")
-    result = kit.mms_run("validate", str(tmp_path / "run.mcap"), "--out", str(tmp_path / "lenient"), "--plots",
-                         "none", "--no-progress", "--thresholds", str(lenient))
+    result = kit.mms_run("validate", str(tmp_path / "run.mcap"), "--out", str(tmp_path / "lenient"), "--no-plots",
+                         "--quiet", "--thresholds", str(lenient))
     assert result.stdout.startswith("VALID: "), result.stdout + result.stderr
 
 

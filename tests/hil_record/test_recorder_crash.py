@@ -21,7 +21,7 @@ MAX_LOSS_S = 1.0
 def test_kill_9_loses_at_most_the_last_second_and_recover_rebuilds_a_valid_file(tmp_path, network, kit):
     broken, fixed = tmp_path / "broken.mcap", tmp_path / "fixed.mcap"
     with kit.Publisher(network, rate_hz=500):
-        proc = kit.mms("record", "--config", network["path"], "--out", str(broken), "--quiet")
+        proc = kit.mms("record", "--network", network["path"], "--out", str(broken), "--quiet")
         try:
             kit.status_when(network["rec"], lambda r: r.get("topics", {}).get("sim/state", {}).get("messages", 0)
                             >= 1500, "3 s of sim/state recorded")

@@ -208,7 +208,7 @@ def test_export_of_a_damaged_recording_says_what_was_lost_and_exits_3(zstd_recor
     data[(start + end) // 2:(start + end) // 2 + ZEROED_BYTES // 4] = bytes(ZEROED_BYTES // 4)
     path = tmp_path / "damaged.mcap"
     path.write_bytes(bytes(data))
-    result = kit.mms_run("export", str(path), "--to", "csv", "--out", str(tmp_path / "csv"), "--no-progress")
+    result = kit.mms_run("export", str(path), "--to", "csv", "--out", str(tmp_path / "csv"), "--quiet")
     assert result.returncode == EXIT_DATA_LOST, result.stderr
     assert "Traceback" not in result.stderr
     assert f"damage at byte {start}: " in result.stderr and f", {len(lost)} messages lost" in result.stderr

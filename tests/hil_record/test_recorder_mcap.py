@@ -25,7 +25,7 @@ def test_record_every_topic_with_schemas_times_metadata_and_gap_counts(tmp_path,
     rig.write_text(RIG_TEXT)
     out = tmp_path / "runs" / "run.mcap"
     with kit.Publisher(network, rate_hz=500, skip_every=7, skip_by=3, malformed=True) as publisher:
-        proc = kit.mms("record", "--config", network["path"], "--out", str(out), "--robot", str(robot),
+        proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--robot", str(robot),
                        "--rig", str(rig))
         try:
             kit.status_when(network["rec"], lambda r: r.get("recording") and len(r["topics"]) == 5
@@ -81,7 +81,7 @@ def test_record_every_topic_with_schemas_times_metadata_and_gap_counts(tmp_path,
 def test_control_socket_start_stop_status_and_bad_requests(tmp_path, network, kit):
     first, second = tmp_path / "a.mcap", tmp_path / "b.mcap"
     with kit.Publisher(network, rate_hz=200):
-        proc = kit.mms("record", "--config", network["path"], "--wait", "--quiet", "--run-dir", str(tmp_path))
+        proc = kit.mms("record", "--network", network["path"], "--idle", "--quiet", "--run-dir", str(tmp_path))
         try:
             idle = kit.status_when(network["rec"], lambda r: r.get("ok"), "the control socket")
             assert idle == {"ok": True, "recording": False}
@@ -118,13 +118,13 @@ def test_control_socket_start_stop_status_and_bad_requests(tmp_path, network, ki
 
 
 def test_record_refuses_bad_arguments_with_one_line(tmp_path, network, kit):
-    missing = kit.mms_run("record", "--config", network["path"], "--robot", str(tmp_path / "nope.toml"),
+    missing = kit.mms_run("record", "--network", network["path"], "--robot", str(tmp_path / "nope.toml"),
                           "--out", str(tmp_path / "x.mcap"), timeout=60)
     assert missing.returncode == 2
     assert "nope.toml" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
     existing = tmp_path / "exists.mcap"
     existing.write_bytes(b"keep me")
-    refused = kit.mms_run("record", "--config", network["path"], "--out", str(existing), "--duration", "1",
+    refused = kit.mms_run("record", "--network", network["path"], "--out", str(existing), "--duration", "1",
                           timeout=60)
     assert refused.returncode == 2 and "exists" in refused.stderr
     assert existing.read_bytes() == b"keep me"
@@ -148,7 +148,7 @@ def test_control_socket_writes_only_new_files_inside_the_run_directory(tmp_path,
         "kept.mcap": "exists", str(kept): "exists", "notes.txt": ".mcap", "": "non-empty",
         "/etc/passwd.mcap": "outside the run directory"}
     with kit.Publisher(network, rate_hz=200):
-        proc = kit.mms("record", "--config", network["path"], "--wait", "--quiet", "--run-dir", str(run_dir))
+        proc = kit.mms("record", "--network", network["path"], "--idle", "--quiet", "--run-dir", str(run_dir))
         try:
             kit.status_when(network["rec"], lambda r: r.get("ok"), "the control socket")
             for path, reason in refusals.items():
@@ -183,7 +183,7 @@ def test_a_burst_is_recorded_byte_for_byte_in_order_with_receipt_times(tmp_path,
     pub.setsockopt(zmq.LINGER, 0)
     pub.bind(network["sim_pub"])
     out = tmp_path / "burst.mcap"
-    proc = kit.mms("record", "--config", network["path"], "--out", str(out), "--quiet")
+    proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--quiet")
     sent: list[bytes] = []
     try:
         def warmed_up():

@@ -71,7 +71,7 @@ def test_default_pairs_of_the_two_device_rig():
 def test_the_recorder_keeps_both_files_of_a_two_device_rig(tmp_path, network, kit):
     out = tmp_path / "run.mcap"
     with kit.Publisher(network, rate_hz=200):
-        proc = kit.mms("record", "--config", network["path"], "--out", str(out), "--rig", str(DXL_RIG))
+        proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--rig", str(DXL_RIG))
         try:
             kit.status_when(network["rec"], lambda r: r.get("recording") and r["topics"].get("sim/state"),
                             "sim/state recorded")
@@ -91,6 +91,6 @@ def test_the_recorder_keeps_both_files_of_a_two_device_rig(tmp_path, network, ki
 def test_a_bad_rig_file_is_one_line_before_recording(tmp_path, network, kit):
     bad = tmp_path / "bad_rig.toml"
     bad.write_text('[rig]\nkind = "dynamixel"\nname = "x"\n')
-    done = kit.mms_run("record", "--config", network["path"], "--out", str(tmp_path / "x.mcap"), "--rig", str(bad))
+    done = kit.mms_run("record", "--network", network["path"], "--out", str(tmp_path / "x.mcap"), "--rig", str(bad))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and str(bad) in done.stderr, done.stderr
     assert not (tmp_path / "x.mcap").exists()

@@ -79,7 +79,7 @@ def test_mms_validate_end_to_end_with_pairs_from_the_recorded_rig(tmp_path, kit)
     run = tmp_path / "run.mcap"
     truth = kit.write_synthetic_run(run, lag_s=0.012, ratio=0.9, noise=0.01, duration_s=12.0)
     out = tmp_path / "report"
-    result = kit.mms_run("validate", str(run), "--out", str(out), "--no-progress")
+    result = kit.mms_run("validate", str(run), "--out", str(out), "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads((out / "metrics.json").read_text())
     channels = {c["name"]: c for c in document["channels"]}
@@ -134,7 +134,7 @@ simulated = "sim/state:q:tail_yaw"
 """)
     out = tmp_path / "out"
     result = kit.mms_run("validate", str(run), "--thresholds", str(thresholds), "--out", str(out),
-                         "--plots", "failed", "--no-progress")
+                         "--plots", "failed", "--quiet")
     assert result.returncode == 1, result.stdout + result.stderr
     channels = {c["name"]: c for c in json.loads((out / "metrics.json").read_text())["channels"]}
     assert not channels["servo"]["passed"]
@@ -159,7 +159,7 @@ def test_mms_validate_sweep_recovers_each_runs_frequency_amplitude_and_mean(tmp_
                                 duration_s=6.0, seed=k)
     out = tmp_path / "sweep"
     result = kit.mms_run("validate", "--sweep", *map(str, runs), "--channel", "tail vs q[tail_yaw]",
-                         "--mean-channel", "thrust vs base_wrench[fx]", "--out", str(out), "--no-progress")
+                         "--mean-channel", "thrust vs base_wrench[fx]", "--out", str(out), "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
     with open(out / "sweep.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -179,7 +179,7 @@ def test_a_run_recorded_by_mms_record_validates_with_the_rigs_mapping(tmp_path, 
     device clock (no lag, same amplitude); `mms record` writes it, `mms validate` finds that."""
     run = tmp_path / "recorded.mcap"
     with kit.Publisher(network, rate_hz=500):
-        proc = kit.mms("record", "--config", network["path"], "--out", str(run), "--quiet")
+        proc = kit.mms("record", "--network", network["path"], "--out", str(run), "--quiet")
         try:
             kit.status_when(network["rec"], lambda r: r.get("topics", {}).get("hw/telemetry", {})
                             .get("messages", 0) >= 400, "4 s of telemetry recorded")
@@ -193,7 +193,7 @@ def test_a_run_recorded_by_mms_record_validates_with_the_rigs_mapping(tmp_path, 
                           '[health]\nstall_gap_s = 0.5\nrtf_tolerance = 0.5\nsettle_s = 0.2\nmin_window_s = 1.0\n'
                           'min_analysed_s = 1.0\nmin_fraction = 0.2\n')
     out = tmp_path / "validation"
-    result = kit.mms_run("validate", str(run), "--thresholds", str(thresholds), "--out", str(out), "--no-progress")
+    result = kit.mms_run("validate", str(run), "--thresholds", str(thresholds), "--out", str(out), "--quiet")
     document = json.loads((out / "metrics.json").read_text())
     metrics = document["channels"][0]["metrics"]
     assert result.returncode == 0, result.stdout + result.stderr

@@ -160,17 +160,17 @@ simulated = "sim/state:base_wrench:fx"
 
 
 def test_exit_codes_and_one_line_error_for_a_channel_table_matching_no_pair(tmp_path, run, capsys):
-    assert mms_main(["validate", str(run), "--out", str(tmp_path / "a"), "--plots", "none", "--no-progress"]) == 0
+    assert mms_main(["validate", str(run), "--out", str(tmp_path / "a"), "--no-plots", "--quiet"]) == 0
     assert "NOT JUDGED fy vs base_wrench[fy]" in capsys.readouterr().out
     tight = tmp_path / "tight.toml"
     tight.write_text(f"[channel.fy]\nrmse_max = {0.5 * SIDE_NOISE_N}\n")
     assert mms_main(["validate", str(run), "--thresholds", str(tight), "--out", str(tmp_path / "b"),
-                     "--plots", "none", "--no-progress"]) == 1
+                     "--no-plots", "--quiet"]) == 1
     capsys.readouterr()
     typo = tmp_path / "typo.toml"
     typo.write_text("[channel.fyy]\nrmse_max = 0.01\n")
     assert mms_main(["validate", str(run), "--thresholds", str(typo), "--out", str(tmp_path / "c"),
-                     "--no-progress"]) == 2
+                     "--quiet"]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "channel.fyy: matches no pair" in error and "'fy'" in error
     bad = tmp_path / "bad.toml"

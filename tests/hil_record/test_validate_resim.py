@@ -141,8 +141,8 @@ def test_against_the_recorded_stream_the_elbow_shows_the_servo_lag_and_against_t
 
 def test_the_recorded_robot_config_and_the_command_line(tmp_path, run, robot, capsys):
     out = tmp_path / "cli"
-    code = mms_main(["validate", str(run), "--sim", "recorded", "--out", str(out), "--plots", "none",
-                     "--no-progress"])
+    code = mms_main(["validate", str(run), "--sim", "recorded", "--out", str(out), "--no-plots",
+                     "--quiet"])
     assert code == 0, capsys.readouterr().err
     document = json.loads((out / "metrics.json").read_text())
     assert _channels(document)["elbow"]["metrics"]["r2"] > 0.99 and str(robot) in document["reference"]
@@ -152,7 +152,7 @@ def test_the_recorded_robot_config_and_the_command_line(tmp_path, run, robot, ca
     assert len(err) == 1 and "--sim-cutoff" in err[0]
     # a cutoff below the motion's own frequency removes the motion: the elbow no longer matches
     code = mms_main(["validate", str(run), "--sim", str(robot), "--sim-cutoff", "0.1", "--out", str(tmp_path / "low"),
-                     "--plots", "none", "--no-progress"])
+                     "--no-plots", "--quiet"])
     document = json.loads((tmp_path / "low" / "metrics.json").read_text())
     assert code == 1 and _channels(document)["elbow"]["metrics"]["amplitude_ratio"] > 1.5
 

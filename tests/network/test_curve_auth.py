@@ -56,7 +56,7 @@ def test_curve_operator_controls_observer_reads_stranger_gets_nothing(tmp_path):
     assert operator.curve.client_public != observer.curve.client_public
     zmq.auth.create_certificates(tmp_path, "stranger")            # a valid key that is not in the allow-list
     stranger_public, stranger_secret = zmq.auth.load_certificate(tmp_path / "stranger.key_secret")
-    driver = MmsProcess(tmp_path, ["drive", "--rig", str(FLAPPER_RIG), "--config", str(network), "--emulate"],
+    driver = MmsProcess(tmp_path, ["drive", "--rig", str(FLAPPER_RIG), "--network", str(network), "--emulate"],
                         ROOT, operator.driver_control)
     context = zmq.Context()
     try:
@@ -123,14 +123,14 @@ def test_bind_beyond_loopback_without_keys_exits_2_with_the_reason(tmp_path):
     write_loopback_network(network)
     network.write_text(network.read_text().replace('[recorder]\ncontrol = "tcp://127.0.0.1:',
                                                    '[recorder]\ncontrol = "tcp://0.0.0.0:'))
-    record = subprocess.run(mms("record", "--config", str(network), "--wait", "--quiet"), capture_output=True,
+    record = subprocess.run(mms("record", "--network", str(network), "--idle", "--quiet"), capture_output=True,
                             text=True, timeout=60, cwd=ROOT)
     assert record.returncode == 2
     assert len(record.stderr.strip().splitlines()) == 1
     assert "refusing to bind tcp://0.0.0.0:" in record.stderr and "mms keys" in record.stderr
     network.write_text(network.read_text().replace('[driver]\npub = "tcp://127.0.0.1:',
                                                    '[driver]\npub = "tcp://*:'))
-    drive = subprocess.run(mms("drive", "--rig", str(FLAPPER_RIG), "--config", str(network), "--emulate"),
+    drive = subprocess.run(mms("drive", "--rig", str(FLAPPER_RIG), "--network", str(network), "--emulate"),
                            capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert drive.returncode == 2
     assert "refusing to bind tcp://*:" in drive.stderr and len(drive.stderr.strip().splitlines()) == 1

@@ -97,7 +97,7 @@ def test_a_frozen_server_reports_the_stall_at_once_in_its_status(serve, pendulum
 
 
 def test_paused_start_waits_for_start_and_then_publishes_state_0_with_names(serve, pendulum):
-    server = serve(pendulum.config, "--paused")
+    server = serve(pendulum.config, "--idle")
     sub = server.subscriber()
     idle, _ = _status(server, sub, lambda p: p["state"] == "idle", "an idle status")
     assert idle["t"] == 0.0
@@ -150,7 +150,7 @@ def test_a_taken_endpoint_is_a_one_line_error(serve, pendulum):
 def test_help_lists_the_options(harness):
     result = subprocess.run([*harness.mms, "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
-    for option in ("--network", "--mode", "lockstep", "--rate", "--dt", "--paused", "--stall-timeout"):
+    for option in ("--network", "--mode", "lockstep", "--rate", "--dt", "--idle", "--stall-timeout"):
         assert option in result.stdout
 
 

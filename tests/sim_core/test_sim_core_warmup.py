@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _demo_flapper():
-    return build_case(next(case for case in CASES if case.label == "flapper, demo"), ROOT)
+    return build_case(next(case for case in CASES if case.label == "flapper, demo"))
 
 
 @pytest.mark.parametrize("fused", [True, False])

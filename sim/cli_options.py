@@ -1,0 +1,191 @@
+"""The option vocabulary of every ``mms`` command: one spelling, one meaning and one help text per option.
+
+Every command's parser is a :class:`Parser` (from :func:`make_parser`) and takes its shared options from the
+``add_*`` functions here, so that ``--network``, ``--rig``, ``--quiet``, ``--no-plots``, ``--out``,
+``--integrator``, ``--base`` and the start options read and behave the same in ``sim``, ``serve``, ``drive``,
+``record``, ``dash``, ``validate`` ... (tests/configs/test_cli_vocabulary.py walks every ``--help``):
+
+- robots and rigs are given by a shipped NAME (``flapper``, ``raybot``, ``pendulum``; rigs ``flapper``,
+  ``flapper-dynamixel``, ``raybot``) or a PATH, through one resolver (:func:`sim.config.resolve_config`); a file
+  of another kind is named as such (``... is a rig file, not a robot file``);
+- an unknown option gets a did-you-mean, as an unknown command does in ``mms``;
+- an old spelling (:data:`DEPRECATED`) still works for one release and prints one line on stderr naming the new
+  spelling.
+
+This module sits in ``sim`` (which imports nothing of the other packages) so that every command may use it.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+
+from sim.config import ConfigError, resolve_config, shipped_configs
+from sim.integrators import INTEGRATORS
+
+#: The distribution whose version ``mms --version`` prints.
+DISTRIBUTION = "mms-hil"
+#: ``mms sim --base`` words -> the model's base mode.
+BASES = {"free": "floating", "tethered": "fixed"}
+#: How close a mistyped command or option must be to a known one to be suggested (difflib ratio).
+SUGGESTION_CUTOFF = 0.6
+
+#: The help text of each shared option (a command may add its own default in parentheses after it).
+HELP: dict[str, str] = {
+    "--network": "network file: the ZeroMQ endpoints and CURVE keys (default: the shipped configs/network.toml)",
+    "--quiet": "print no progress bar or progress line",
+    "--no-plots": "write no plots",
+    "--out": "output folder",
+    "--integrator": ("rk4 (fixed step), rk45 (adaptive Dormand-Prince) or rosw (fixed step, linearly implicit "
+                     "Rosenbrock-W: stiff modes do not bound its step)"),
+    "--base": "free (floating base, free flight) or tethered (base fixed, its wrench is an output)",
+    "--autostart": "start at once, without waiting for a start request on the control socket",
+    "--idle": ("start idle and wait for the control socket's start request (`start`; `activate` for "
+               "`mms drive`)"),
+}
+
+#: Old spelling -> new spelling, for the deprecation line and the docs (removed in the next release).
+DEPRECATED: dict[str, str] = {
+    "--config": "--network",
+    "--no-progress": "--quiet",
+    "--paused": "--idle",
+    "--wait": "--idle",
+    "--autoactivate": "--autostart",
+    "--plots none": "--no-plots",
+}
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when run from a tree that was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version as installed_version
+
+    try:
+        return installed_version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def suggestion(word: str, known: list[str] | tuple[str, ...] | dict) -> str:
+    """``; did you mean X?`` for the closest of ``known``, or "" if none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=SUGGESTION_CUTOFF)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def deprecation(prog: str, old: str, new: str) -> None:
+    """The one stderr line an old spelling prints."""
+    print(f"{prog}: {old} is deprecated and will be removed in the next release: use {new}", file=sys.stderr)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (as a bad config's are) and whose unknown options get a
+    did-you-mean among the parser's own options."""
+
+    def error(self, message: str):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            known = [s for action in self._actions for s in action.option_strings
+                     if action.help is not argparse.SUPPRESS]
+            words = message[len(prefix):].split()
+            hints = [suggestion(word.split("=")[0], known) for word in words if word.startswith("-")]
+            message += next((hint for hint in hints if hint), "")
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
+def make_parser(prog: str, description: str | None = None) -> Parser:
+    return Parser(prog=prog, description=description)
+
+
+class _Deprecated(argparse.Action):
+    """An old spelling: stores what its new spelling would, after :func:`deprecation`."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecation(parser.prog, option_string, self.new)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def _add_deprecated(parser, old: str, dest: str, **kwargs) -> None:
+    parser.add_argument(old, dest=dest, action=_Deprecated, new=DEPRECATED[old], help=argparse.SUPPRESS,
+                        default=argparse.SUPPRESS, **kwargs)
+
+
+def _with_default(text: str, default_text: str | None) -> str:
+    return f"{text} (default: {default_text})" if default_text else text
+
+
+# ------------------------------------------------------------------------------------------- robots and rigs
+def config_type(kind: str):
+    """An argparse ``type``: a shipped name or a file of ``kind`` -> its Path (a one-line error otherwise)."""
+    def parse(value: str) -> Path:
+        try:
+            return resolve_config(kind, value)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = kind
+    return parse
+
+
+def named_help(kind: str) -> str:
+    """``robot: a shipped name (flapper, pendulum, raybot) or a robot TOML file``."""
+    return f"{kind}: a shipped name ({', '.join(shipped_configs(kind))}) or a {kind} TOML file"
+
+
+def add_robot(parser, *, option: str | None = None, extra: str = "", **kwargs) -> None:
+    """The robot, positional (``dest`` "config") or as ``option``; ``extra`` adds to the help."""
+    names = (option,) if option else ("config",)
+    parser.add_argument(*names, metavar="ROBOT", type=kwargs.pop("type", config_type("robot")),
+                        help=named_help("robot") + extra, **kwargs)
+
+
+def add_rig(parser, *, required: bool = False, default: str | None = None, extra: str = "") -> None:
+    parser.add_argument("--rig", metavar="RIG", type=config_type("rig"), required=required, default=default,
+                        help=_with_default(named_help("rig") + extra, default))
+
+
+# ------------------------------------------------------------------------------------------- shared options
+def add_network(parser) -> None:
+    """``--network FILE`` (old spelling ``--config``); None means the shipped network file."""
+    parser.add_argument("--network", metavar="FILE", type=config_type("network"), default=None,
+                        help=HELP["--network"])
+    _add_deprecated(parser, "--config", "network", type=config_type("network"))
+
+
+def add_quiet(parser) -> None:
+    parser.add_argument("--quiet", action="store_true", help=HELP["--quiet"])
+    _add_deprecated(parser, "--no-progress", "quiet", nargs=0, const=True)
+
+
+def add_no_plots(parser) -> None:
+    parser.add_argument("--no-plots", action="store_true", help=HELP["--no-plots"])
+
+
+def add_out(parser, default_text: str, **kwargs) -> None:
+    """``--out DIR``; ``default_text`` says where the output goes without it."""
+    parser.add_argument("--out", metavar="DIR", help=_with_default(HELP["--out"], default_text), **kwargs)
+
+
+def add_integrator(parser, default_text: str) -> None:
+    parser.add_argument("--integrator", choices=INTEGRATORS, default=None,
+                        help=_with_default(HELP["--integrator"], default_text))
+
+
+def add_base(parser, default_text: str) -> None:
+    parser.add_argument("--base", choices=sorted(BASES), default=None,
+                        help=_with_default(HELP["--base"], default_text))
+
+
+def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()) -> None:
+    """``--autostart`` / ``--idle`` into ``args.autostart`` (bool); ``deprecated``: this command's old
+    spellings among ``--paused``, ``--wait`` (both: idle) and ``--autoactivate`` (autostart)."""
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--autostart", dest="autostart", action="store_true", default=not idle_by_default,
+                       help=HELP["--autostart"] + ("" if idle_by_default else " (default)"))
+    start.add_argument("--idle", dest="autostart", action="store_false",
+                       help=HELP["--idle"] + (" (default)" if idle_by_default else ""))
+    for old in deprecated:
+        _add_deprecated(parser, old, "autostart", nargs=0, const=DEPRECATED[old] == "--autostart")
+
