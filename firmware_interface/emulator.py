@@ -460,7 +460,7 @@ def refuse_foreign_options(args: argparse.Namespace, kind: str) -> None:
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    defaults = vars(parser.parse_args(["--rig", args.rig]))
+    defaults = vars(parser.parse_args(["--rig", str(args.rig)]))
     names, why = NOT_FOR[kind]
     for name in names:
         if getattr(args, name) != defaults[name]:
