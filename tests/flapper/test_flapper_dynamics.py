@@ -1,5 +1,5 @@
 """The flapper model (sim/robots/flapper.py) in motion: structure, symmetry, energy, eigenfrequencies against
-Pinocchio, convergence and periodicity (../shared/spec/flapper-hawkmoth.md, Porez et al. 2014 section IV).
+Pinocchio, convergence and periodicity (docs/theory/flapper.md, Porez et al. 2014 section IV).
 
 Independent references: closed-form masses; Pinocchio (`pin`) for the kinetic/potential energy and for the
 mass matrix (crba) whose generalised eigenproblem with the joint stiffnesses gives the structure's
