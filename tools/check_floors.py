@@ -55,13 +55,14 @@ SUBSET = (
     "tests/gui/test_dash_replay.py",                  # PyQt5, pyqtgraph, pytest-qt
 )
 
-#: ``name>=version`` (extras and markers are not used in this project's requirements).
-REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*([0-9][0-9A-Za-z.]*)\s*$")
+#: ``name>=version`` or ``name==version`` (a pinned tool: its pin is its floor). Extras and markers are not used
+#: in this project's requirements.
+REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:>=|==)\s*([0-9][0-9A-Za-z.]*)\s*$")
 
 
 def read_floors(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, dict[str, str], dict[str, str]]:
     """(Python floor "3.X", runtime floors {name: version}, test-extra floors {name: version}) of a pyproject.
-    Raises ValueError naming a requirement that is not a plain ``name>=version``."""
+    Raises ValueError naming a requirement that is not a plain ``name>=version`` or ``name==version``."""
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     python = project["requires-python"].strip()
     if not python.startswith(">="):
@@ -72,7 +73,7 @@ def read_floors(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, dict[st
         for requirement in requirements:
             match = REQUIREMENT.match(requirement)
             if match is None:
-                raise ValueError(f"{pyproject}: requirement {requirement!r} is not 'name>=version'")
+                raise ValueError(f"{pyproject}: requirement {requirement!r} is not 'name>=version' or 'name==version'")
             out[match.group(1)] = match.group(2)
         return out
 
