@@ -7,7 +7,8 @@ what a user may have installed. This tool creates a throwaway virtual environmen
 the interpreter running it; it must be the ``requires-python`` floor's minor version, or the tool says the
 Python floor went unchecked), installs ``name==X`` for every floor with pip from the package registry, copies
 the tracked tree (``git archive HEAD``: what a clone has, not the work tree's caches) and runs a subset of the
-suite that touches every runtime dependency (:data:`SUBSET`). Exit 0 when everything installs and passes.
+suite that touches every runtime dependency (:data:`SUBSET`), after ``python -m sim.warmup`` as the Makefile
+runs it. Exit 0 when everything installs and passes.
 
 It downloads about 300 MB (numpy, scipy, numba, PyQt5, ...) and compiles the kernels it tests: a developer's
 check after changing a floor, not a CI step. The independent references of the test extra (Pinocchio,
@@ -117,6 +118,9 @@ def main(argv=None) -> int:
     tree.mkdir()
     export_tree(tree)
     env = dict(os.environ, PYTHONPATH=str(tree), QT_QPA_PLATFORM="offscreen")
+    # As `make` does: the kernels are compiled once before the tests, not inside a test's timeout (a cold compile
+    # took the first kernel test past its 300 s on a loaded machine).
+    run([str(venv / "bin" / "python"), "-m", "sim.warmup"], cwd=tree, env=env)
     tests = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                             *SUBSET], cwd=tree, env=env)
     minutes = (time.monotonic() - started) / 60.0
