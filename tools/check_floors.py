@@ -10,7 +10,7 @@ the tracked tree (``git archive HEAD``: what a clone has, not the work tree's ca
 suite that touches every runtime dependency (:data:`SUBSET`), after ``python -m sim.warmup`` as the Makefile
 runs it. Exit 0 when everything installs and passes.
 
-It downloads about 300 MB (numpy, scipy, numba, PyQt5, ...) and compiles the kernels it tests: a developer's
+It installs about 830 MB (numpy, scipy, numba, PyQt5, ...) and compiles the kernels it tests: a developer's
 check after changing a floor, not a CI step. The independent references of the test extra (Pinocchio,
 dynamixel-sdk: :data:`NOT_INSTALLED`) are left out, with the tests that need them.
 """
@@ -117,6 +117,8 @@ def main(argv=None) -> int:
         subprocess.run(["rm", "-rf", str(tree)], check=True)
     tree.mkdir()
     export_tree(tree)
+    # The project itself without dependencies (its floors are installed above): tests start the `mms` script.
+    run([*pip, "install", "--quiet", "--no-deps", "-e", str(tree)])
     env = dict(os.environ, PYTHONPATH=str(tree), QT_QPA_PLATFORM="offscreen")
     # As `make` does: the kernels are compiled once before the tests, not inside a test's timeout (a cold compile
     # took the first kernel test past its 300 s on a loaded machine).
