@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     tree.mkdir()
     export_tree(tree)
     # The project itself without dependencies (its floors are installed above): tests start the `mms` script.
-    run([*pip, "install", "--quiet", "--no-deps", "-e", str(tree)])
+    run([*pip, "install", "--quiet", "--no-deps", "-e", "."], cwd=tree)
     env = dict(os.environ, PYTHONPATH=str(tree), QT_QPA_PLATFORM="offscreen")
     # As `make` does: the kernels are compiled once before the tests, not inside a test's timeout (a cold compile
     # took the first kernel test past its 300 s on a loaded machine).
