@@ -62,7 +62,8 @@ def test_every_relative_link_in_the_docs_resolves_inside_the_repository():
         for target in link_targets(page.read_text(encoding="utf-8")):
             resolved = (page.parent / target).resolve()
             checked += 1
-            if not resolved.is_relative_to(ROOT) or not resolved.is_file():
+            lands = resolved.is_file() or (resolved / "README.md").is_file()   # a folder shows its README
+            if not resolved.is_relative_to(ROOT) or not lands:
                 broken.append(f"{page.relative_to(ROOT)}: ({target})")
     assert checked > 0
     assert not broken, "links that do not land on a file of the repository:\n" + "\n".join(broken)
