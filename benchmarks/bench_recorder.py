@@ -174,7 +174,7 @@ def run_recorder(network: Path, control: str, pub, topic: str, make, total: int,
     proc.communicate(timeout=DEADLINE_S)
     log_times, seqs, nbytes = [], [], 0
     with open(out, "rb") as handle:
-        for _schema, channel, message in make_reader(handle).iter_messages(topics=[topic], log_time_order=False):
+        for _schema, _channel, message in make_reader(handle).iter_messages(topics=[topic], log_time_order=False):
             log_times.append(message.log_time)
             seqs.append(message.sequence)
             nbytes += len(message.data)

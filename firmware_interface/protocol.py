@@ -23,7 +23,6 @@ from __future__ import annotations
 import binascii
 import struct
 from dataclasses import dataclass, field, fields
-from typing import Union
 
 from cobs import cobs
 
@@ -203,8 +202,8 @@ class LinkStats:
     watchdog_trips: int
 
 
-Message = Union[Hello, DeviceInfo, Setpoints, Telemetry, Heartbeat, EStop, EStopReset, Configure, Ack, Nack,
-                GetLinkStats, LinkStats]
+Message = (Hello | DeviceInfo | Setpoints | Telemetry | Heartbeat | EStop | EStopReset | Configure | Ack | Nack
+           | GetLinkStats | LinkStats)
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,7 @@ class MessageProcessor:
         by_key: dict[str, list[Chunk]] = {}
         for chunk in self._pending:
             by_key.setdefault(chunk.key, []).append(chunk)
-        for key, chunks in by_key.items():
+        for chunks in by_key.values():
             run = [chunks[0]]
             for chunk in chunks[1:]:
                 if chunk.names == run[-1].names:

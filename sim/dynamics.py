@@ -1,6 +1,6 @@
 """The hybrid (mixed forward/inverse) Newton-Euler algorithm of a Mobile Multibody System.
 
-Porez, Boyer, Ijspeert, ICRA 2014, section III (restated in ../shared/spec/hybrid-algorithm.md, whose notation
+Porez, Boyer, Belkhiri, ICRA 2014, section III (restated in docs/theory/hybrid-algorithm.md, whose notation
 and signs are used here: M*, Pi*, H, K, alpha, zeta). Three recursions on the tree, O(N):
 1. forward kinematics: g_j, eta_j, zeta_j (:func:`_kinematics`);
    then the force models add f_ext / M_added (Python plug-ins);

@@ -1,7 +1,7 @@
 """Hydrodynamic force models for swimming robots (RayBot): buoyancy, added mass, bulk drag, control-surface lift.
 
-The force model is the one of the RayBot paper (``../shared/papers/raybot-bauv-multibody.txt``, Section II.C,
-read in ``../shared/spec/raybot.md``): each body is hydrodynamically independent and quasi-steady.
+The force model is the one of the RayBot paper (Krishnamurthy et al., IEEE CCA 2009, Section II.C, read in
+``docs/theory/raybot.md``): each body is hydrodynamically independent and quasi-steady.
 Every plug-in has the project's one signature ``apply(model, data, t)`` (docs/sim-api.md): it reads the world
 poses ``data.g`` (N+1, 4, 4) and body twists ``data.eta`` (N+1, 6) (linear m/s, angular rad/s, body frame,
 about the body origin O_j) and adds wrenches (N, N m; body frame, about O_j) to ``data.f_ext`` (N+1, 6), or

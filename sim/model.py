@@ -4,7 +4,7 @@ Pinocchio's split: a :class:`Model` holds flat numpy arrays describing the tree 
 / reference body, ``parent[j] < j``) and N one-DoF joints; a :class:`Data` holds everything the hybrid
 algorithm (sim/dynamics.py) writes. Robots are built in code with :class:`ModelBuilder` (revolute/prismatic
 joints of any axis and placement; fixed joints merged into the parent with their inertia transformed) or
-from URDF (sim/urdf.py). Conventions: ../shared/spec/hybrid-algorithm.md.
+from URDF (sim/urdf.py). Conventions: docs/theory/hybrid-algorithm.md.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spatial algebra on SE(3) / se(3) in the project's convention (../shared/spec/hybrid-algorithm.md).
+"""Spatial algebra on SE(3) / se(3) in the project's convention (docs/theory/hybrid-algorithm.md).
 
 Conventions (same as Porez et al. 2014, section II, and Pinocchio's local frame):
 - twist ``eta = (V, Omega)`` (6,): linear velocity first (m/s), angular second (rad/s), in the body's own frame;

@@ -365,7 +365,7 @@ def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[S
         if not isinstance(t, dict):
             raise ConfigError(path, prefix, "expected a table")
         coefficients = require(t, "servos", dict, path=path, prefix=prefix, default={})
-        for servo, c in coefficients.items():
+        for servo in coefficients:
             if servo not in servo_names:
                 raise ConfigError(path, f"{prefix}.servos.{servo}", f"no servo channel named {servo!r}")
             _num(coefficients, servo, path, f"{prefix}.servos")

@@ -1,7 +1,7 @@
 """Parametric builder of the soft flapping-wing MAV (hawk moth, Manduca sexta).
 
 Porez, Boyer, Belkhiri 2014 (ICRA), section IV-A and Table I; the project's reading is
-../shared/spec/flapper-hawkmoth.md. ``build(config, path) -> Model`` turns the TOML table of
+docs/theory/flapper.md. ``build(config, path) -> Model`` turns the TOML table of
 configs/robots/flapper.toml into a :class:`sim.model.Model` with the aerodynamic plug-in of sim/aero.py.
 
 Structure (M sections per wing, N = 4M + 1 bodies, 4M joints):

@@ -1,7 +1,7 @@
 """Parametric builder of RayBot, the electric-ray-inspired swimming robot, and its ``mms sim`` hooks.
 
-Source: the RayBot paper (``../shared/papers/raybot-bauv-multibody.txt``, Sections II.C, IV, V), read in
-``../shared/spec/raybot.md``; parameters and every assumed value in ``configs/robots/raybot.toml``; the choices
+Source: the RayBot paper (Krishnamurthy et al., IEEE CCA 2009, Sections II.C, IV, V), read in
+``docs/theory/raybot.md``; parameters and every assumed value in ``configs/robots/raybot.toml``; the choices
 are explained in ``docs/raybot.md``. ``build(config, path) -> Model`` (registry kind ``"raybot"``).
 
 Tree (10 bodies, 9 hinges: the paper's "9 bodies and 9 hinge joints" needs one more body to hold the tail-pitch

@@ -288,7 +288,7 @@ def test_a_forged_huge_seq_is_refused_and_a_restarted_publisher_is_followed(live
     assert d.core.states_used == used + 1 and d.core.goal_seq == 101
     assert d.status_payload()["states"]["seq_jumps"] == 1
     # a publisher that restarts far ahead (another numbering) is followed after STREAM_RESTART_STATES states
-    for k, seq in enumerate(range(5 * 10**9, 5 * 10**9 + 3)):
+    for seq in range(5 * 10**9, 5 * 10**9 + 3):
         deliver(live, sim_pub, encode("sim/state", good_state(seq)))
     assert d.core.goal_seq == 5 * 10**9 + 2 and d.core.state_check.stream_restarts == 1
 
@@ -416,7 +416,7 @@ def test_state_fuzz_never_crashes_accounts_for_every_state_and_locks_nothing_out
     for reason in ("malformed", "non_finite", "future", "stale", "duplicate"):
         assert refused.get(f"state:{reason}", 0) > 0, reason
     used = d.core.states_used
-    for k in range(3):
+    for _ in range(3):
         deliver(live, sim_pub, encode("sim/state", good_state(next(counter), (0.1, 0.2))))
     assert d.core.states_used > used and d.core.goal_seq == next(counter) - 1
     assert d.sim_seq.gaps.get("sim/state", 0) < 10**9

@@ -135,7 +135,7 @@ def test_chain_with_mms_serve(stack):
         state = by_seq.get(c["sim_seq"])
         if state is None:
             continue
-        for k, jm in enumerate(rig.joints):
+        for jm in rig.joints:
             servo = rig.servo(jm.servo)
             channel = rig.servo_names.index(jm.servo)
             wanted = jm.servo_angle(state["q"][index[jm.joint]])

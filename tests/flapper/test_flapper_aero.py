@@ -1,6 +1,6 @@
 """Quasi-steady aerodynamics and added mass of one blade (sim/aero.py) against hand-computed values.
 
-Porez et al. 2014 section IV-B; ../shared/spec/flapper-hawkmoth.md. The blade here is a rectangle (constant
+Porez et al. 2014 section IV-B; docs/theory/flapper.md. The blade here is a rectangle (constant
 chord) so that every expected value is a closed form written out in the test.
 """
 import math

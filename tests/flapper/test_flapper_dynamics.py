@@ -1,5 +1,5 @@
 """The flapper model (sim/robots/flapper.py) in motion: structure, symmetry, energy, eigenfrequencies against
-Pinocchio, convergence and periodicity (../shared/spec/flapper-hawkmoth.md, Porez et al. 2014 section IV).
+Pinocchio, convergence and periodicity (docs/theory/flapper.md, Porez et al. 2014 section IV).
 
 Independent references: closed-form masses; Pinocchio (`pin`) for the kinetic/potential energy and for the
 mass matrix (crba) whose generalised eigenproblem with the joint stiffnesses gives the structure's
@@ -212,7 +212,7 @@ def test_tethered_strains_become_periodic():
     q = run.arrays["q"]
     differences = [np.abs(q[c * per:(c + 1) * per] - q[(c - 1) * per:c * per]).max() / np.abs(q).max()
                    for c in range(1, 6)]
-    print("cycle-to-cycle max strain difference / max strain:", ["%.1e" % d for d in differences])
+    print("cycle-to-cycle max strain difference / max strain:", [f"{d:.1e}" for d in differences])
     assert differences[-1] < 1e-4
     assert differences[-1] < 0.01 * differences[0]
     # Momentum balance over the (periodic) last period: tether + aerodynamic force + weight average to zero

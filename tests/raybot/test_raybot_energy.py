@@ -10,7 +10,6 @@ import copy
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from sim.config import load_toml
 from sim.robots import build_robot

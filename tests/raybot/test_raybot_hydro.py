@@ -1,6 +1,6 @@
 """RayBot hydrodynamics (sim/hydro.py) and hydrostatics of the built robot (sim/robots/raybot.py).
 
-Checks are hand computations from the formulas of ../shared/spec/raybot.md (eqs. 5-8 of the RayBot paper) and
+Checks are hand computations from the formulas of docs/theory/raybot.md (eqs. 5-8 of the RayBot paper) and
 the config's own parameters, never snapshots of the simulator's output."""
 from __future__ import annotations
 
