@@ -44,7 +44,6 @@ from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payloa
 from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
 from sim.cli_options import add_network, add_rig, add_start
-from sim.config import ConfigError
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
 from sim.network import load_endpoints, open_socket
