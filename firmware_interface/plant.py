@@ -17,6 +17,7 @@ sensor channel's unit (before the sensor model adds gain error, offset, drift, n
 from __future__ import annotations
 
 import math
+import os
 import multiprocessing as mp
 import queue
 import signal
@@ -26,6 +27,7 @@ import time
 import numpy as np
 
 from sim.config import ConfigError, load_toml
+from sim.processes import die_with_parent
 from sim.realtime import warm_up
 
 from firmware_interface.rigs.mcu import Rig, deep_merge
@@ -181,7 +183,7 @@ class SimulatorPlant:
         self._go, self._stop = ctx.Event(), ctx.Event()
         self._messages = ctx.Queue()
         self._process = ctx.Process(target=_plant_process, name="mms-emulate-plant", daemon=True,
-                                    args=(rig, self._shared, self._go, self._stop, self._messages))
+                                    args=(rig, self._shared, self._go, self._stop, self._messages, os.getpid()))
         self._process.start()
         try:
             message = self._messages.get(timeout=PLANT_START_TIMEOUT_S)
@@ -238,10 +240,12 @@ class SimulatorPlant:
                 "steps": int(steps), "error": self.error, "alive": self._process.is_alive()}
 
 
-def _plant_process(rig: Rig, shared, go, stop, messages) -> None:
+def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int) -> None:
     """The plant process: build the robot, report, then keep the simulation level with the wall clock."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # the emulator decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # an emulator killed outright (SIGKILL, e.g. by a driver restarting it) cannot stop us: the kernel does
+    die_with_parent(emulator_pid)
     try:
         core = SimulatorCore(rig)
     except ConfigError as exc:

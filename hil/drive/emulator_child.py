@@ -16,7 +16,8 @@ import threading
 from pathlib import Path
 
 from hil.drive.links.serial import LinkError
-from hil.experiment.supervisor import die_with_parent, mms_argv
+from hil.experiment.supervisor import mms_argv
+from sim.processes import die_with_parent
 
 #: how long `mms emulate` has to print its pty path, s
 EMULATOR_START_S = 20.0

@@ -8,7 +8,6 @@ emulator) go with it.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,15 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-_PR_SET_PDEATHSIG = 1
+from sim.processes import die_with_parent
+
 #: how long a child gets to exit after SIGINT before SIGTERM, then after SIGTERM before SIGKILL, s
 DEFAULT_STOP_GRACE_S = 5.0
-
-
-def die_with_parent() -> None:
-    """Run in the child between fork and exec: ask the kernel for SIGTERM when the supervisor dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 @dataclass
