@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .spatial import matrix_to_quat, quat_to_matrix
+from .spatial import exp_so3, matrix_to_quat, quat_to_matrix
 
 #: Relative size of the central-difference perturbation of each coordinate (of max(1, |x_i|)): its truncation
 #: error (~h^2) and its rounding error (~1e-16 / h) are then both ~1e-10 of the Jacobian's entries.
@@ -173,16 +173,6 @@ def newton_shooting(period_map: PeriodMap, x0: np.ndarray, *, tolerance: float =
 
 
 # ----------------------------------------------------------------------------------------- base orientation
-def _rot_x(angle: float) -> np.ndarray:
-    c, s = math.cos(angle), math.sin(angle)
-    return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
-
-
-def _rot_y(angle: float) -> np.ndarray:
-    c, s = math.cos(angle), math.sin(angle)
-    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
-
-
 def yaw_pitch_roll(R: np.ndarray) -> tuple[float, float, float]:
     """Z-Y-X Euler angles (rad) of a rotation matrix (3, 3), base -> world: R = Rz(yaw) Ry(pitch) Rx(roll).
     ``pitch`` turns the base's x axis about its y axis (positive: x toward -z, nose down for an x-forward
@@ -232,7 +222,7 @@ class ShootingCoordinates:
         y = np.zeros(13 + n_joint)
         y[0:3] = self.origin[:3, 3]
         if self.floating:
-            y[3:7] = matrix_to_quat(_rot_y(x[1]) @ _rot_x(x[0]))
+            y[3:7] = matrix_to_quat(exp_so3(np.array([0.0, x[1], 0.0])) @ exp_so3(np.array([x[0], 0.0, 0.0])))
             y[7:13] = x[2:8]
         else:
             y[3:7] = matrix_to_quat(np.asarray(self.sim.model.base_pose)[:3, :3])

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Model
+from ..spatial import hat
 from .engine import TreeKinematics, cross, mass_matrix_and_bias, tree_kinematics
 
 #: Default Baumgarte frequency (1/s, or per unit of non-dimensional time): errors decay as t exp(-omega_b t).
@@ -51,8 +52,7 @@ def point_kinematics(kin: TreeKinematics, point: PointOnBody, u: np.ndarray
     j = point.body
     rho = kin.R[j] @ np.asarray(point.offset, dtype=float)
     position = kin.origin[j] + rho
-    rho_hat = np.array([[0.0, -rho[2], rho[1]], [rho[2], 0.0, -rho[0]], [-rho[1], rho[0], 0.0]])
-    jacobian = kin.T_origin[j, :3] - rho_hat @ kin.T_origin[j, 3:]
+    jacobian = kin.T_origin[j, :3] - hat(rho) @ kin.T_origin[j, 3:]
     omega = kin.omega[j]
     convective = kin.acc_origin[j] + cross(kin.alpha[j], rho) + cross(omega, cross(omega, rho))
     return position, jacobian, convective

@@ -20,6 +20,7 @@ from scipy.optimize import brentq
 from firmware_interface import protocol as p
 from firmware_interface.link import DeviceLink
 from firmware_interface.rigs.mcu import load_rig
+from hil.testing import process_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PENDULUM = ROOT / "configs" / "robots" / "pendulum.toml"
@@ -230,32 +231,14 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-def _wait(condition, deadline_s: float) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_an_emulator_killed_during_its_start_leaves_no_plant_running():
     """SIGKILL cannot be passed on: the forked physics plant asks the kernel to end it with its emulator (it used
     to keep computing, one leaked plant per emulator a driver restarted under load)."""
     proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(FLAPPER_RIG), "--plant",
                              "physics"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert _wait(lambda: _children(proc.pid), 60.0), "the plant process never started"
-        plant = _children(proc.pid)[0]
+        plant = wait_for(lambda: _children(proc.pid), timeout_s=60.0, what="the plant process")[0]
     finally:
         proc.kill()
         proc.wait(10)
-    assert _wait(lambda: not _alive(plant), 10.0), f"plant {plant} outlived its emulator"
+    wait_for(lambda: not process_alive(plant), timeout_s=10.0, what=f"plant {plant} to end with its emulator")
