@@ -29,6 +29,13 @@ Robot hooks (optional functions of the robot's module ``sim.robots.<kind>``, e.g
 - ``make_plots(run: SimRun, out_dir: pathlib.Path) -> list[Path]``: write the robot's plots (matplotlib is
   already switched to the Agg backend). Without the hook the generic plots (joint positions and torques)
   are written.
+- ``simulate_offline(config: dict, path: pathlib.Path, args: argparse.Namespace, progress: bool) -> SimRun``:
+  a robot whose dynamics are not a rigid tree of :class:`sim.model.Model` (a Cosserat rod, a constrained TMT
+  system with impacts) runs its own engine. The hook gets the checked config (after ``apply_cli_overrides``),
+  reads the generic options it supports from ``args`` (refusing the others with a one-line ConfigError) and
+  returns the finished run; its ``model`` is any object with a ``metadata`` dict (``joint_names``,
+  ``body_names``, ``joint_types``, ``actuated``, ``base_mode`` are written to metadata.json when it has them).
+  Such a robot should also define ``make_plots`` (the generic plots need joint positions and torques).
 The ``run`` record (:class:`SimRun`) is a plain object: ``run.t`` (T,) s, ``run.arrays`` {name: (T, ...)
 array} (the fields of ``Simulation.outputs()``: q, qd, qdd, tau, strain, base_pos, base_quat, base_twist,
 base_wrench, ext_wrench), ``run.model``, ``run.config`` (the table actually built), ``run.options`` (dict of
@@ -142,9 +149,10 @@ def robot_module(kind: str):
         raise
 
 
-def prepare(args: argparse.Namespace):
-    """Config -> (model, config actually built, robot module, options dict, integrator, dt, duration)."""
-    from sim.robots import build_robot, check_robot
+def load_config(args: argparse.Namespace):
+    """The robot file of ``args.config``, checked and changed by the robot-specific options -> (path, config,
+    kind, robot module)."""
+    from sim.robots import check_robot
 
     path = Path(args.config)
     config = load_toml(path)
@@ -160,6 +168,15 @@ def prepare(args: argparse.Namespace):
         for name in ROBOT_OPTIONS:
             if getattr(args, name, None) is not None:
                 raise ConfigError(path, None, f"--{name.replace('_', '-')} does not apply to robot kind {kind!r}")
+    return path, config, kind, module
+
+
+def prepare(args: argparse.Namespace, loaded=None):
+    """Config -> (model, config actually built, robot module, options dict, integrator, dt, duration).
+    ``loaded``: the result of :func:`load_config` when the caller has it already."""
+    from sim.robots import build_robot
+
+    path, config, kind, module = loaded or load_config(args)
     model = build_robot(config, path)
     if args.base is not None:
         model = model.replace(base_mode=BASES[args.base])
@@ -272,6 +289,10 @@ def generic_summary(run: SimRun) -> dict:
             "real_time_factor": run.sim_time_s / run.wall_time_s if run.wall_time_s > 0 else float("inf")}
 
 
+#: What metadata.json says of the run's model, when the model has it (a rigid tree has all of them).
+MODEL_DESCRIPTION = ("joint_names", "body_names", "joint_types", "actuated", "base_mode")
+
+
 def write_timeseries(run: SimRun, out_dir: Path) -> tuple[Path, Path]:
     """Write ``timeseries.npz`` (named arrays) and ``metadata.json`` (units, names, metadata) in out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,11 +303,7 @@ def write_timeseries(run: SimRun, out_dir: Path) -> tuple[Path, Path]:
         "arrays": {name: {"unit": run.units.get(name, ("", ""))[0], "description": run.units.get(name, ("", ""))[1],
                           "shape": list(run.arrays[name].shape) if name != "t" else list(run.t.shape)}
                    for name in ["t", *run.arrays]},
-        "joint_names": list(run.model.joint_names),
-        "body_names": list(run.model.body_names),
-        "joint_types": list(run.model.joint_types),
-        "actuated": [bool(a) for a in run.model.actuated],
-        "base_mode": run.model.base_mode,
+        **{name: _jsonable(getattr(run.model, name)) for name in MODEL_DESCRIPTION if hasattr(run.model, name)},
         "options": run.options,
         "wall_time_s": run.wall_time_s,
         "robot_metadata": _jsonable(run.model.metadata),
@@ -303,6 +320,8 @@ def _jsonable(value):
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist()
+    if isinstance(value, np.bool_):
+        return bool(value)
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.floating,)):
@@ -385,11 +404,18 @@ def find_periodic(args: argparse.Namespace, model, config: dict, module, integra
 
 
 def run(args: argparse.Namespace) -> int:
-    model, config, module, options, integrator, dt, duration = prepare(args)
     if args.record_every < 1:
         raise ConfigError(None, "--record-every", f"got {args.record_every}, expected an integer >= 1")
     if args.trim and not args.periodic:
         raise ConfigError(None, "--trim", "applies only with --periodic")
+    loaded = load_config(args)
+    path, config, kind, module = loaded
+    engine = getattr(module, "simulate_offline", None)
+    if engine is not None:
+        if args.periodic:
+            raise ConfigError(path, None, f"--periodic applies to rigid-tree robots, not to robot kind {kind!r}")
+        return write_outputs(args, engine(config, path, args, not args.quiet), module, None)
+    model, config, module, options, integrator, dt, duration = prepare(args, loaded)
     options["record_every"] = args.record_every
     initial_state, orbit_summary = None, None
     if args.periodic:
@@ -407,7 +433,12 @@ def run(args: argparse.Namespace) -> int:
     run_record = simulate(model, integrator, dt, duration, progress=not args.quiet, config=config,
                           options=options, record_every=args.record_every, initial_state=initial_state,
                           jacobian_every=refresh)
-    out_dir = args.out or Path("runs") / str(model.metadata.get("name") or options["kind"])
+    return write_outputs(args, run_record, module, orbit_summary)
+
+
+def write_outputs(args: argparse.Namespace, run_record: SimRun, module, orbit_summary: dict | None) -> int:
+    """Write the time series, the plots and the summary of a finished run; print where they went."""
+    out_dir = args.out or Path("runs") / str(run_record.model.metadata.get("name") or run_record.options["kind"])
     npz, meta = write_timeseries(run_record, out_dir)
     written = [npz, meta]
     if not args.no_plots:
