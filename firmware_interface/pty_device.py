@@ -38,6 +38,9 @@ TX_BUFFER_BYTES = 16384
 TX_LEAD_S = 1e-3
 #: An idle line accrues at most this much receive credit, s (bytes the host wrote meanwhile wait in the pty).
 RX_IDLE_CREDIT_S = 0.01
+#: Longest a stopped device spends on the host's unread backlog, s (see :meth:`PtyDevice.handle_backlog`); the
+#: host may go on writing, so the backlog is read as it stands and not waited on.
+BACKLOG_LIMIT_S = 1.0
 #: How often ``serve`` rewrites the ``--stats`` file while the device runs, s.
 STATS_PERIOD_S = 1.0
 
@@ -61,6 +64,7 @@ class PtyLink:
         self.rx_credit_s = None                   # the wire time up to which received bytes are accounted
         self.bytes_tx = 0
         self.bytes_rx = 0
+        self.paced_rx = True                      # reads limited to what the wire delivers (False: backlog)
         self.closed = False
 
     def queue(self, frame: bytes, now: float) -> bool:
@@ -111,7 +115,7 @@ class PtyLink:
         """Read what the wire could have delivered since the last read (the host's extra bytes wait in the pty)."""
         if self.rx_credit_s is None or self.rx_credit_s < now - RX_IDLE_CREDIT_S:
             self.rx_credit_s = now - RX_IDLE_CREDIT_S
-        budget = int((now - self.rx_credit_s) / self.byte_s)
+        budget = int((now - self.rx_credit_s) / self.byte_s) if self.paced_rx else 65536
         if budget <= 0:
             return b""
         try:
@@ -204,10 +208,27 @@ class PtyDevice:
                 select.select([link.master_fd], [], [], max(0.0, min(w for w in waits if w is not None)))
             else:
                 self.reason = "stopped"
+                self.handle_backlog()
         finally:
             self.on_stop()
             link.close()
         return self.reason
+
+    def handle_backlog(self) -> None:
+        """On a stop, handle the bytes the host wrote that the loop has not read yet. A real device reads its
+        UART at wire speed and is never behind; an emulator starved of CPU by a busy host is, and the frames
+        waiting in the pty would otherwise vanish at the stop, neither handled nor counted as lost."""
+        link = self.link
+        link.paced_rx = False
+        deadline = time.monotonic() + BACKLOG_LIMIT_S
+        while time.monotonic() < deadline and select.select([link.master_fd], [], [], 0.0)[0]:
+            before = link.bytes_rx
+            now = time.monotonic() - self.started_s
+            if self.step(now):
+                break
+            link.pump_tx(now)
+            if link.bytes_rx == before:              # readable but nothing read: no host has the port open
+                break
 
     def link_stats(self) -> dict:
         """The transport's part of the final statistics (the device adds its own)."""

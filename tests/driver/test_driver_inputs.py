@@ -216,13 +216,18 @@ def sim_pub(live):
     sock = zmq.Context.instance().socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(live.driver.endpoints.sim_pub)
-    seq = iter(range(10**9))
+    sent = []
 
     def joined():
-        sock.send_multipart(encode("sim/state", good_state(next(seq))))
+        sent.append(len(sent))
+        sock.send_multipart(encode("sim/state", good_state(sent[-1])))
         live.step()
         return live.driver.states_received > 0
     wait_for(joined, what="the driver subscribed")
+    # states sent before the subscription took are queued behind the first one read: a test's deliver() must
+    # not see one of them arrive and take it for its own message
+    wait_for(lambda: live.step() or live.driver.sim_seq.last_seq.get("sim/state") == sent[-1],
+             what="the states sent while joining read")
     yield sock
     sock.close(0)
 
