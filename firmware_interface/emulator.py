@@ -41,7 +41,8 @@ from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_lo
                                            open_applied_log, serve)
 from firmware_interface.rigs.mcu import Rig, load_rig
 from firmware_interface.rigs.schema import MAX_SAMPLE_RATE_HZ
-from sim.cli_options import add_rig
+from sim.cli_options import add_rig, add_rt_priority
+from sim.processes import set_realtime_priority
 
 #: Most the loop sleeps without checking the port, s.
 MAX_IDLE_S = 2e-3
@@ -436,6 +437,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stats", default=None, metavar="FILE",
                         help="also write the statistics as JSON to FILE, replaced whole every second and at exit")
     add_applied_log_argument(parser)
+    add_rt_priority(parser)
     dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
     dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
                      help="servo IDs that never answer (unplugged), comma-separated")
@@ -479,6 +481,8 @@ def run(args: argparse.Namespace) -> int:
 
     kind = rig_kind(args.rig)
     refuse_foreign_options(args, "dynamixel" if kind == "dynamixel" else "mcu")
+    if args.rt_priority:           # the firmware's loop; its physics plant (a child) keeps the normal scheduler
+        set_realtime_priority(args.rt_priority, "mms emulate")
     if kind == "dynamixel":
         return dynamixel_emulator.run(args)
     for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):

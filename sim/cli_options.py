@@ -41,6 +41,9 @@ HELP: dict[str, str] = {
                      "Rosenbrock-W: stiff modes do not bound its step)"),
     "--base": "free (floating base, free flight) or tethered (base fixed, its wrench is an output)",
     "--autostart": "start at once, without waiting for a start request on the control socket",
+    "--rt-priority": ("run the loop under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE "
+                      "or an rtprio limit, else it says so and runs normally): a busy machine then delays it less; "
+                      "0: the normal scheduler"),
     "--idle": ("start idle and wait for the control socket's start request (`start`; `activate` for "
                "`mms drive`)"),
 }
@@ -176,6 +179,26 @@ def add_integrator(parser, default_text: str) -> None:
 def add_base(parser, default_text: str) -> None:
     parser.add_argument("--base", choices=sorted(BASES), default=None,
                         help=_with_default(HELP["--base"], default_text))
+
+
+def rt_priority_type(text: str) -> int:
+    """``--rt-priority`` value: an integer from 0 (off) to 99."""
+    from sim.processes import MAX_RT_PRIORITY
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer from 0 (off) to {MAX_RT_PRIORITY}") from None
+    if not 0 <= value <= MAX_RT_PRIORITY:
+        raise argparse.ArgumentTypeError(f"got {value}, expected an integer from 0 (off) to {MAX_RT_PRIORITY}")
+    return value
+
+
+def add_rt_priority(parser, default: int = 0) -> None:
+    """``--rt-priority N`` into ``args.rt_priority`` (0: the normal scheduler); apply it with
+    :func:`sim.processes.set_realtime_priority` before the command opens its sockets."""
+    parser.add_argument("--rt-priority", type=rt_priority_type, default=default, metavar="N",
+                        help=HELP["--rt-priority"] + f" (default {default})")
 
 
 def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()) -> None:

@@ -1,11 +1,17 @@
-"""Child processes that end with their parent (Linux ``prctl(PR_SET_PDEATHSIG)``): the supervisor's children, the
-driver's emulator and the emulator's physics plant all ask for it, so that a parent killed outright (SIGKILL,
-which it cannot pass on) leaves nothing running. The lowest layer, so that every package may use it."""
+"""What the live loop's processes ask of the kernel; the lowest layer, so that every package may use it.
+
+- Child processes that end with their parent (Linux ``prctl(PR_SET_PDEATHSIG)``): the supervisor's children, the
+  driver's emulator and the emulator's physics plant all ask for it, so that a parent killed outright (SIGKILL,
+  which it cannot pass on) leaves nothing running.
+- The real-time scheduling class for the loops paced to the wall clock (``--rt-priority``: ``mms serve``,
+  ``mms drive``, ``mms emulate``), so that a busy machine delays them less (docs/headroom.md).
+"""
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+import sys
 
 #: prctl option: the signal the kernel sends this process when its parent dies (linux/prctl.h)
 _PR_SET_PDEATHSIG = 1
@@ -19,3 +25,24 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+#: Highest SCHED_FIFO priority Linux accepts (sched_get_priority_max(SCHED_FIFO)).
+MAX_RT_PRIORITY = 99
+
+
+def set_realtime_priority(priority: int, command: str) -> bool:
+    """SCHED_FIFO at ``priority`` (1-99) for this process and the threads it starts afterwards (ZeroMQ's I/O
+    thread: call it before the first socket); children get the normal scheduler back (SCHED_RESET_ON_FORK), so a
+    physics plant or an emulator started from here competes as usual. The callers' loops sleep between their
+    deadlines and never spin, and Linux caps the real-time class at 95 % of each core
+    (``/proc/sys/kernel/sched_rt_runtime_us``), so the machine cannot be starved. Without the permission
+    (CAP_SYS_NICE, or an ``rtprio`` limit in /etc/security/limits.conf): one line on stderr, and go on under the
+    normal scheduler. Returns whether the class was taken."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
+    except OSError as exc:
+        print(f"{command}: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); running under the "
+              "normal scheduler (docs/headroom.md says how to allow it)", file=sys.stderr, flush=True)
+        return False
+    return True

@@ -34,10 +34,11 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-from sim.cli_options import add_integrator, add_network, add_robot, add_start
+from sim.cli_options import add_integrator, add_network, add_robot, add_rt_priority, add_start
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
+from sim.processes import set_realtime_priority
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -83,12 +84,27 @@ def _simulation_defaults(config: dict[str, Any], path: Path) -> tuple[str | None
     return integrator, dt
 
 
-def _new_simulation(model, config: dict[str, Any], path: Path, integrator: str | None, dt: float | None):
-    """The simulation of ``model``: the server's options first, then the config's [simulation], then defaults."""
+def publishable_dt(dt: float, period: float) -> float:
+    """The largest step not above ``dt`` (s) that divides the publish ``period`` (s) into whole steps, so that
+    consecutive sim/state messages are exactly one period apart in t (a config step such as the flapper's
+    0.4 ms would otherwise publish t in steps of 0.8 and 1.2 ms)."""
+    return period / math.ceil(period / dt * (1.0 - STEP_COUNT_TOLERANCE))
+
+
+def _new_simulation(model, config: dict[str, Any], path: Path, integrator: str | None, dt: float | None,
+                    period: float, log: Callable[[str], None]):
+    """The simulation of ``model``: the server's options first, then the config's [simulation], then defaults.
+    A config step that does not divide the publish period is lowered to one that does (said on stderr); an
+    explicit ``--dt`` is kept as given."""
     from sim.simulation import Simulation
 
     config_integrator, config_dt = _simulation_defaults(config, path)
     integrator = integrator if integrator is not None else config_integrator
+    if dt is None and config_dt is not None and config_dt < period:
+        dt = publishable_dt(config_dt, period)
+        if not math.isclose(dt, config_dt, rel_tol=STEP_COUNT_TOLERANCE):
+            log(f"the config's dt = {config_dt:g} s does not divide the publish period {period:g} s: "
+                f"using {dt:.6g} s ({round(period / dt)} steps per state)")
     dt = dt if dt is not None else config_dt
     kwargs: dict[str, Any] = {}
     if integrator is not None:
@@ -141,7 +157,7 @@ class SimulationServer:
         self.max_lag_s = max_lag_s
         self.log = log
         self.model = _build_model(config, config_path)
-        self.simulation = _new_simulation(self.model, config, config_path, integrator, dt)
+        self.simulation = _new_simulation(self.model, config, config_path, integrator, dt, self.period, log)
         self.simulation.reset()
         self.warmup: dict[str, float] | None = None     # set by serve() before anything is published
         self.robot_name = self._robot_name()
@@ -239,7 +255,8 @@ class SimulationServer:
     def _replace_model(self, config: dict[str, Any]) -> None:
         """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
         model = _build_model(config, self.config_path)
-        simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
+        simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option,
+                                     self.period, self.log)
         warm_up(simulation, self.period, self.log)
         previous = (self.config, self.model, self.simulation)
         self.config, self.model, self.simulation = config, model, simulation
@@ -647,6 +664,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "simulator's)")
     add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
     add_start(parser, idle_by_default=False, deprecated=("--paused",))
+    add_rt_priority(parser)
     parser.add_argument("--stall-timeout", type=float, default=2.0, metavar="S",
                         help="lockstep: report a stall after this long without a step request, s "
                              "(default: %(default)g)")
@@ -674,10 +692,15 @@ def run(args: argparse.Namespace) -> int:
     endpoints = load_endpoints(args.network)
     pub_endpoint = args.pub or endpoints.sim_pub
     control_endpoint = args.control or endpoints.sim_control
+    if args.rt_priority and args.mode != "realtime":
+        raise ConfigError(None, "--rt-priority", f"applies to --mode realtime only (a {args.mode} run does not sleep "
+                                                 "between states: under SCHED_FIFO it would hold a core)")
     config = load_toml(args.config)
     server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
                               integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
                               log=_log)
+    if args.rt_priority:
+        set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
     context = zmq.Context()
     previous_handlers = {}
     try:

@@ -43,7 +43,8 @@ from hil.drive.mapping import servo_map_from_rig
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
 from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
-from sim.cli_options import add_network, add_rig, add_start
+from sim.cli_options import add_network, add_rig, add_rt_priority, add_start
+from sim.processes import set_realtime_priority
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
 from sim.network import load_endpoints, open_socket
@@ -124,9 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "heartbeats) -> link lost, reconnect (default %(default)s s)")
     parser.add_argument("--status-hz", type=float, default=DEFAULT_STATUS_HZ,
                         help="hw/status rate (default %(default)s Hz)")
-    parser.add_argument("--rt-priority", type=int, default=0, metavar="N",
-                        help="run under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE); "
-                             "default 0: the normal scheduler")
+    add_rt_priority(parser)
     parser.add_argument("--allow-remote-reset", action="store_true",
                         help="let `reset_estop` on the control socket release the e-stop (default: only SIGUSR1 "
                              "to this process, on this host, does; never while the rig's button is held)")
@@ -777,17 +776,6 @@ class Driver:
         self.publish(TOPIC_HW_STATUS, payload)
 
 
-def set_realtime_priority(priority: int) -> None:
-    """SCHED_FIFO for this process and the threads it starts (ZeroMQ's I/O thread), so a busy machine delays
-    the command loop less; children (the emulator) get the normal scheduler back (SCHED_RESET_ON_FORK).
-    The loop never spins, so it cannot starve the machine. Without the permission: one line, and go on."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
-    except (PermissionError, OSError) as exc:
-        print(f"mms drive: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); "
-              f"running under the normal scheduler", file=sys.stderr, flush=True)
-
-
 def run_until_signalled(driver: "Driver") -> int:
     """Run ``driver`` with SIGINT/SIGTERM asking it to stop (servos to neutral) and SIGUSR1 confirming an e-stop
     reset on this host, restoring the handlers after."""
@@ -811,6 +799,6 @@ def run(args: argparse.Namespace) -> int:
     options, device = options_from_args(args)
     connection = connect_rig(args.rig, device)
     if options.rt_priority:
-        set_realtime_priority(options.rt_priority)
+        set_realtime_priority(options.rt_priority, "mms drive")
     return run_until_signalled(Driver(connection.rig, connection.link, options, port=connection.port,
                                       emulator=connection.emulator))

@@ -48,8 +48,6 @@ def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOp
             raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
     if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
         raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
-    if not 0 <= args.rt_priority <= 99:
-        raise ConfigError(None, "--rt-priority", f"got {args.rt_priority}, expected 0 (off) to 99")
     if args.sensor_emulator_args and not args.emulate:
         raise ConfigError(None, "--sensor-emulator-args", "needs --emulate")
     driver = DriverOptions(network=None if args.network is None else Path(args.network),
