@@ -331,12 +331,12 @@ class Emulator(PtyDevice):
 
     def __init__(self, rig: Rig, *, plant_kind: str | None = None, baud: int | None = None,
                  faults: Faults | None = None, seed: int | None = None,
-                 applied_log: AppliedLog | None = None):
+                 applied_log: AppliedLog | None = None, rt_priority: int = 0):
         self.rig = rig
         self.faults = faults or Faults()
         seed = rig.emulator.seed if seed is None else seed
         self.rng = random.Random(seed)
-        self.plant = make_plant(rig, plant_kind)
+        self.plant = make_plant(rig, plant_kind, rt_priority)
         self.device = Device(rig, self.plant, np.random.default_rng(seed))
         self.applied_log = applied_log
         if applied_log is not None:
@@ -481,8 +481,8 @@ def run(args: argparse.Namespace) -> int:
 
     kind = rig_kind(args.rig)
     refuse_foreign_options(args, "dynamixel" if kind == "dynamixel" else "mcu")
-    if args.rt_priority:           # the firmware's loop; its physics plant (a child) keeps the normal scheduler
-        set_realtime_priority(args.rt_priority, "mms emulate")
+    # the firmware's loop, which stands in for a device a busy host never delays (its plant sets its own)
+    set_realtime_priority(args.rt_priority, "mms emulate")
     if kind == "dynamixel":
         return dynamixel_emulator.run(args)
     for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):
@@ -492,6 +492,7 @@ def run(args: argparse.Namespace) -> int:
                     burst_bytes=max(1, args.burst_bytes), rx_byte_error_rate=args.rx_byte_error_rate,
                     disconnect_after_s=args.disconnect_after)
     emulator = Emulator(rig, plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed,
+                        rt_priority=args.rt_priority,
                         applied_log=open_applied_log(args.applied_log))
     banner = (f"rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
               f"telemetry {rig.telemetry_hz} Hz")

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from sim.config import ConfigError, load_toml
-from sim.processes import die_with_parent
+from sim.processes import die_with_parent, set_realtime_priority
 from sim.realtime import warm_up
 
 from firmware_interface.rigs.mcu import Rig, deep_merge
@@ -176,14 +176,15 @@ class SimulatorPlant:
 
     kind = "physics"
 
-    def __init__(self, rig: Rig):
+    def __init__(self, rig: Rig, rt_priority: int = 0):
         ctx = mp.get_context("fork")       # the child inherits the parsed rig; nothing is pickled
         self.n_servo, self.n_sensor = len(rig.servos), len(rig.sensors)
         self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor)
         self._go, self._stop = ctx.Event(), ctx.Event()
         self._messages = ctx.Queue()
         self._process = ctx.Process(target=_plant_process, name="mms-emulate-plant", daemon=True,
-                                    args=(rig, self._shared, self._go, self._stop, self._messages, os.getpid()))
+                                    args=(rig, self._shared, self._go, self._stop, self._messages, os.getpid(),
+                                          rt_priority))
         self._process.start()
         try:
             message = self._messages.get(timeout=PLANT_START_TIMEOUT_S)
@@ -240,12 +241,15 @@ class SimulatorPlant:
                 "steps": int(steps), "error": self.error, "alive": self._process.is_alive()}
 
 
-def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int) -> None:
-    """The plant process: build the robot, report, then keep the simulation level with the wall clock."""
+def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int, rt_priority: int) -> None:
+    """The plant process: build the robot, report, then keep the simulation level with the wall clock (under
+    SCHED_FIFO at ``rt_priority`` after the warm-up when it is not 0: the plant stands in for the rig's physics,
+    which a busy host never delays)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # the emulator decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # an emulator killed outright (SIGKILL, e.g. by a driver restarting it) cannot stop us: the kernel does
     die_with_parent(emulator_pid)
+    set_realtime_priority(0, "mms emulate (physics plant)")   # the warm-up's compile never at the emulator's class
     try:
         core = SimulatorCore(rig)
     except ConfigError as exc:
@@ -257,6 +261,8 @@ def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int) -> N
     # compile (or load) the kernels now, not in the first slice: a compile there is a lag of the rig's truth
     warm_up(core.simulation, PLANT_SLICE_S,
             lambda text: print(f"mms emulate: physics plant {text}", file=sys.stderr, flush=True))
+    if rt_priority:
+        set_realtime_priority(rt_priority, "mms emulate (physics plant)")
     n, m = len(rig.servos), len(rig.sensors)
     a = shared.get_obj()
     angle = np.frombuffer(a, dtype=np.float64, count=n, offset=8 * _HEADER)
@@ -306,9 +312,10 @@ def _external_input(law):
     return None, None
 
 
-def make_plant(rig: Rig, kind: str | None = None):
-    """The plant the rig file (or ``kind``) asks for."""
+def make_plant(rig: Rig, kind: str | None = None, rt_priority: int = 0):
+    """The plant the rig file (or ``kind``) asks for; a physics plant's process runs under SCHED_FIFO at
+    ``rt_priority`` (0: the normal scheduler)."""
     kind = kind or rig.emulator.plant
     if kind == "physics":
-        return SimulatorPlant(rig)
+        return SimulatorPlant(rig, rt_priority)
     return KinematicPlant(rig)

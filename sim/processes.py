@@ -32,15 +32,19 @@ MAX_RT_PRIORITY = 99
 
 
 def set_realtime_priority(priority: int, command: str) -> bool:
-    """SCHED_FIFO at ``priority`` (1-99) for this process and the threads it starts afterwards (ZeroMQ's I/O
-    thread: call it before the first socket); children get the normal scheduler back (SCHED_RESET_ON_FORK), so a
-    physics plant or an emulator started from here competes as usual. The callers' loops sleep between their
-    deadlines and never spin, and Linux caps the real-time class at 95 % of each core
-    (``/proc/sys/kernel/sched_rt_runtime_us``), so the machine cannot be starved. Without the permission
-    (CAP_SYS_NICE, or an ``rtprio`` limit in /etc/security/limits.conf): one line on stderr, and go on under the
-    normal scheduler. Returns whether the class was taken."""
+    """``priority`` 1-99: SCHED_FIFO at that priority for this thread and every thread and process it starts
+    afterwards (ZeroMQ's I/O thread, which sends what the loop publishes: call it before the first socket).
+    0: the normal scheduler, dropping a class inherited from the parent (``mms drive`` starts its emulator, which
+    applies its own ``--rt-priority``). The callers' loops sleep between their deadlines and never spin, and
+    Linux caps the real-time class at 95 % of the CPU time (``/proc/sys/kernel/sched_rt_runtime_us``), so the
+    machine cannot be starved. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
+    /etc/security/limits.conf): one line on stderr, and go on under the normal scheduler. Returns whether the
+    real-time class was taken."""
+    if priority == 0:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))     # lowering needs no permission
+        return False
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except OSError as exc:
         print(f"{command}: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); running under the "
               "normal scheduler (docs/headroom.md says how to allow it)", file=sys.stderr, flush=True)

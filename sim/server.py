@@ -699,8 +699,7 @@ def run(args: argparse.Namespace) -> int:
     server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
                               integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
                               log=_log)
-    if args.rt_priority:
-        set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
+    set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
     context = zmq.Context()
     previous_handlers = {}
     try:

@@ -798,7 +798,6 @@ def run(args: argparse.Namespace) -> int:
     """``mms drive``: the typed options, the link the rig file calls for (hil/drive/links/factory.py), the loop."""
     options, device = options_from_args(args)
     connection = connect_rig(args.rig, device)
-    if options.rt_priority:
-        set_realtime_priority(options.rt_priority, "mms drive")
+    set_realtime_priority(options.rt_priority, "mms drive")    # before the sockets: their I/O thread inherits it
     return run_until_signalled(Driver(connection.rig, connection.link, options, port=connection.port,
                                       emulator=connection.emulator))

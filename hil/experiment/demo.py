@@ -125,6 +125,18 @@ def write_demo_robot(rig: DemoRig, path: Path) -> Path:
 DEMO_RT_PRIORITY = 10
 
 
+def with_rt_priority(drive_args: tuple[str, ...], priority: int) -> list[str]:
+    """``mms drive`` arguments whose emulators (and their physics plants) also run at ``priority``: they stand in
+    for the rig's hardware and physics, which a busy host never delays."""
+    args = list(drive_args)
+    if "--emulator-args" not in args:
+        args += ["--emulator-args", ""]
+    for k, arg in enumerate(args[:-1]):
+        if arg in ("--emulator-args", "--sensor-emulator-args"):
+            args[k + 1] = f"{args[k + 1]} --rt-priority {priority}".strip()
+    return args
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rig(parser, default="flapper", extra=f"; the demo runs the shipped rigs: {', '.join(RIGS)}")
     parser.add_argument("--duration", type=float, default=20.0, help="length of the live run, s (default: 20)")
@@ -216,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network),
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
-                                           "--autostart", *realtime, *rig.drive_args))
+                                           "--autostart", *realtime,
+                                           *with_rt_priority(rig.drive_args, args.rt_priority)))
         if args.gui:
             from hil.qt_preflight import dashboard_problem
 

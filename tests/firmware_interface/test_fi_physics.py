@@ -7,6 +7,7 @@ closed-form static equilibrium (elbow spring against gravity; the support carryi
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -242,3 +243,27 @@ def test_an_emulator_killed_during_its_start_leaves_no_plant_running():
         proc.kill()
         proc.wait(10)
     wait_for(lambda: not process_alive(plant), timeout_s=10.0, what=f"plant {plant} to end with its emulator")
+
+
+def test_rt_priority_puts_the_firmware_loop_and_its_plant_under_sched_fifo(tmp_path):
+    """`mms emulate --rt-priority N`: the emulated firmware's loop and, after its warm-up, the physics plant run
+    under SCHED_FIFO at N (they stand in for hardware and physics, which a busy host never delays); without the
+    permission each says so in one line and runs normally."""
+    log = tmp_path / "emulate.stderr"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(FLAPPER_RIG), "--plant",
+                                 "physics", "--rt-priority", "7"], cwd=ROOT, stdout=subprocess.PIPE, stderr=err)
+    try:
+        assert proc.stdout.readline().decode().startswith("/dev/")          # the port is up: the plant is ready
+        plant = wait_for(lambda: _children(proc.pid), timeout_s=60.0, what="the plant process")[0]
+
+        def fifo_or_refused(pid: int, who: str):
+            if os.sched_getscheduler(pid) == os.SCHED_FIFO:
+                return os.sched_getparam(pid).sched_priority == 7
+            return f"{who}: cannot use SCHED_FIFO priority 7" in log.read_text()
+        wait_for(lambda: fifo_or_refused(proc.pid, "mms emulate"), timeout_s=30.0, what="the firmware loop's class")
+        wait_for(lambda: fifo_or_refused(plant, "mms emulate (physics plant)"), timeout_s=60.0,
+                 what="the plant's class after its warm-up", logs=(log,))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

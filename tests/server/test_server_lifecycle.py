@@ -3,8 +3,10 @@ that stops asking is reported as a stall, a realtime server that falls behind sa
 error, and binding beyond loopback is loud."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +166,29 @@ def test_fast_mode_reports_consistent_statistics_and_no_deadlines(serve, pendulu
     assert window["state_rate_hz"] > 0
     assert window["rtf"] == pytest.approx(window["state_rate_hz"] * pendulum.dt, rel=0.02)
     assert 0 < window["step_us"]["p50"] <= window["step_us"]["p99"] <= window["step_us"]["max"]
+
+
+def _policy_or_refusal(pid: int, stderr: str, priority: int) -> None:
+    """The process runs under SCHED_FIFO at ``priority``, or (no permission on this machine) it said so in one
+    line and runs under the normal scheduler: never a silent fallback."""
+    if os.sched_getscheduler(pid) == os.SCHED_FIFO:
+        assert os.sched_getparam(pid).sched_priority == priority
+    else:
+        assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+        assert f"cannot use SCHED_FIFO priority {priority}" in stderr, stderr
+
+
+def test_rt_priority_runs_the_realtime_loop_under_sched_fifo_and_is_refused_elsewhere(serve, pendulum):
+    server = serve(pendulum.config, "--rt-priority", "7", "--idle")
+    server.ok("start")
+    pid = server.process.pid
+    names = {int(tid): Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() for tid in os.listdir(f"/proc/{pid}/task")}
+    # the loop's thread and ZeroMQ's I/O thread, which sends what the loop publishes (the threads a library
+    # started at import, before the request, idle and keep the normal scheduler)
+    loop = [pid] + [tid for tid, name in names.items() if name.startswith("ZMQbg/IO")]
+    assert len(loop) >= 2, names
+    for tid in loop:
+        _policy_or_refusal(tid, server.stderr(), 7)
+    refused = serve(pendulum.config, "--mode", "fast", "--rt-priority", "7", check_ready=False)
+    assert refused.process.wait(30) == 2
+    assert "--rt-priority: applies to --mode realtime only" in refused.stderr()
