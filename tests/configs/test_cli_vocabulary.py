@@ -72,6 +72,7 @@ def test_a_shared_option_reads_the_same_in_every_command(helps):
     assert {"sim", "validate"} <= set(seen["--no-plots"])
     assert {"serve", "drive", "record"} <= set(seen["--idle"]) and set(seen["--idle"]) == set(seen["--autostart"])
     assert {"sim", "serve"} <= set(seen["--integrator"])
+    assert set(seen["--rt-priority"]) == {"serve", "drive", "emulate", "demo"}
 
 
 def test_robots_and_rigs_take_the_same_names_and_help_everywhere(helps):
