@@ -5,9 +5,11 @@ validation and the replay) ``--repeats`` times idle, then as many times with one
 busy, and prints the figures side by side with the run's health verdict and each process's CPU share (CPU time
 over the demo's whole wall time, warm-up and validation included: 100 % is one core). The bar: beside the hog the demo either
 keeps its numbers (root bending ratio and stroke lag within 10 % of the idle runs' mean) or reports INVALID with
-the reason. Not a test: it takes minutes and its figures depend on the machine.
+the reason. Each condition runs under each ``--rt-priorities`` value (the demo's ``--rt-priority``: 10, the
+real-time class for the loop's four wall-clock processes, and 0, the normal scheduler), so the table shows what
+the class buys. Not a test: it takes minutes and its figures depend on the machine.
 
-    python benchmarks/bench_demo_load.py [--repeats N] [--duration S]
+    python benchmarks/bench_demo_load.py [--repeats N] [--duration S] [--rt-priorities 10,0]
 """
 from __future__ import annotations
 
@@ -71,10 +73,11 @@ def _cpu_by_role(root_pid: int) -> dict[int, tuple[str, float]]:
     return found
 
 
-def run_demo(out: Path, duration_s: float) -> dict:
+def run_demo(out: Path, duration_s: float, rt_priority: int) -> dict:
     """One `mms demo`; its figures, health, exit code and the CPU share of each of its processes during the run."""
     demo = subprocess.Popen([sys.executable, "-m", "hil.cli", "demo", "--duration", str(duration_s), "--out",
-                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             str(out), "--rt-priority", str(rt_priority)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     last: dict[int, tuple[str, float]] = {}
     started = time.monotonic()
     while demo.poll() is None:
@@ -111,21 +114,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="demo runs per condition (default 2)")
     parser.add_argument("--duration", type=float, default=20.0, help="live run length, s (default 20)")
+    parser.add_argument("--rt-priorities", default="10,0",
+                        help="the demo's --rt-priority values to run each condition with (default 10,0)")
     args = parser.parse_args()
-    rows: dict[str, list[dict]] = {"idle": [], "hog": []}
+    priorities = [int(text) for text in args.rt_priorities.split(",")]
+    rows: dict[str, list[dict]] = {f"{c} rt{p}": [] for c in ("idle", "hog") for p in priorities}
     with tempfile.TemporaryDirectory() as folder:
         for condition in ("idle", "hog"):
             hog = subprocess.Popen([sys.executable, "-c", HOG]) if condition == "hog" else None
             try:
-                for k in range(args.repeats):
-                    row = run_demo(Path(folder) / f"{condition}{k}", args.duration)
-                    rows[condition].append(row)
-                    print(f"{condition} run {k + 1}: {verdict(row)}", flush=True)
+                for priority in priorities:
+                    name = f"{condition} rt{priority}"
+                    for k in range(args.repeats):
+                        row = run_demo(Path(folder) / f"{condition}{priority}-{k}", args.duration, priority)
+                        rows[name].append(row)
+                        print(f"{name} run {k + 1}: {verdict(row)}", flush=True)
             finally:
                 if hog is not None:
                     hog.kill()
                     hog.wait()
-    print(f"\n{'figure':26s}" + "".join(f"{c} {k + 1:<9d}" for c in rows for k in range(len(rows[c]))))
+    print(f"\n{'figure':26s}" + "".join(f"{c + ' ' + str(k + 1):<14s}" for c in rows for k in range(len(rows[c]))))
     for label, *_ in FIGURES:
         cells = [row.get(label) for c in rows for row in rows[c]]
         print(f"{label:26s}" + "".join(f"{v:<14.4g}" if v is not None else f"{'-':14s}" for v in cells))
@@ -133,18 +141,20 @@ def main() -> int:
         cells = [row["cpu"].get(role) for c in rows for row in rows[c]]
         print(f"{'CPU share: ' + role:26s}" + "".join(f"{v:<14.0%}" if v is not None else f"{'-':14s}" for v in cells))
     print()
-    idle_valid = [r for r in rows["idle"] if r.get("health", {}).get("valid")]
-    for row in rows["hog"]:
-        if not row.get("health", {}).get("valid"):
-            print(f"hog: {verdict(row)} -> reported INVALID with the reason (meets the bar)")
-            continue
-        if not idle_valid:
-            print("hog: valid, but no idle run was valid to compare with")
-            continue
-        changes = {label: abs(row[label] / np.mean([r[label] for r in idle_valid]) - 1) for label in BAR}
-        kept = all(change <= KEPT_FRACTION for change in changes.values())
-        print("hog: valid; change against idle: " + ", ".join(f"{k} {v:.1%}" for k, v in changes.items())
-              + (" -> kept (meets the bar)" if kept else " -> NOT kept while VALID (misses the bar)"))
+    idle_valid = [r for name, runs in rows.items() if name.startswith("idle") for r in runs
+                  if r.get("health", {}).get("valid")]
+    for name in [name for name in rows if name.startswith("hog")]:
+        for row in rows[name]:
+            if not row.get("health", {}).get("valid"):
+                print(f"{name}: {verdict(row)} -> reported INVALID with the reason (meets the bar)")
+                continue
+            if not idle_valid:
+                print(f"{name}: valid, but no idle run was valid to compare with")
+                continue
+            changes = {label: abs(row[label] / np.mean([r[label] for r in idle_valid]) - 1) for label in BAR}
+            kept = all(change <= KEPT_FRACTION for change in changes.values())
+            print(f"{name}: valid; change against idle: " + ", ".join(f"{k} {v:.1%}" for k, v in changes.items())
+                  + (" -> kept (meets the bar)" if kept else " -> NOT kept while VALID (misses the bar)"))
     return 0
 
 

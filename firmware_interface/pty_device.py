@@ -171,7 +171,7 @@ class PtyDevice:
         """Called once when :meth:`run` begins, before the first :meth:`step`."""
 
     def on_stop(self) -> None:
-        """Called once when :meth:`run` ends, before the port closes."""
+        """Called once when :meth:`run` ends, after the port has closed."""
 
     def step(self, now: float) -> str | None:
         """Do everything due at ``now`` (s, device clock); return a reason to end the run, or None."""
@@ -210,8 +210,11 @@ class PtyDevice:
                 self.reason = "stopped"
                 self.handle_backlog()
         finally:
-            self.on_stop()
+            # the port closes first, at once after the backlog, as a device powering off: what the host writes
+            # while the device winds down (a physics plant's process may take seconds to end) fails on the host's
+            # side instead of vanishing into a port nobody reads
             link.close()
+            self.on_stop()
         return self.reason
 
     def handle_backlog(self) -> None:
