@@ -81,15 +81,24 @@ def test_left_right_symmetry_of_a_mirrored_tail_beat():
     assert np.abs(a["base_pos"][:, 1]).max() > 1e-5      # the motion itself is not trivially symmetric
 
 
+#: docs/raybot.md "Swimming figures": frequency Hz -> (steady speed m/s, trailing edge peak to peak m, Strouhal),
+#: neutral, deep, 25 deg, 8 s, last three beats. The same to 4 digits at dt/2; the band allows another platform's
+#: rounding.
+SWIM_FIGURES = {1.0: (0.147, 0.107, 0.73), 1.5: (0.260, 0.112, 0.65), 2.0: (0.289, 0.090, 0.63)}
+SWIM_BAND = 0.03
+
+
 def test_speed_grows_with_tailbeat_frequency_and_swims_straight():
     """Lighthill's tail, 25 deg of servo: the steady speed rises from 1 to 2 Hz (above about 2 Hz the servo's slew
     limit cuts the beat and the soft caudal fin is past its resonance: docs/raybot.md)."""
     speeds = []
-    for frequency in (1.0, 1.5, 2.0):
+    for frequency, expected in SWIM_FIGURES.items():
         model = build_robot(_config(tail_drive__frequency_Hz=frequency), CONFIG)
         t, arrays, _ = raybot.swim(model, 8.0, record_every=10)
         figures = raybot.swim_figures(model, t, arrays)
         speeds.append(figures["steady_speed_m_s"])
+        measured = (figures["steady_speed_m_s"], figures["tailbeat_amplitude_m"], figures["strouhal"])
+        assert measured == pytest.approx(expected, rel=SWIM_BAND)
         travel = arrays["base_pos"][-1] - arrays["base_pos"][0]
         if frequency >= 1.5:
             assert travel[0] > 0.0                                   # forwards (head first)

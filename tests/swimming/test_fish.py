@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,8 +18,11 @@ from sim.robots import build_robot, fish
 ROOT = Path(__file__).resolve().parents[2]
 FISH = ROOT / "configs" / "robots" / "fish.toml"
 DEAD_FISH = ROOT / "configs" / "robots" / "dead_fish.toml"
-#: docs/swimming.md: the free test fish (A_tail = 0.1 L, C_f = 0.01), last three beats of a run of 2 ramp beats +
-#: 6 beats: St 0.30-0.37 over 1-3 Hz; "roughly independent of frequency": the spread stays within 25 %.
+#: docs/swimming.md: the free test fish (A_tail = 0.1 L, C_f = 0.01), last three of 8 beats: St 0.322 at 1.5 Hz
+#: (0.295 m/s), 0.321 at 3 Hz (0.590 m/s); the same to 3 digits at dt/2, the band allows another platform's rounding
+#: and a change of run length by a beat. "Independent of frequency": the two agree within 25 %.
+MEASURED = {1.5: (0.322, 0.295), 3.0: (0.321, 0.590)}
+BAND = 0.05
 STROUHAL_SPREAD = 0.25
 SUMMARY_KEYS = {"steady_speed_m_s", "tailbeat_frequency_Hz", "tailbeat_amplitude_m", "strouhal", "mean_thrust_N",
                 "cost_of_transport", "real_time_factor"}
@@ -42,6 +44,7 @@ def test_free_fish_strouhal_is_in_the_cruising_band_at_every_frequency():
         s = _run(FISH, 8.0 / frequency, frequency_Hz=frequency)
         assert s["warnings"] == []
         assert 0.2 <= s["strouhal"] <= 0.4, s
+        assert (s["strouhal"], s["steady_speed_m_s"]) == pytest.approx(MEASURED[frequency], rel=BAND)
         strouhal.append(s["strouhal"])
         speeds.append(s["steady_speed_m_s"])
         assert s["tailbeat_amplitude_m"] == pytest.approx(2 * 0.03, rel=0.15)    # about twice a(L), recoil aside
@@ -50,18 +53,16 @@ def test_free_fish_strouhal_is_in_the_cruising_band_at_every_frequency():
     assert speeds[1] > 1.5 * speeds[0]                # speed ~ frequency at a constant Strouhal number
 
 
-#: docs/swimming.md: the held dead fish's trailing edge beats at 1.36 Hz in the 1.2 Hz street over the last 2 s of
-#: a 4 s run (ratio 1.13; the spectrum of a 2 s window resolves about 0.5 Hz, hence the band).
-LOCK_IN_BAND = (0.8, 1.3)
-
-
-def test_dead_fish_beats_with_the_street():
-    s = _run(DEAD_FISH, 4.0)
+def test_dead_fish_in_the_street_summary():
+    """The held dead fish in the street: the summary's stream figures are there and consistent (its beat against the
+    street is not claimed: docs/swimming.md, the figures are not converged in the time step)."""
+    s = _run(DEAD_FISH, 1.5)
     assert s["shedding_frequency_Hz"] == pytest.approx(0.2 * 0.3 / 0.05, rel=1e-12)
-    assert LOCK_IN_BAND[0] < s["tailbeat_to_shedding_ratio"] < LOCK_IN_BAND[1], s
+    assert s["tailbeat_to_shedding_ratio"] == pytest.approx(
+        s["measured_tailbeat_frequency_Hz"] / s["shedding_frequency_Hz"], rel=1e-12)
     assert s["tailbeat_amplitude_m"] > 0.03            # the street sweeps the passive tail from side to side
     assert s["flow_domain_exits"] == 0 and s["warnings"] == []
-    assert math.isfinite(s["upstream_force_N"])
+    assert "upstream_force_N" in s and "drift_upstream_m_s" not in s
 
 
 def test_free_dead_fish_is_swept_downstream_at_first():
