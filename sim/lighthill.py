@@ -190,6 +190,14 @@ def _coad(V, Om, Pf, Pm, out):
 
 
 @njit(cache=True)
+def _relative_momentum(m, V_r, Omega, Pf, Pm):
+    """The water's momentum per length ``M_f eta_r`` of a section of added inertia m = (m2, m3, I1), with
+    eta_r = (V_r, Omega): linear part Pf (3,), angular part Pm (3,)."""
+    Pf[0], Pf[1], Pf[2] = 0.0, m[0] * V_r[1], m[1] * V_r[2]
+    Pm[0], Pm[1], Pm[2] = m[2] * Omega[0], 0.0, 0.0
+
+
+@njit(cache=True)
 def _add_transformed(ad_s, F, weight, out):
     """out (6,) += weight Ad_s^T F: a section wrench (section frame, about its origin) on its body."""
     for b in range(6):
@@ -221,6 +229,7 @@ def lighthill_kernel(t, g, eta, f_ext, sec_body, sec_ad, sec_R, sec_p, sec_w, se
     Pf = np.empty(3)
     Pm = np.empty(3)
     Qf = np.empty(3)
+    Qm = np.empty(3)
     F = np.empty(6)
     ad_r = np.empty(6)
     ad_0 = np.empty(6)
@@ -231,15 +240,13 @@ def lighthill_kernel(t, g, eta, f_ext, sec_body, sec_ad, sec_R, sec_p, sec_w, se
         if not _section_state(g, eta, j, sec_ad[s], sec_R[s], sec_p[s], t, kind, flow, eta_s, V_r, dVf, R, vw,
                               dvdt, grad):
             outside[0] += 1.0
-        m2, m3, i1 = sec_m[s, 0], sec_m[s, 1], sec_m[s, 2]
         for a in range(6):
             F[a] = 0.0
         if kind != FLOW_NONE:
-            Pf[0], Pf[1], Pf[2] = 0.0, m2 * V_r[1], m3 * V_r[2]
-            Qf[0], Qf[1], Qf[2] = 0.0, m2 * eta_s[1], m3 * eta_s[2]
-            Pm[0], Pm[1], Pm[2] = i1 * eta_s[3], 0.0, 0.0
+            _relative_momentum(sec_m[s], V_r, eta_s[3:], Pf, Pm)
+            _relative_momentum(sec_m[s], eta_s[:3], eta_s[3:], Qf, Qm)
             _coad(V_r, eta_s[3:], Pf, Pm, ad_r)
-            _coad(eta_s[:3], eta_s[3:], Qf, Pm, ad_0)
+            _coad(eta_s[:3], eta_s[3:], Qf, Qm, ad_0)
             # m_b R^T gamma_f - R^T (grad v_f) R P_f, gamma_f = d_t v_f + (grad v_f) v_f (world)
             for a in range(3):
                 RP[a] = R[a, 0] * Pf[0] + R[a, 1] * Pf[1] + R[a, 2] * Pf[2]
@@ -248,8 +255,8 @@ def lighthill_kernel(t, g, eta, f_ext, sec_body, sec_ad, sec_R, sec_p, sec_w, se
                                  - (grad[a, 0] * RP[0] + grad[a, 1] * RP[1] + grad[a, 2] * RP[2]))
             for a in range(3):
                 F[a] += R[0, a] * flow_force[0] + R[1, a] * flow_force[1] + R[2, a] * flow_force[2]
-            F[1] += m2 * dVf[1]
-            F[2] += m3 * dVf[2]
+            F[1] += sec_m[s, 0] * dVf[1]
+            F[2] += sec_m[s, 1] * dVf[2]
             for a in range(6):
                 F[a] += ad_r[a] - ad_0[a]
         F[0] -= sec_drag[s, 0] * abs(V_r[0]) * V_r[0]
@@ -260,9 +267,7 @@ def lighthill_kernel(t, g, eta, f_ext, sec_body, sec_ad, sec_R, sec_p, sec_w, se
         if not _section_state(g, eta, j, te_ad[e], te_R[e], te_p[e], t, kind, flow, eta_s, V_r, dVf, R, vw,
                               dvdt, grad):
             outside[0] += 1.0
-        m2, m3, i1 = te_m[e, 0], te_m[e, 1], te_m[e, 2]
-        Pf[0], Pf[1], Pf[2] = 0.0, m2 * V_r[1], m3 * V_r[2]
-        Pm[0], Pm[1], Pm[2] = i1 * eta_s[3], 0.0, 0.0
+        _relative_momentum(te_m[e], V_r, eta_s[3:], Pf, Pm)
         tangential = V_r[0]
         energy = V_r[1] * Pf[1] + V_r[2] * Pf[2] + eta_s[3] * Pm[0]
         F[0] = tangential * Pf[0] - 0.5 * energy

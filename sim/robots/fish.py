@@ -23,12 +23,12 @@ from sim.config import ConfigError, array, number, one_of
 from sim.laws import RampedSinusoid, ViscoElastic
 from sim.lighthill import FLOW_KINDS, flow_vector, gauss_points, shedding_frequency, slices_model
 from sim.model import Model, ModelBuilder
+from sim.robots.raybot import BASE_MODES, MAX_FORCE_COEFFICIENT
 from sim.robots.schema import (SIMULATION, damping, density, frequency_hz, length, position, robot_table)
 from sim.spatial import spatial_inertia
 from sim.summary import base_motion, steady_state_warnings
 from sim.swimming import dominant_frequency, steady_window, swim_figures as swimmer_figures, tail_tip_positions
 
-BASE_MODES = {"floating": "floating", "free": "floating", "fixed": "fixed", "tethered": "fixed"}
 DRIVES = ("wave", "passive")
 #: The amplitude envelope a(X)/L = c0 + c1 X/L + c2 (X/L)^2 of a carangiform swimmer (Videler's fit, the spec's).
 ENVELOPE = (0.02, -0.0825, 0.1625)
@@ -36,8 +36,6 @@ ENVELOPE = (0.02, -0.0825, 0.1625)
 MAX_SLICES = 200
 #: Largest Young's modulus of a passive body, Pa (stiffer than rubber by far; a fish is ~1e5).
 MAX_YOUNG_MODULUS_PA = 1e9
-#: Largest hydrodynamic coefficient (C_f, C_D): bluff bodies stay near 2; 10 is a slip.
-MAX_COEFFICIENT = 10.0
 #: Fastest ambient stream, m/s.
 MAX_STREAM_M_S = 20.0
 
@@ -45,7 +43,7 @@ MAX_STREAM_M_S = 20.0
 def config_schema(config: dict, path) -> dict:
     """The JSON Schema of a fish file (configs/robots/fish.toml, dead_fish.toml; sim/robots/schema.py)."""
     from sim.config import table
-    coefficient = number(0.0, MAX_COEFFICIENT, expected=f"a coefficient in [0, {MAX_COEFFICIENT:g}]")
+    coefficient = number(0.0, MAX_FORCE_COEFFICIENT, expected=f"a coefficient in [0, {MAX_FORCE_COEFFICIENT:g}]")
     fraction = number(0.0, 1.0, expected="a fraction of the length in [0, 1]")
     span = array(position(), 2, 2, expected="[min, max] in m")
     return table({
