@@ -94,7 +94,7 @@ def test_mms_sim_tailbeat_options_and_summary(tmp_path):
 def test_sweep_over_the_fish(tmp_path):
     from sim import cli_sweep
 
-    rows = cli_sweep.sweep(load_toml(FISH), FISH, [2.0, 3.0], [0.02, 0.03], duration=2.0, progress=False)
+    rows = cli_sweep.sweep(load_toml(FISH), FISH, [2.0, 3.0], [0.02, 0.03], duration=1.5, progress=False)
     assert [(r["amplitude"], r["tailbeat_frequency_Hz"]) for r in rows] == [
         (0.02, 2.0), (0.02, 3.0), (0.03, 2.0), (0.03, 3.0)]
     assert all(r["amplitude_unit"] == "m" for r in rows)
