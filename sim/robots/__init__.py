@@ -19,6 +19,7 @@ KINDS: dict[str, str] = {
     "urdf": "sim.robots.urdf_robot",
     "flapper": "sim.robots.flapper",
     "raybot": "sim.robots.raybot",
+    "fish": "sim.robots.fish",
 }
 
 

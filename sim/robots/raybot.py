@@ -29,16 +29,21 @@ import numpy as np
 from sim.config import ConfigError, array, number, one_of, require, string, table
 from sim.fused import TrackingSpring
 from sim.hydro import HydroBody, build_hydro_models, plate_added_inertia_diagonal
+from sim.lighthill import slices_model
 from sim.laws import Constant, ExternalMotion, JointLaw, MotionLaw, RampedSinusoid, ScaledMotion, ViscoElastic
 from sim.model import Model, ModelBuilder
 from sim.robots.schema import (MAX_GRAVITY_M_S2, SIMULATION, damping, degrees, density, frequency_hz, length, mass,
                                position, robot_table, stiffness)
 from sim.spatial import spatial_inertia
 from sim.summary import base_motion, steady_state_warnings
+from sim.swimming import steady_window, swim_figures as swimmer_figures, tail_tip_positions
 
 BASE_MODES = {"floating": "floating", "free": "floating", "fixed": "fixed", "tethered": "fixed"}
 DRIVES = ("held", "passive")
 SOURCES = ("sinusoid", "external")
+#: The tail's fluid model: Lighthill's elongated-body theory (sim/lighthill.py) or the paper's quasi-steady
+#: added mass and lift per plate (sim/hydro.py).
+HYDRO_MODELS = ("lighthill", "quasi_steady")
 #: Chord fraction of the centre of pressure behind the leading edge (spec: "about 25% chord").
 CENTRE_OF_PRESSURE_CHORD_FRACTION = 0.25
 #: Skin-friction coefficient of the thin appendages along their chord (ASSUMED, turbulent-ish flat plate).
@@ -50,9 +55,6 @@ PLATE_NORMAL_DRAG = 1.2
 #: Small linear drag per axis on appendages, N s/m and N m s/rad (ASSUMED; keeps still water well-posed).
 APPENDAGE_LINEAR_DRAG = 0.01
 APPENDAGE_LINEAR_ROT_DRAG = 1e-4
-#: Slack (s) when cutting the analysis window, so a window of whole beats keeps its first sample.
-WINDOW_TIME_SLACK = 1e-9
-
 _Y_TO_Z = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])  # columns: x, z, -y (lateral plates)
 
 
@@ -114,7 +116,8 @@ def config_schema(config: dict, path) -> dict:
         "tail": sized(("peduncle_length_m", "peduncle_mass_kg", "front_length_m", "front_height_m",
                        "front_thickness_m", "front_mass_kg", "caudal_length_m", "caudal_height_m",
                        "caudal_thickness_m", "caudal_mass_kg"),
-                      {"root_x_m": position(), "pitch_deg": degrees(), **lift}, ["root_x_m", "pitch_deg", *lift]),
+                      {"root_x_m": position(), "pitch_deg": degrees(), "hydro_model": one_of(*HYDRO_MODELS), **lift},
+                      ["root_x_m", "pitch_deg", *lift]),
         "tail_drive": sized(("pinion_radius_m", "plate_gap_m"), {
             "servo_limit_deg": number(above=0.0, maximum=180.0, expected="a travel in (0, 180] deg"),
             "servo_speed_deg_s": number(above=0.0, maximum=MAX_SERVO_SPEED_DEG_S,
@@ -206,6 +209,7 @@ def read_parameters(config: dict, path=None) -> dict:
     p["tail_cn0"] = num(t, "tail", "cn0", **nonneg)
     p["tail_ct0"] = num(t, "tail", "ct0")
     p["tail_stall"] = math.radians(num(t, "tail", "stall_deg", **pos))
+    p["tail_hydro_model"] = t.get("hydro_model", "lighthill")
 
     td = section("tail_drive")
     for key in ("pinion_radius_m", "plate_gap_m", "servo_limit_deg", "servo_speed_deg_s"):
@@ -435,6 +439,9 @@ def _bodies(p: dict, servo: MotionLaw) -> tuple[HydroBody, np.ndarray, list[_Bod
                                  centre=centre, chord=[1, 0, 0], normal=[0, 1, 0], cp=cp, area=area,
                                  cn0=p["tail_cn0"], ct0=p["tail_ct0"], stall=p["tail_stall"], volume=volume,
                                  height=height)
+        if p["tail_hydro_model"] == "lighthill":      # the reactive forces replace added mass and lift here
+            hydro.added_mass_diagonal = np.zeros(6)
+            hydro.surface = None
         inertia = spatial_inertia(mass, centre, _plate_inertia(mass, length, thick, height))
         parent = "peduncle" if key == "front" else "tail_front"
         bodies.append(_Body(name, parent, joint, (0.0, 0.0, 1.0), _pose(np.eye(3), [-parent_len, 0.0, 0.0]),
@@ -466,6 +473,33 @@ def _bodies(p: dict, servo: MotionLaw) -> tuple[HydroBody, np.ndarray, list[_Bod
     return disc_hydro, disc_inertia, bodies
 
 
+def tail_half_axes(p: dict):
+    """(a(X), b(X)) m, the lateral and dorsal semi-axes of the tail's elliptic sections at arc length X from the
+    tail root: the fin-ray's (thickness / 2, height / 2) over the peduncle and tail_front, then over the caudal fin
+    a linear taper to the caudal fin's values at the trailing edge (b = 0.075 m, the MEASURED 15 cm height)."""
+    a_front, b_front = 0.5 * p["tail_front_thickness_m"], 0.5 * p["tail_front_height_m"]
+    a_tip, b_tip = 0.5 * p["tail_caudal_thickness_m"], 0.5 * p["tail_caudal_height_m"]
+    caudal_start = p["tail_peduncle_length_m"] + p["tail_front_length_m"]
+
+    def axes(X: float) -> tuple[float, float]:
+        if X <= caudal_start:
+            return a_front, b_front
+        u = (X - caudal_start) / p["tail_caudal_length_m"]
+        return a_front + u * (a_tip - a_front), b_front + u * (b_tip - b_front)
+    return axes
+
+
+def tail_lighthill_model(p: dict, bodies: list[int]):
+    """Lighthill's elongated-body model (sim/lighthill.py) of the tail: peduncle, tail_front and tail_caudal
+    (body indices ``bodies``, in that order) as three rigid slices of one elongated body along -x of the disc,
+    trailing edge at the caudal fin's end. No drag here: the tail's skin friction and edge drag stay in
+    :class:`sim.hydro.Drag` (C_f = C_D = 0 in the plug-in, so nothing is counted twice)."""
+    lengths = (p["tail_peduncle_length_m"], p["tail_front_length_m"], p["tail_caudal_length_m"])
+    starts = np.concatenate([[0.0], np.cumsum(lengths)])
+    return slices_model(p["rho"], [(j, starts[i], starts[i + 1]) for i, j in enumerate(bodies)], tail_half_axes(p),
+                        skin_friction=0.0, cross_drag=0.0, config_path=p["config_path"], key="tail")
+
+
 # ----------------------------------------------------------------------------------------- build
 def build(config: dict, path=None) -> Model:
     """RayBot Model from its TOML table (configs/robots/raybot.toml): 10 bodies, 9 hinges, hydrodynamics."""
@@ -491,6 +525,9 @@ def build(config: dict, path=None) -> Model:
         hydro.append(b.hydro)
     for force_model in build_hydro_models(hydro, p["rho"], gravity, p["surface_z"]):
         builder.add_force_model(force_model)
+    if p["tail_hydro_model"] == "lighthill":
+        builder.add_force_model(tail_lighthill_model(p, [b.hydro.body for b in bodies
+                                                         if b.name in ("peduncle", "tail_front", "tail_caudal")]))
     tip = np.eye(4)
     tip[0, 3] = -p["tail_caudal_length_m"]
     metadata = {
@@ -546,102 +583,26 @@ def apply_cli_overrides(config: dict, args) -> dict:
     return config
 
 
-def _rotation_about(axis: np.ndarray, angle: float) -> np.ndarray:
-    """Rotation matrix (3, 3) of ``angle`` rad about the unit ``axis`` (3,) (Rodrigues)."""
-    x, y, z = axis
-    c, s = math.cos(angle), math.sin(angle)
-    C = 1.0 - c
-    return np.array([[c + x * x * C, x * y * C - z * s, x * z * C + y * s],
-                     [y * x * C + z * s, c + y * y * C, y * z * C - x * s],
-                     [z * x * C - y * s, z * y * C + x * s, c + z * z * C]])
-
-
-def _quat_matrix(q) -> np.ndarray:
-    w, x, y, z = q / np.linalg.norm(q)
-    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
-
-
-def tail_tip_positions(model: Model, base_pos: np.ndarray, base_quat: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """World positions (T, 3) m of the tail tip (end of the caudal fin's chord) from recorded base positions
-    (T, 3), base quaternions (T, 4) (w, x, y, z) and joint positions (T, n), by forward kinematics along the
-    revolute chain disc -> peduncle -> tail_front -> tail_caudal."""
-    body_name, tip_pose = model.metadata["tail_tip"]
-    chain = []
-    j = model.body_names.index(body_name)
-    while j > 0:
-        chain.append(j)
-        j = int(model.parent[j])
-    chain.reverse()
-    out = np.empty((len(q), 3))
-    for i in range(len(q)):
-        g = np.eye(4)
-        g[:3, :3] = _quat_matrix(np.asarray(base_quat[i], dtype=float))
-        g[:3, 3] = base_pos[i]
-        for j in chain:
-            joint = np.eye(4)
-            joint[:3, :3] = _rotation_about(model.joint_axis[j, 3:], float(q[i, j - 1]))
-            g = g @ model.joint_placement[j] @ joint
-        out[i] = (g @ tip_pose)[:3, 3]
-    return out
-
-
-def steady_window(t: np.ndarray, frequency: float, cycles: float = 3.0) -> np.ndarray:
-    """Boolean mask (T,) of the analysis window: the last whole ``cycles`` tail beats (or the last half of the
-    run when it is shorter than twice that, or has no beat)."""
-    duration = float(t[-1] - t[0])
-    span = cycles / frequency if frequency > 0.0 else math.inf
-    if not span <= 0.5 * duration:
-        span = 0.5 * duration
-    return t >= t[-1] - span - WINDOW_TIME_SLACK
-
-
-def heading(quat: np.ndarray) -> np.ndarray:
-    """The disc's mean heading (2,): its body x axis (head) projected on the horizontal, averaged over the
-    quaternions (T, 4) (w, x, y, z) given and made a unit vector ((1, 0) when it points straight up or down)."""
-    w, x, y, z = quat[:, 0], quat[:, 1], quat[:, 2], quat[:, 3]
-    axis = np.array([np.mean(1.0 - 2.0 * (y * y + z * z)), np.mean(2.0 * (x * y + w * z))])   # R[0, 0], R[1, 0]
-    norm = float(np.linalg.norm(axis))
-    return axis / norm if norm > 0.0 else np.array([1.0, 0.0])
+def beat_frequency(model: Model) -> float:
+    """The tail-beat frequency (Hz) of a model driven by its own beat; 0 when the servo is driven from outside."""
+    p = model.metadata["parameters"]
+    return p["frequency"] if p["source"] == "sinusoid" else 0.0
 
 
 def swim_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
-    """Steady swimming figures of a recorded run: signed speeds, tail-tip amplitude, Strouhal number, depth change.
-
-    Window: :func:`steady_window`. Forward speed: the disc centre's horizontal displacement over the window along
-    the disc's mean heading (:func:`heading`), over the window's duration (m/s, negative when it drifts
-    backwards); vertical speed likewise along world z (m/s, + up). Amplitude: the tail tip's world-frame
-    excursion across the heading, with its linear trend removed, peak to peak / 2 (m). Strouhal ``f 2A / U``
-    (None unless it swims forwards). Depth change: mean depth of the disc centre over the window minus its initial
-    depth (m, positive = deeper)."""
+    """Steady swimming figures of a recorded run (:func:`sim.swimming.swim_figures`: signed speed, trailing-edge
+    amplitude peak to peak, Strouhal number, Lighthill's thrust, cost of transport over the last three beats),
+    ``forward_speed_m_s`` (the same as ``steady_speed_m_s``: the disc centre's horizontal displacement along its
+    mean heading over the window, m/s) and ``mean_depth_change_m`` (mean depth of the disc centre over the window
+    minus its initial depth, m, positive = deeper)."""
     p = model.metadata["parameters"]
-    f = p["frequency"] if p["source"] == "sinusoid" else 0.0
-    window = steady_window(t, f)
+    figures = swimmer_figures(model, t, arrays, beat_frequency(model))
+    window = steady_window(t, figures["tailbeat_frequency_Hz"])
     pos = arrays["base_pos"]
-    tw, pw = t[window], pos[window]
-    elapsed = float(tw[-1] - tw[0])
-    ahead = heading(arrays["base_quat"][window])
-    travel = pw[-1] - pw[0]
-    forward = float(travel[:2] @ ahead / elapsed) if elapsed > 0 else 0.0
-    vertical = float(travel[2] / elapsed) if elapsed > 0 else 0.0
-    tip = tail_tip_positions(model, pos[window], arrays["base_quat"][window], arrays["q"][window])
-    across = tip[:, 0] * -ahead[1] + tip[:, 1] * ahead[0]
-    if tw.size > 2:
-        across = across - np.polyval(np.polyfit(tw, across, 1), tw)
-    amplitude = 0.5 * float(np.ptp(across))
     depth0 = p["surface_z"] - float(pos[0, 2])
-    depth_change = float(np.mean(p["surface_z"] - pw[:, 2]) - depth0)
-    length = model.metadata["body_length_m"]
-    return {
-        "forward_speed_m_s": forward,
-        "vertical_speed_m_s": vertical,
-        "tailbeat_frequency_Hz": f,
-        "tailbeat_amplitude_m": amplitude,
-        "strouhal": f * 2.0 * amplitude / forward if forward > 0.0 else None,
-        "body_lengths_per_s": forward / length,
-        "mean_depth_change_m": depth_change,
-    }
+    figures["forward_speed_m_s"] = figures["steady_speed_m_s"]
+    figures["mean_depth_change_m"] = float(np.mean(p["surface_z"] - pos[window, 2]) - depth0)
+    return figures
 
 
 #: steady level swimming: the disc's path climbs or sinks at most this steeply (deg from the horizontal) ...
@@ -653,7 +614,7 @@ LEVEL_DRIFT_BODY_LENGTHS = 0.05
 def swim_warnings(model: Model, figures: dict) -> list[str]:
     """Why a free run is not the steady forward, level swim its figures describe (empty when it is)."""
     warnings = steady_state_warnings(figures, "steady swim", math.inf)
-    forward, vertical = figures["forward_speed_m_s"], figures["vertical_speed_m_s"]
+    forward, vertical = figures["steady_speed_m_s"], figures["vertical_speed_m_s"]
     if forward < 0.0:
         warnings.append(f"it drifts backwards: forward speed {forward:.4f} m/s over the steady window")
     window_s = figures["steady_window_s"]
@@ -675,7 +636,6 @@ def summarize(run) -> dict:
                     "real_time_factor": sim_time / run.wall_time_s if run.wall_time_s > 0 else float("inf")})
     figures.update(base_motion(run.t, run.arrays))
     window = steady_window(run.t, figures["tailbeat_frequency_Hz"])
-    figures["steady_window_s"] = float(run.t[window][-1] - run.t[window][0])
     if run.model.base_mode == "fixed":
         figures["tether_mean_force_N"] = run.arrays["base_wrench"][window, :3].mean(axis=0).tolist()
         figures["warnings"] = []
@@ -762,8 +722,8 @@ def make_plots(run, out_dir) -> list:
 
 def swim(model: Model, duration: float, dt: float | None = None, integrator: str | None = None, *,
          record_every: int = 5, progress=None) -> tuple[np.ndarray, dict, float]:
-    """Simulate ``duration`` s and record ``t`` (T,) and the arrays base_pos (T, 3), base_quat (T, 4), q (T, n),
-    base_wrench (T, 6), ext_wrench (T, 6) every ``record_every`` steps (first and last state included).
+    """Simulate ``duration`` s and record ``t`` (T,) and the arrays base_pos (T, 3), base_quat (T, 4), base_twist
+    (T, 6), q, qd, tau (T, n), base_wrench (T, 6), ext_wrench (T, 6) every ``record_every`` steps (first and last state included).
     Returns (t, arrays, wall time of the stepping loop in s). ``progress``: a tqdm bar to update, or None."""
     from sim.simulation import Simulation
 
@@ -771,7 +731,7 @@ def swim(model: Model, duration: float, dt: float | None = None, integrator: str
     dt = p["dt"] if dt is None else dt
     sim = Simulation(model, integrator=integrator or p["integrator"], dt=dt)
     n_steps = max(1, int(round(duration / dt)))
-    names = ("base_pos", "base_quat", "q", "base_wrench", "ext_wrench")
+    names = ("base_pos", "base_quat", "base_twist", "q", "qd", "tau", "base_wrench", "ext_wrench")
     times, rows = [], {name: [] for name in names}
 
     def record():
