@@ -56,6 +56,12 @@ QUIET_MS = 2
 PENDING_MAX_MESSAGES = 100_000
 #: ... or when a receive turn has lasted this long, s (the control socket and the flush get a look)
 RECEIVE_TURN_S = LOOP_TIMEOUT_S
+#: At a stop, the recorder takes messages until its socket has been quiet this long, s (the peers stopped first
+#: in an orderly shutdown; a message in flight crosses the loopback in well under a ms) ...
+DRAIN_QUIET_S = 0.05
+#: ... for at most this long, s: a peer that goes on publishing (a Ctrl-C while `mms serve` runs) delays the stop by
+#: this much at most; seconds of a 1 kHz stream decode and write in a fraction of it.
+STOP_DRAIN_S = 2.0
 #: messages received between two looks at the clock within a receive turn
 RECEIVE_CLOCK_EVERY = 512
 DEFAULT_RUN_DIR = Path("runs")
@@ -213,6 +219,19 @@ class Recorder:
             if len(pending) >= PENDING_MAX_MESSAGES or time.monotonic() > turn_end:
                 return False
 
+    def drain(self) -> None:
+        """At a stop: receive and write what the peers published before it, so that it is in the file. A recorder
+        behind a busy machine's real-time processes may hold seconds of messages, some still on their way through
+        ZeroMQ's I/O thread; one receive turn used to take only the first of them, and the driver's last commands
+        (the ramp to neutral) were lost. Messages are taken until the socket has been quiet for DRAIN_QUIET_S,
+        for at most STOP_DRAIN_S: a peer that goes on publishing cannot hold the stop longer."""
+        deadline = time.monotonic() + STOP_DRAIN_S
+        while time.monotonic() < deadline:
+            drained = self.receive_batch()
+            self.write_pending()
+            if drained and not self.sub.poll(int(DRAIN_QUIET_S * 1000)):
+                break
+
     def write_pending(self) -> int:
         """Decode, count and write (if recording) the messages received so far; their number."""
         pending, self.pending = self.pending, []
@@ -304,7 +323,7 @@ class Recorder:
                         break
         finally:
             if self.session is not None:
-                self.receive_batch()
+                self.drain()
                 self.stop()
             self.sub.close()
             self.control.close()

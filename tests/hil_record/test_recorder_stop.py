@@ -1,0 +1,45 @@
+"""A recorder stopped while messages still wait for it writes them all before it closes the file: on a busy
+machine (the live loop's processes in the real-time class) it can be seconds behind when the demo stops it, and
+the driver's last commands, the ramp to neutral, are the last messages it gets."""
+from __future__ import annotations
+
+import signal
+
+import msgpack
+import zmq
+from mcap.reader import make_reader
+
+#: messages queued while the recorder is frozen: without the drain one receive turn took 3 072 of them (load 7)
+BACKLOG_MESSAGES = 50_000
+
+
+def test_a_recorder_stopped_behind_its_stream_writes_the_whole_backlog(tmp_path, network, kit):
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(network["sim_pub"])
+    out = tmp_path / "stop.mcap"
+    proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--quiet")
+    try:
+        def subscribed():
+            pub.send_multipart([b"bench/warmup", msgpack.packb({"v": 1, "seq": 0, "stamp_ns": 1})])
+            try:
+                reply = kit.request(network["rec"], {"cmd": "status"}, timeout_s=2.0)
+            except zmq.Again:       # still starting (a busy machine): ask again
+                return False
+            return "bench/warmup" in reply.get("topics", {})
+        kit.wait_for(subscribed, "the recorder subscribed")
+        proc.send_signal(signal.SIGSTOP)            # the recorder falls behind: everything queues for it
+        for seq in range(BACKLOG_MESSAGES):
+            pub.send_multipart([b"hw/status", msgpack.packb({"v": 1, "seq": seq, "stamp_ns": seq + 1})])
+        proc.send_signal(signal.SIGINT)             # the stop is waiting when it wakes up
+        proc.send_signal(signal.SIGCONT)
+        _, stderr = kit.stop_process(proc, signal.SIGINT)
+    finally:
+        context.destroy(0)
+    assert proc.returncode == 0, stderr
+    with open(out, "rb") as handle:
+        seqs = [msgpack.unpackb(m.data, raw=False)["seq"]
+                for _, _, m in make_reader(handle).iter_messages(topics=["hw/status"])]
+    assert seqs == list(range(BACKLOG_MESSAGES))
