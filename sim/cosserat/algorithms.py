@@ -119,8 +119,12 @@ def advance_head(rod: Rod, strain: StrainField, driver, t: float, dt: float, g: 
     if getattr(driver, "fixes_pose", False):
         return driver.head_motion(rod, strain, t + dt, g)[2]
 
+    twist_at: dict[float, np.ndarray] = {}      # RK4's two mid-step stages share one Block 0
+
     def rate(tau, y):
-        return pose_rate(y, driver.head_motion(rod, strain, tau, g)[0])
+        if tau not in twist_at:
+            twist_at[tau] = driver.head_motion(rod, strain, tau, g)[0]
+        return pose_rate(y, twist_at[tau])
     return state_to_pose(rk4(rate, t, pose_to_state(g), dt))
 
 

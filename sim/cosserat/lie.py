@@ -14,12 +14,25 @@ import numpy as np
 SERIES_ANGLE = 1e-4
 
 
+#: hat(w)_ij = -epsilon_ijk w_k: the Levi-Civita symbol with its sign, so that one einsum builds every skew matrix.
+_SKEW = -np.array([[[0, 0, 0], [0, 0, 1], [0, -1, 0]],
+                   [[0, 0, -1], [0, 0, 0], [1, 0, 0]],
+                   [[0, 1, 0], [-1, 0, 0], [0, 0, 0]]], dtype=float)
+
+
 def hat3(w: np.ndarray) -> np.ndarray:
-    """Skew matrices (N, 3, 3) of 3-vectors w (N, 3)."""
-    out = np.zeros(w.shape[:-1] + (3, 3))
-    out[..., 0, 1], out[..., 0, 2] = -w[..., 2], w[..., 1]
-    out[..., 1, 0], out[..., 1, 2] = w[..., 2], -w[..., 0]
-    out[..., 2, 0], out[..., 2, 1] = -w[..., 1], w[..., 0]
+    """Skew matrices (N, 3, 3) of 3-vectors w (N, 3): ``hat3(w) @ x == cross(w, x)``."""
+    return np.einsum("ijk,...k->...ij", _SKEW, w)
+
+
+def prefix_products(steps: np.ndarray) -> np.ndarray:
+    """``P_0 = I``, ``P_j = E_0 E_1 ... E_{j-1}`` (N + 1, 4, 4) for steps E (N, 4, 4), by a log-depth scan
+    (Hillis-Steele: ceil(log2 N) batched products instead of N Python-level ones)."""
+    out = np.concatenate([np.eye(4)[None], steps], axis=0)
+    shift = 1
+    while shift < out.shape[0]:
+        out[shift:] = out[:-shift] @ out[shift:]
+        shift *= 2
     return out
 
 

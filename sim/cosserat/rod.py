@@ -93,11 +93,7 @@ def build_nodes(rod: Rod, field: StrainField, t: float, cuts=(), upto: float | N
     gauss = [field(X[:-1] + c * h, t).xi for c in MAGNUS_NODES]
     W = (0.5 * h[:, None] * (gauss[0] + gauss[1])
          + (np.sqrt(3.0) / 12.0) * (h ** 2)[:, None] * lie.mv(lie.ad(gauss[0]), gauss[1]))
-    steps = lie.exp_se3(W)
-    g_rel = np.empty((X.size, 4, 4))
-    g_rel[0] = np.eye(4)
-    for j in range(X.size - 1):
-        g_rel[j + 1] = g_rel[j] @ steps[j]
+    g_rel = lie.prefix_products(lie.exp_se3(W))
     return Nodes(X, segments, *sample, g_rel, lie.Ad_inv(g_rel), lie.Ad(g_rel))
 
 
