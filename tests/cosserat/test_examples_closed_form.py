@@ -112,6 +112,7 @@ def test_inchworm_steps_by_the_chord_it_loses_when_arched():
     # the head does not move while it is the anchor
     assert np.max(np.abs(head[(times < T / 2)] - head[0])) <= TOL
     assert head[-1, 0] == pytest.approx(-2 * LENGTH * (1.0 - j0(alpha)), abs=TOL)
+    assert 1.0 - j0(alpha) == pytest.approx(0.660, abs=5e-4)           # docs/cosserat.md
     assert np.max(np.abs(head[-1, 1:])) <= TOL
     assert np.any(~first_half)
     assert max(s.closure for s in states) <= 1e-8
