@@ -315,4 +315,5 @@ def _save(fig, path):
 
 def build(config: dict, path):
     """The rigid-tree builder hook: a rod is no rigid tree; `mms sim` runs it through :func:`simulate_offline`."""
-    raise ConfigError(path, "robot.kind", "a cosserat rod runs on its own engine: use `mms sim` (not `mms serve`)")
+    raise ConfigError(path, "robot.kind", "a cosserat rod runs on its own engine: only `mms sim` runs it "
+                                           "(not yet `mms serve` or `mms check`)")
