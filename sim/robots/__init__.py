@@ -20,6 +20,7 @@ KINDS: dict[str, str] = {
     "flapper": "sim.robots.flapper",
     "raybot": "sim.robots.raybot",
     "fish": "sim.robots.fish",
+    "cosserat": "sim.robots.cosserat",
 }
 
 
