@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PyQt5.QtCore import Qt
+from PyQt5.QtCore import QRectF, Qt
 from PyQt5.QtWidgets import QGraphicsItem
 
 from gui.decimate import WindowDecimator
@@ -161,25 +161,51 @@ def _colour(index: int):
 
 
 class WindowCurve(pg.PlotCurveItem):
-    """A ``PlotCurveItem`` told its data's bounds: :meth:`set_window` passes the extremes already computed once
-    per stream (:func:`stream_windows`), so pyqtgraph does not rescan every curve (twice) at every frame."""
+    """A ``PlotCurveItem`` fed an envelope already cut to the window and peak-decimated (:func:`stream_windows`),
+    drawn by one ``QPainter.drawPolyline`` of a polygon built once per frame.
+
+    :meth:`set_window` is told the data's bounds (the extremes computed once per stream), so pyqtgraph does not
+    rescan every curve at every frame; and a finite envelope skips pyqtgraph's paint path (a ``QPainterPath``
+    rebuilt per paint, its bounding rect and pixel padding recomputed several times per frame), the largest share
+    of a frame in the profile (docs/dashboard.md). A window holding a non-finite value is drawn by pyqtgraph, which
+    breaks the line there.
+    """
 
     _known_bounds = None    # ((x low, x high), (y low, y high)) of the current data, or None: computed as usual
+    _polygon = None         # the data as a QPolygonF when every value is finite, else None: pyqtgraph paints
+    _rect = None            # bounding rect of the data, QRectF, with the polygon
 
     def updateData(self, *args, **kwargs):
-        self._known_bounds = None
+        self._known_bounds = self._polygon = self._rect = None
         super().updateData(*args, **kwargs)
 
-    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float) -> None:
-        """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``."""
-        self.updateData(times, values)
+    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool) -> None:
+        """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``;
+        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`)."""
+        self.updateData(times, values, skipFiniteCheck=finite)
         if len(times) and low <= high:
             self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
+            if finite:
+                self._polygon = pg.functions.arrayToQPolygonF(times, values)
+                self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
+                                    self._known_bounds[0][1] - self._known_bounds[0][0],
+                                    self._known_bounds[1][1] - self._known_bounds[1][0])
 
     def dataBounds(self, ax, frac=1.0, orthoRange=None):
         if self._known_bounds is not None and frac >= 1.0 and orthoRange is None and ax in (0, 1):
             return self._known_bounds[ax]
         return super().dataBounds(ax, frac, orthoRange)
+
+    def boundingRect(self):
+        # the pen is one cosmetic pixel wide and the view clips its children: the data's rect is enough
+        return self._rect if self._polygon is not None else super().boundingRect()
+
+    def paint(self, painter, option, widget):
+        if self._polygon is None:
+            super().paint(painter, option, widget)
+            return
+        painter.setPen(self.opts["pen"])
+        painter.drawPolyline(self._polygon)
 
 
 class PlotPanel:
@@ -213,6 +239,9 @@ class PlotPanel:
         for side in ("left", "right"):
             plot.getAxis(side).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.legend = plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="7pt", brush=(0, 0, 0, 150))
+        # the title and the legend never change while the curves scroll: pixmaps, not text laid out every frame
+        for still in (plot.titleLabel, self.legend):
+            still.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.autoscale = True
         plot.enableAutoRange(axis="y", enable=False)
         self.measured_view: pg.ViewBox | None = None
@@ -284,7 +313,7 @@ class PlotPanel:
 
     def update(self, windows: dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...]]]) -> None:
         """Redraw every visible curve from ``windows``: stream -> (times (k,), values (k, n), names, (low (n,),
-        high (n,))), as :func:`stream_windows` returns them."""
+        high (n,), finite (n,))), as :func:`stream_windows` returns them."""
         extremes: dict[int, list[float]] = {}   # id(view) -> [low, high] of the visible data
         columns = {key: {name: i for i, name in enumerate(window[2])} for key, window in windows.items()}
         for spec, curve in self.curves.values():
@@ -296,8 +325,8 @@ class PlotPanel:
                 if curve.xData is None or len(curve.xData):
                     curve.setData([], [])
                 continue
-            low, high = window[3][0][column], window[3][1][column]   # per-stream extremes (stream_windows)
-            curve.set_window(window[0], window[1][:, column], low, high)
+            low, high, finite = (extreme[column] for extreme in window[3])   # once per stream (stream_windows)
+            curve.set_window(window[0], window[1][:, column], low, high, bool(finite))
             if self.autoscale:
                 if low <= high:
                     low_high = extremes.setdefault(id(curve.getViewBox()), [np.inf, -np.inf])
@@ -323,24 +352,26 @@ def _follow_y(view: pg.ViewBox, low: float, high: float) -> None:
         view.setYRange(target_low, target_high, padding=0)
 
 
-def column_extremes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Finite minimum and maximum of every column of ``values (k, n)``: ``(n,)``, ``(n,)``; a column without a
-    finite value gets ``(inf, -inf)``."""
+def column_extremes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Finite minimum and maximum of every column of ``values (k, n)``, and whether all its values are finite:
+    ``(n,)``, ``(n,)``, ``(n,)`` bool; a column without a finite value gets ``(inf, -inf)``."""
     finite = np.isfinite(values)
     if finite.all():
+        every = np.ones(values.shape[1], dtype=bool)
         if len(values) == 0:
-            return np.full(values.shape[1], np.inf), np.full(values.shape[1], -np.inf)
-        return values.min(axis=0), values.max(axis=0)
-    return np.where(finite, values, np.inf).min(axis=0), np.where(finite, values, -np.inf).max(axis=0)
+            return np.full(values.shape[1], np.inf), np.full(values.shape[1], -np.inf), every
+        return values.min(axis=0), values.max(axis=0), every
+    return (np.where(finite, values, np.inf).min(axis=0), np.where(finite, values, -np.inf).max(axis=0),
+            finite.all(axis=0))
 
 
 def stream_windows(store: StreamStore, streams: set[str], t_start: float, t_end: float, bins: int = 0,
                    decimator: WindowDecimator | None = None
-                   ) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[np.ndarray, np.ndarray]]]:
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, ...], tuple[np.ndarray, ...]]]:
     """The samples of ``streams`` within ``[t_start, t_end]``, peak-decimated to about ``bins`` bins when
     ``bins > 0`` (:mod:`gui.decimate`; pass the same ``decimator`` every frame so that only the new samples are
-    reduced), with the channel names and the finite extremes of every channel (:func:`column_extremes`, for
-    autoscale).
+    reduced), with the channel names and the finite extremes and finiteness of every channel (:func:`column_extremes`:
+    autoscale, and whether a curve can skip the finite check).
 
     Always fresh arrays (the rings keep being written while pyqtgraph holds them).
     """
