@@ -233,8 +233,8 @@ def make_window(qtbot, endpoints):
     windows = []
 
     def make(**overrides):
-        options = DashboardOptions(endpoints=endpoints, window_s=5.0, stale_after_s=2.0, disconnected_after_s=4.0,
-                                   control_timeout_s=0.5, **overrides)
+        settings = {"window_s": 5.0, "stale_after_s": 2.0, "disconnected_after_s": 4.0, "control_timeout_s": 0.5}
+        options = DashboardOptions(endpoints=endpoints, **{**settings, **overrides})
         window = DashboardWindow(options)
         qtbot.addWidget(window)
         window.show()
