@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyqtgraph as pg
-from PyQt5.QtCore import Qt, QThread, QTimer
+from PyQt5.QtCore import QEvent, QObject, Qt, QThread, QTimer
 from PyQt5.QtGui import QColor, QFont, QIcon, QPixmap
 from PyQt5.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
                              QMainWindow, QPushButton, QSlider, QSplitter, QTableWidget, QTableWidgetItem,
@@ -82,6 +82,19 @@ class RateMeter:
             self._history.popleft()
         first_time, first_count = self._history[0]
         return 0.0 if now <= first_time else (count - first_count) / (now - first_time)
+
+
+class PaintCounter(QObject):
+    """Counts the paint events of the widget it filters (the plots' viewport: what reached the screen)."""
+
+    def __init__(self):
+        super().__init__()
+        self.paints = 0
+
+    def eventFilter(self, _obj, event):
+        if event.type() == QEvent.Paint:
+            self.paints += 1
+        return False
 
 
 class DashboardWindow(QMainWindow):
@@ -201,6 +214,8 @@ class DashboardWindow(QMainWindow):
         controls.addLayout(stop_column)
 
         self.graphics = pg.GraphicsLayoutWidget()
+        self.paint_counter = PaintCounter()     # paints of the plots: one per frame drawn (docs/dashboard.md)
+        self.graphics.viewport().installEventFilter(self.paint_counter)
         self.panels: dict[str, PlotPanel] = {}
         for index, spec in enumerate(PANELS):
             plot = self.graphics.addPlot(row=index // 2, col=index % 2)

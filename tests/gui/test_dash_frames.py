@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PyQt5.QtCore import QEvent, QObject
 from PyQt5.QtWidgets import QApplication
 
 from gui.decimate import aligned_peak_decimate
 from gui.signals import Batch, Chunk
+from gui.window import PaintCounter
 
 RATE_HZ = 1000.0
 WINDOW_S = 10.0
@@ -20,17 +20,6 @@ DEADLINE_MS = 20_000
 #: one-sample spikes of this height (the signal is a unit sine with 0.05 noise), this many per joint
 SPIKE = 5.0
 SPIKES_PER_JOINT = 20
-
-
-class PaintCounter(QObject):
-    def __init__(self):
-        super().__init__()
-        self.paints = 0
-
-    def eventFilter(self, _obj, event):
-        if event.type() == QEvent.Paint:
-            self.paints += 1
-        return False
 
 
 def torque_batch(times: np.ndarray, values: np.ndarray) -> Batch:
@@ -139,8 +128,7 @@ def test_a_frame_paints_the_plots_once(qtbot, make_window):
     """pyqtgraph moves its views to a new range while painting; unless the window moves them first, every frame
     is painted twice (the second paint: the whole view again)."""
     window = make_window(window_s=WINDOW_S)
-    counter = PaintCounter()
-    window.graphics.viewport().installEventFilter(counter)
+    counter = window.paint_counter
     values = spiky_signal(int(WINDOW_S * RATE_HZ) + 12 * 17, seed=3)   # then 12 frames of 17 samples
     window.on_batch(torque_batch(np.arange(int(WINDOW_S * RATE_HZ)) / RATE_HZ, values[:int(WINDOW_S * RATE_HZ)]))
     window.frame_timer.stop()     # the frames are drawn here, one at a time
