@@ -257,3 +257,49 @@ def test_compass_biped_walks_to_the_simplest_walkers_gait():
     assert eigenvalues.size == 2
     assert abs(eigenvalues[0].real - WALKER_EIGENVALUE.real) < 1e-3
     assert abs(abs(eigenvalues[0].imag) - WALKER_EIGENVALUE.imag) < 1e-3
+
+
+def test_bouncing_ball_goes_zeno_then_rests_on_the_ground():
+    """The bounces of a ball with e < 1 accumulate at t_inf = sqrt(2 h / g) (1 + e) / (1 - e) (closed form): the event
+    loop (sim/tmt/hybrid.py) makes the contact persistent there (approach speed below ZENO_SPEED or ZENO_IMPACTS
+    impacts) and the ball then rests, its normal force m g. Every impact: v+ = -e v-, no flag."""
+    from sim.tmt.hybrid import PlaneContact, simulate_contacts
+
+    restitution, height, mass = 0.5, 1.0, 0.2
+    ball = planar_body(mass, POINT_INERTIA)
+    ground = PlaneContact("ground", PointOnBody(3, np.zeros(3)), np.array([0.0, 0.0, 1.0]), restitution=restitution)
+    t_inf = math.sqrt(2 * height / G) * (1 + restitution) / (1 - restitution)
+    run = simulate_contacts(ball, np.array([0.0, height, 0.0]), np.zeros(3), t_inf + 0.5, [ground], sample_dt=0.05)
+    bounces = [record for record in run.impacts if not record.persistent]
+    persistent = [record for record in run.impacts if record.persistent]
+    assert len(persistent) == 1 and run.flags == []
+    print(f"{len(bounces)} bounces, persistent at t = {persistent[0].t:.12f} (closed form {t_inf:.12f}), "
+          f"approach speed {persistent[0].approach_speeds[0]:.2e} m/s")
+    for record in bounces:
+        assert record.u_after[1] == pytest.approx(restitution * record.approach_speeds[0], rel=1e-9)
+    assert persistent[0].t == pytest.approx(t_inf, abs=1e-8)
+    resting = run.t > persistent[0].t + 0.1
+    np.testing.assert_allclose(run.normal_force[resting, 0], mass * G, rtol=1e-9)
+    assert np.abs(run.q[resting, 1]).max() < 1e-12
+
+
+def test_a_rod_landing_flat_is_a_double_impact():
+    """A rod falling flat strikes with both ends at once: the event loop solves the two contacts together, flags a
+    double impact; the plastic impact stops it (no rebound, no energy gain) and it rests on both ends (forces sum to
+    m g)."""
+    from sim.tmt.hybrid import PlaneContact, simulate_contacts
+
+    half = 0.3
+    rod = planar_body(MASS, MASS * (2 * half) ** 2 / 12)
+    up = np.array([0.0, 0.0, 1.0])
+    ends = [PlaneContact(name, PointOnBody(3, np.array([side * half, 0.0, 0.0])), up) for name, side in
+            (("left", -1), ("right", 1))]
+    run = simulate_contacts(rod, np.array([0.0, 0.5, 0.0]), np.zeros(3), 0.5, ends, sample_dt=0.05)
+    assert len(run.impacts) == 1
+    record = run.impacts[0]
+    assert sorted(record.contacts) == ["left", "right"]
+    assert [flag for flag in record.flags if flag.startswith("double impact")]
+    assert np.abs(record.u_after).max() < 1e-12 and record.energy_change < 0.0
+    assert record.persistent and run.lift_offs == []
+    resting = run.t > record.t + 0.05
+    np.testing.assert_allclose(run.normal_force[resting].sum(axis=1), MASS * G, rtol=1e-9)
