@@ -21,6 +21,7 @@ KINDS: dict[str, str] = {
     "raybot": "sim.robots.raybot",
     "fish": "sim.robots.fish",
     "cosserat": "sim.robots.cosserat",
+    "biped": "sim.robots.biped",
 }
 
 

@@ -1,0 +1,111 @@
+"""The TMT robots (sim/robots/biped.py, flapper2link.py, clemens.py) through `mms sim CONFIG --summary`, against
+closed forms and independent facts (docs/tmt.md, "Robots")."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.config import load_toml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROBOTS = ROOT / "configs" / "robots"
+
+
+def toml_text(config: dict) -> str:
+    """A robot table as TOML (tables of scalars and lists of numbers: what these configs hold)."""
+    lines = []
+    for name, body in config.items():
+        lines.append(f"[{name}]")
+        for key, value in body.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def mms_sim(config: Path, tmp_path: Path, *options: str) -> dict:
+    """`mms sim CONFIG --summary` in a subprocess; the summary (the run must succeed)."""
+    summary = tmp_path / "summary.json"
+    done = subprocess.run([sys.executable, "-m", "hil.cli", "sim", str(config), "--summary", str(summary), "--out",
+                           str(tmp_path / "run"), "--quiet", *options], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(summary.read_text())
+
+
+def variant(tmp_path: Path, name: str, **tables) -> Path:
+    """A copy of configs/robots/<name>.toml with some tables' keys changed."""
+    config = load_toml(ROBOTS / f"{name}.toml")
+    for table, values in tables.items():
+        config.setdefault(table, {}).update(values)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(toml_text(config))
+    return path
+
+
+# ------------------------------------------------------------------------------------------- biped
+#: docs/tmt.md: the simplest walker's limit (Garcia et al. 1998) of the biped without upper body, m_f/m_b = 1e-3,
+#: no hip spring, slope 0.009: post-strike (q1, u1, u2), step time, stride eigenvalues (to 1e-4)
+WALKER_FIXED_POINT, WALKER_STEP = (0.200161, -0.199906, 0.015805), 3.88194
+WALKER_EIGENVALUE = complex(-0.197, 0.545)
+#: docs/tmt.md: largest change of the biped's total energy within a step (m g l units) at rtol 1e-10, measured
+#: 1.2e-9 over the default 10 steps (energy ~1e3 m g l, so ~1e-12 relative)
+BIPED_ENERGY_DRIFT = 1e-8
+#: On the gait, gravity's work over a step = the energy lost at its strike, up to the fixed point's residual (1e-8
+#: in rad and rad per time unit, on a kinetic energy of ~20 m g l) and the flow's energy error: measured ~1e-8
+#: relative (docs/tmt.md)
+GAIT_ENERGY_BALANCE = 1e-6
+
+
+def test_biped_walks_two_steps_conserving_energy_between_strikes(tmp_path):
+    """The shipped biped (upper body, hip spring) over 8 time units: two heel strikes, each a plastic sticking impact
+    with a positive normal impulse and an energy loss, the trailing foot lifting off (no flag); the stance foot
+    pushes (normal force > 0) within the friction ratio; its constraint holds to 1e-12 and the total energy is
+    constant between strikes (the integrator's error only)."""
+    summary = mms_sim(ROBOTS / "biped.toml", tmp_path, "--duration", "8")
+    assert summary["steps_completed"] == 2 and summary["outcome"] == "time"
+    assert summary["warnings"] == []
+    assert all(p > 0 for p in summary["normal_impulses"]) and summary["energy_lost_per_step"] > 0.0
+    assert summary["min_normal_force"] > 0.0 and 0.0 < summary["max_friction_ratio"] < 1.0
+    assert summary["max_constraint_residual"] < 1e-12
+    assert summary["max_energy_drift"] < BIPED_ENERGY_DRIFT
+    assert summary["step_period"] == pytest.approx(3.89, abs=0.05)           # near the simplest walker's 3.882
+    assert summary["speed"] == pytest.approx(summary["step_length"] / summary["step_period"], rel=1e-12)
+
+
+def test_biped_from_the_papers_printed_swing_rate_stumbles():
+    """The paper's printed initial swing rate u2 = 0.3 (our reading of its coordinates): two strikes, then the swing
+    foot meets the slope ahead at mid-stance (docs/tmt.md: why the shipped config starts at u2 = 0.0158)."""
+    from sim.robots import biped
+
+    config = load_toml(ROBOTS / "biped.toml")
+    params, _ = biped.read_config(config, None)
+    model = biped.build_tree(params)
+    y, t, outcomes = np.array([0, 0, 0.2, -0.4, -0.1, 0, 0, -0.2, 0.3, 0.1]), 0.0, []
+    while not outcomes or outcomes[-1] == "strike":
+        record = biped.step(model, params, t, y, 50.0, 10.0)
+        outcomes.append(record.outcome)
+        t, y = float(record.t[-1]), record.after
+    assert outcomes == ["strike", "strike", "stumble"]
+
+
+def test_biped_without_upper_body_finds_the_simplest_walkers_gait(tmp_path):
+    """The biped without upper body, without hip spring (m_f / m_b = 1e-3): `mms sim --summary` finds the gait by
+    Newton shooting on the stride map: the fixed point, step time and stride eigenvalues of the compass-gait
+    limit (Garcia et al. 1998; 1e-4). On the gait, gravity's work
+    over a step equals the energy lost at the strike."""
+    config = variant(tmp_path, "biped", body={"upper_body_mass": 0.0, "hip_stiffness": 0.0},
+                     initial={"q": [0.2002, -0.4004], "u": [-0.1999, 0.0158]},
+                     walk={"strikes": 1, "find_gait": True, "sample_dt": 1.0})
+    summary = mms_sim(config, tmp_path, "--no-plots")
+    assert summary["gait_found"], summary
+    np.testing.assert_allclose(summary["gait_fixed_point"], WALKER_FIXED_POINT, atol=1e-4)
+    assert summary["gait_step_time"] == pytest.approx(WALKER_STEP, abs=1e-4)
+    moduli = sorted(summary["stride_eigenvalue_moduli"], reverse=True)[:2]
+    np.testing.assert_allclose(moduli, abs(WALKER_EIGENVALUE), atol=1e-3)
+    lost, work = summary["gait_energy_lost_per_step"], summary["gait_gravity_work_per_step"]
+    print(f"gait {summary['gait_fixed_point']}, step {summary['gait_step_time']:.6f}, moduli {moduli}; energy lost "
+          f"{lost:.12f}, gravity work {work:.12f}, residual {summary['gait_residual']:.2e}")
+    assert work == pytest.approx(lost, rel=GAIT_ENERGY_BALANCE)
