@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
     "fish": "sim.robots.fish",
     "cosserat": "sim.robots.cosserat",
     "biped": "sim.robots.biped",
+    "flapper2link": "sim.robots.flapper2link",
 }
 
 

@@ -109,3 +109,32 @@ def test_biped_without_upper_body_finds_the_simplest_walkers_gait(tmp_path):
     print(f"gait {summary['gait_fixed_point']}, step {summary['gait_step_time']:.6f}, moduli {moduli}; energy lost "
           f"{lost:.12f}, gravity work {work:.12f}, residual {summary['gait_residual']:.2e}")
     assert work == pytest.approx(lost, rel=GAIT_ENERGY_BALANCE)
+
+
+# ------------------------------------------------------------------------------------------- flapper2link
+def test_flapper2link_flaps_symmetrically_on_its_drive(tmp_path):
+    """A short run of the shipped two-link flyer: the drive's constraint holds (|phi - phi(t)| < 1e-8), the two wings
+    mirror each other (no lateral motion or force, equal flap torques), and the summary's means are the
+    trapezoidal means of the recorded velocities."""
+    summary = mms_sim(ROBOTS / "flapper2link.toml", tmp_path, "--duration", "3")
+    data = np.load(tmp_path / "run" / "timeseries.npz")
+    assert summary["max_constraint_residual"] < 1e-8
+    assert np.abs(data["q"][:, 1]).max() < 1e-12 and abs(summary["mean_aero_force"][1]) < 1e-12
+    np.testing.assert_allclose(data["flap_torque"][:, 0], data["flap_torque"][:, 1], rtol=1e-9, atol=1e-12)
+    assert summary["peak_flap_torque"] == pytest.approx(np.abs(data["flap_torque"]).max(), rel=1e-12)
+    assert summary["mean_forward_velocity"] == pytest.approx(np.trapezoid(data["u"][:, 0], data["t"]) / 3, rel=1e-9)
+    assert summary["warnings"]                      # shorter than a period: said
+
+
+def test_flapper2link_without_air_keeps_its_centre_of_mass_ballistic(tmp_path):
+    """With rho = 0 the drive's torques are internal: the centre of mass (body and the two wings' mid-span masses)
+    moves as a thrown point, x = -0.01 t, z = 0.01 t - t^2/2 from its start (1e-8)."""
+    config = variant(tmp_path, "flapper2link", aero={"rho": 0.0})
+    mms_sim(config, tmp_path, "--duration", "3", "--no-plots")
+    data = np.load(tmp_path / "run" / "timeseries.npz")
+    t, q = data["t"], data["q"]
+    body, wing, half = 1.0, 0.1, 10.0
+    com_x = q[:, 0]
+    com_z = (body * q[:, 2] + wing * (2 * q[:, 2] + half * (np.sin(q[:, 3]) + np.sin(q[:, 4])))) / (body + 2 * wing)
+    np.testing.assert_allclose(com_x, -0.01 * t, atol=1e-8)
+    np.testing.assert_allclose(com_z - com_z[0], 0.01 * t - t ** 2 / 2, atol=1e-8)
