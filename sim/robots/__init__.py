@@ -23,6 +23,7 @@ KINDS: dict[str, str] = {
     "cosserat": "sim.robots.cosserat",
     "biped": "sim.robots.biped",
     "flapper2link": "sim.robots.flapper2link",
+    "clemens": "sim.robots.clemens",
 }
 
 

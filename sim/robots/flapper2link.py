@@ -20,7 +20,7 @@ import numpy as np
 from ..config import number, table
 from ..model import Model, ModelBuilder
 from ..spatial import pose, spatial_inertia
-from ..tmt.constraints import PointOnBody, constrained_dynamics, point_kinematics, project
+from ..tmt.constraints import PointOnBody, constrained_dynamics, joint_trajectories, point_kinematics, project
 from ..tmt.engine import tree_kinematics
 from ..tmt.hybrid import integrate_until_event
 from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, point_body
@@ -96,13 +96,11 @@ def drive(p: dict, t: float) -> tuple[float, float, float]:
 
 
 def drive_constraints(p: dict):
-    """phi_r - phi(t) = 0, phi_l - phi(t) = 0: T_c rows e_3, e_4; dc/dt = -phi'(t); gamma = -phi''(t)."""
-    def constraints(model, kin, q, u, t):
+    """phi_r = phi_l = phi(t) (sim.tmt.constraints.joint_trajectories)."""
+    def both(t):
         angle, rate, acceleration = drive(p, t)
-        rows = np.zeros((2, model.n))
-        rows[0, WINGS[0]] = rows[1, WINGS[1]] = 1.0
-        return q[list(WINGS)] - angle, rows, np.full(2, -acceleration), np.full(2, -rate)
-    return constraints
+        return np.full(2, angle), np.full(2, rate), np.full(2, acceleration)
+    return joint_trajectories(list(WINGS), both)
 
 
 def wing_points(p: dict) -> tuple[PointOnBody, PointOnBody]:
