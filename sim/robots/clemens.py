@@ -336,16 +336,19 @@ def make_plots(run, out_dir: Path) -> list[Path]:
     fig = plt.figure(figsize=(6, 6))
     ax = fig.add_subplot(projection="3d")
     model = run.model.tree
-    for k in np.linspace(0, run.t.size - 1, 4).astype(int):
+    link = np.array([run.model.metadata["parameters"]["geometry"]["link_length"], 0.0, 0.0])
+    for k, colour in zip((0, run.t.size - 1), ("tab:blue", "tab:red")):
         kin = tree_kinematics(model, model.base_pose, a["q"][k], np.zeros(model.n))
-        for chain in ((2, 5, 6), (6, 7), (8,), (6, 9), (10,)):
-            pts = [kin.origin[j] for j in chain]
-            if len(chain) == 1 or chain[-1] in (7, 9):
-                tip = kin.origin[chain[-1]] + kin.R[chain[-1]] @ np.array([1.0, 0.0, 0.0])
-                pts.append(tip)
-            pts = np.array(pts)
-            ax.plot(pts[:, 0], pts[:, 1], pts[:, 2], "k-", lw=0.8)
-    ax.set_title("Clemens joint: poses along the run")
+        base = [kin.origin[2]] + [kin.origin[lower] for _, lower in CUT_LEGS]
+        spheres = [kin.origin[3]] + [kin.origin[lower] + kin.R[lower] @ link for _, lower in CUT_LEGS]
+        top = [kin.origin[PLATFORM]] + [kin.origin[upper] for upper, _ in CUT_LEGS]
+        for leg in zip(base, spheres, top):
+            ax.plot(*np.array(leg).T, color=colour, lw=1.2)
+        for triangle in (base, top):
+            ax.plot(*np.array(triangle + triangle[:1]).T, color=colour, lw=0.8)
+        ax.plot([], [], color=colour, label=f"t = {run.t[k]:.3g}")
+    ax.legend(fontsize=8)
+    ax.set_title("Clemens joint: first and last pose (legs, base and platform)")
     paths.append(out_dir / "clemens_pose.png")
     fig.savefig(paths[1], dpi=110)
     plt.close(fig)
