@@ -22,12 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError, number, table
+from ..laws import ViscoElastic
 from ..model import Model, ModelBuilder
 from ..spatial import pose, spatial_inertia
 from ..tmt.constraints import PointOnBody, constrained_dynamics, impact, pinned_points, point_kinematics, project
 from ..tmt.engine import kinetic_energy, tree_kinematics
 from ..tmt.hybrid import Guard, integrate_until_event
-from ..tmt.offline import TMTSystem, check_options, not_a_tree, point_body, potential_energy
+from ..tmt.offline import (Stopwatch, TMTSystem, check_options, not_a_tree, point_body, potential_energy,
+                           with_defaults)
 from .schema import SIMULATION, robot_table
 
 #: Every key of configs/robots/biped.toml with its default (the spec's values; the slope is not in the paper).
@@ -90,7 +92,7 @@ class BipedParameters:
 def read_config(config: dict, path) -> tuple[BipedParameters, dict]:
     """(parameters, the walk and initial tables with defaults filled); a one-line ConfigError when the initial
     state does not match the body (3 angles with an upper body, 2 without)."""
-    merged = {name: {**values, **config.get(name, {})} for name, values in DEFAULTS.items()}
+    merged = with_defaults(config, DEFAULTS)
     p = BipedParameters(**merged["body"], slope=merged["slope"]["angle"], gravity=merged["slope"]["gravity"])
     size = 3 if p.upper_body else 2
     for key in ("q", "u"):
@@ -113,7 +115,6 @@ def build_tree(p: BipedParameters) -> Model:
     leg = p.leg_length
     stance = point_body(p.foot_mass, [0, 0, 0]) + point_body(p.hip_mass, [0, leg, 0])
     builder.add_body("stance_leg", "foot_y", joint_name="q1", axis=[0, 0, 1], placement=pose(), inertia=stance)
-    from ..laws import ViscoElastic
     builder.add_body("swing_leg", "stance_leg", joint_name="q2", axis=[0, 0, 1], placement=pose(p=[0, leg, 0]),
                      inertia=point_body(p.foot_mass, [0, -leg, 0]), joint_law=ViscoElastic(k=p.hip_stiffness))
     if p.upper_body:
@@ -191,10 +192,8 @@ def step(model: Model, p: BipedParameters, t0: float, y0: np.ndarray, t_end: flo
 def swap_legs(q: np.ndarray, u: np.ndarray, foot: np.ndarray, p: BipedParameters) -> np.ndarray:
     """The post-strike state with the legs swapped: the new stance leg is the old swing leg (absolute angles and
     rates kept), its foot at ``foot`` and at rest; the upper body keeps its absolute angle."""
-    n = q.size
     new_q = np.array([foot[0], foot[1], q[2] + q[3], -q[3]] + ([q[3] + q[4]] if p.upper_body else []))
     new_u = np.array([0.0, 0.0, u[2] + u[3], -u[3]] + ([u[3] + u[4]] if p.upper_body else []))
-    assert new_q.size == n
     return np.concatenate([new_q, new_u])
 
 
@@ -227,7 +226,6 @@ def energy(model: Model, y: np.ndarray) -> float:
 
 def simulate_offline(config: dict, path: Path, args, progress: bool):
     from ..cli_sim import SimRun
-    from ..tmt.offline import Stopwatch
 
     duration = check_options(args, path, "biped")
     p, merged = read_config(config, path)

@@ -31,7 +31,7 @@ from ..tmt.constraints import (BAUMGARTE_OMEGA, PointOnBody, coincident_points, 
                                joint_trajectories, point_kinematics, project)
 from ..tmt.engine import kinetic_energy, tree_kinematics
 from ..tmt.hybrid import combined, integrate_until_event
-from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, potential_energy
+from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, with_defaults, potential_energy
 from .schema import SIMULATION, robot_table
 
 MODES = ("track", "constant_velocity", "release")
@@ -76,7 +76,7 @@ def build(config: dict, path) -> Model:
 
 
 def parameters(config: dict) -> dict:
-    return {name: {**values, **config.get(name, {})} for name, values in DEFAULTS.items()}
+    return with_defaults(config, DEFAULTS)
 
 
 def _rz(angle: float) -> np.ndarray:

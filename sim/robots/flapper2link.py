@@ -23,7 +23,7 @@ from ..spatial import pose, spatial_inertia
 from ..tmt.constraints import PointOnBody, constrained_dynamics, joint_trajectories, point_kinematics, project
 from ..tmt.engine import tree_kinematics
 from ..tmt.hybrid import integrate_until_event
-from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, point_body
+from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, with_defaults, point_body
 from .schema import SIMULATION, robot_table
 
 #: Every key of configs/robots/flapper2link.toml with its default (the spec's reading of the paper).
@@ -67,7 +67,7 @@ def build(config: dict, path) -> Model:
 
 
 def parameters(config: dict) -> dict:
-    return {name: {**values, **config.get(name, {})} for name, values in DEFAULTS.items()}
+    return with_defaults(config, DEFAULTS)
 
 
 def build_tree(p: dict) -> Model:

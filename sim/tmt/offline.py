@@ -77,3 +77,8 @@ class Stopwatch:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+
+def with_defaults(config: dict, defaults: dict) -> dict:
+    """The config's tables of ``defaults`` with every missing key filled from it (the schema has checked types)."""
+    return {name: {**values, **config.get(name, {})} for name, values in defaults.items()}
