@@ -29,7 +29,7 @@ from ..tmt.constraints import PointOnBody, constrained_dynamics, impact, pinned_
 from ..tmt.engine import kinetic_energy, tree_kinematics
 from ..tmt.hybrid import Guard, integrate_until_event
 from ..tmt.offline import (Stopwatch, TMTSystem, check_options, not_a_tree, point_body, potential_energy,
-                           with_defaults)
+                           save_figure, with_defaults)
 from .schema import SIMULATION, robot_table
 
 #: Every key of configs/robots/biped.toml with its default (the spec's values; the slope is not in the paper).
@@ -420,10 +420,7 @@ def make_plots(run, out_dir: Path) -> list[Path]:
     ax.set_ylabel("angular rate (rad per time unit)")
     ax.legend(fontsize=8)
     ax.set_title("biped: phase portrait")
-    fig.tight_layout()
-    paths.append(out_dir / "phase_portrait.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "phase_portrait.png"))
 
     fig, ax = plt.subplots(figsize=(10, 3))
     foot, hip, swing = q[:, :2], run.arrays["hip"], run.arrays["swing_foot"]
@@ -440,10 +437,7 @@ def make_plots(run, out_dir: Path) -> list[Path]:
     ax.set_ylim(-0.1 * leg, 1.6 * leg)
     ax.set_xlabel("x down the slope (leg lengths)")
     ax.set_title("biped: stick figures (legs black, upper body red)")
-    fig.tight_layout()
-    paths.append(out_dir / "gait.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "gait.png"))
 
     fig, axes = plt.subplots(3, 1, sharex=True, figsize=(8, 7))
     axes[0].plot(run.t, run.arrays["ground_reaction"][:, 1], label="normal")
@@ -455,8 +449,5 @@ def make_plots(run, out_dir: Path) -> list[Path]:
     axes[2].semilogy(run.t, np.maximum(run.arrays["constraint_residual"], 1e-18))
     axes[2].set_ylabel("|c| stance foot")
     axes[2].set_xlabel("time (sqrt(l/g))")
-    fig.tight_layout()
-    paths.append(out_dir / "contact.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "contact.png"))
     return paths

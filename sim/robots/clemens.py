@@ -31,7 +31,8 @@ from ..tmt.constraints import (BAUMGARTE_OMEGA, PointOnBody, coincident_points, 
                                joint_trajectories, point_kinematics, project)
 from ..tmt.engine import kinetic_energy, tree_kinematics
 from ..tmt.hybrid import combined, integrate_until_event
-from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, with_defaults, potential_energy
+from ..tmt.offline import (Stopwatch, TMTSystem, check_options, not_a_tree, potential_energy, save_figure,
+                           with_defaults)
 from .schema import SIMULATION, robot_table
 
 MODES = ("track", "constant_velocity", "release")
@@ -329,10 +330,7 @@ def make_plots(run, out_dir: Path) -> list[Path]:
     axes[2].semilogy(run.t, a["min_singular_value"], label="sigma_min")
     axes[2].legend(fontsize=8)
     axes[2].set_xlabel("time")
-    fig.tight_layout()
-    paths = [out_dir / "clemens_joints.png"]
-    fig.savefig(paths[0], dpi=110)
-    plt.close(fig)
+    paths = [save_figure(fig, out_dir / "clemens_joints.png")]
     fig = plt.figure(figsize=(6, 6))
     ax = fig.add_subplot(projection="3d")
     model = run.model.tree
@@ -349,7 +347,5 @@ def make_plots(run, out_dir: Path) -> list[Path]:
         ax.plot([], [], color=colour, label=f"t = {run.t[k]:.3g}")
     ax.legend(fontsize=8)
     ax.set_title("Clemens joint: first and last pose (legs, base and platform)")
-    paths.append(out_dir / "clemens_pose.png")
-    fig.savefig(paths[1], dpi=110)
-    plt.close(fig)
+    paths.append(save_figure(fig, out_dir / "clemens_pose.png"))
     return paths

@@ -23,7 +23,8 @@ from ..spatial import pose, spatial_inertia
 from ..tmt.constraints import PointOnBody, constrained_dynamics, joint_trajectories, point_kinematics, project
 from ..tmt.engine import tree_kinematics
 from ..tmt.hybrid import integrate_until_event
-from ..tmt.offline import Stopwatch, TMTSystem, check_options, not_a_tree, with_defaults, point_body
+from ..tmt.offline import (Stopwatch, TMTSystem, check_options, not_a_tree, point_body, save_figure,
+                           with_defaults)
 from .schema import SIMULATION, robot_table
 
 #: Every key of configs/robots/flapper2link.toml with its default (the spec's reading of the paper).
@@ -228,8 +229,4 @@ def make_plots(run, out_dir: Path) -> list[Path]:
         axes[1, 1].plot(t, total[:, k], label=f"aero force {axis}")
     axes[1, 1].set_xlabel("time")
     axes[1, 1].legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / "flapper2link.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, out_dir / "flapper2link.png")]

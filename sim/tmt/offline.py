@@ -4,6 +4,7 @@ build, the run record, the energy of a state and the point-mass bodies they are 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import time
 from dataclasses import dataclass, field
 
@@ -82,3 +83,13 @@ class Stopwatch:
 def with_defaults(config: dict, defaults: dict) -> dict:
     """The config's tables of ``defaults`` with every missing key filled from it (the schema has checked types)."""
     return {name: {**values, **config.get(name, {})} for name, values in defaults.items()}
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close a matplotlib figure; its path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
