@@ -64,9 +64,11 @@ def test_biped_walks_two_steps_conserving_energy_between_strikes(tmp_path):
     """The shipped biped (upper body, hip spring) over 8 time units: two heel strikes, each a plastic sticking impact
     with a positive normal impulse and an energy loss, the trailing foot lifting off (no flag); the stance foot
     pushes (normal force > 0) within the friction ratio; its constraint holds to 1e-12 and the total energy is
-    constant between strikes (the integrator's error only)."""
+    constant between strikes (the integrator's error only). The three plots are written."""
     summary = mms_sim(ROBOTS / "biped.toml", tmp_path, "--duration", "8")
     assert summary["steps_completed"] == 2 and summary["outcome"] == "time"
+    assert {path.name for path in (tmp_path / "run").glob("*.png")} == {"phase_portrait.png", "gait.png",
+                                                                       "contact.png"}
     assert summary["warnings"] == []
     assert all(p > 0 for p in summary["normal_impulses"]) and summary["energy_lost_per_step"] > 0.0
     assert summary["min_normal_force"] > 0.0 and 0.0 < summary["max_friction_ratio"] < 1.0
