@@ -21,6 +21,9 @@ KINDS: dict[str, str] = {
     "raybot": "sim.robots.raybot",
     "fish": "sim.robots.fish",
     "cosserat": "sim.robots.cosserat",
+    "biped": "sim.robots.biped",
+    "flapper2link": "sim.robots.flapper2link",
+    "clemens": "sim.robots.clemens",
 }
 
 

@@ -179,3 +179,34 @@ def impact(model: Model, q: np.ndarray, u_before: np.ndarray, contact_rows: np.n
         flags.append(f"kinetic energy gained {energy_change:.3g} J")
     return ImpactResult(u_after=u_after, impulse=impulse, persistent_impulse=persistent_impulse,
                         energy_change=energy_change, flags=flags)
+
+
+def coincident_points(pairs: list[tuple[PointOnBody, PointOnBody]]) -> ConstraintSet:
+    """Pairs of points held together (a cut spherical joint of a closed loop): c = p_A - p_B (3 rows per pair, m,
+    world); the multipliers are the forces on A from B (N, world)."""
+
+    def constraints(model, kin, q, u, t):
+        values, jacobians, gammas = [], [], []
+        for a, b in pairs:
+            position_a, jacobian_a, convective_a = point_kinematics(kin, a, u)
+            position_b, jacobian_b, convective_b = point_kinematics(kin, b, u)
+            values.append(position_a - position_b)
+            jacobians.append(jacobian_a - jacobian_b)
+            gammas.append(convective_a - convective_b)
+        return np.concatenate(values), np.vstack(jacobians), np.concatenate(gammas), np.zeros(3 * len(pairs))
+
+    return constraints
+
+
+def joint_trajectories(indices: list[int], trajectory: Callable[[float], tuple[np.ndarray, np.ndarray, np.ndarray]]
+                       ) -> ConstraintSet:
+    """Rheonomic constraints q[indices] = r(t), ``trajectory(t) -> (r, r_dot, r_ddot)`` (each (k,)): T_c rows e_k,
+    dc/dt = -r_dot, gamma = -r_ddot; the multipliers are the torques (forces) that impose the motion."""
+
+    def constraints(model, kin, q, u, t):
+        r, r_dot, r_ddot = (np.asarray(v, dtype=float) for v in trajectory(t))
+        rows = np.zeros((len(indices), len(u)))
+        rows[np.arange(len(indices)), indices] = 1.0
+        return q[indices] - r, rows, -r_ddot, -r_dot
+
+    return constraints

@@ -15,8 +15,9 @@ from firmware_interface.rigs.dynamixel import load_dxl_rig
 from firmware_interface.rigs.mcu import load_rig
 from firmware_interface.rigs.schema import MAX_LINK_LOSS_S
 from sim.config import ConfigError, load_toml
-from sim.robots import check_robot, load_robot
+from sim.robots import KINDS, check_robot, load_robot
 from sim.robots.cosserat import build_example
+from sim.robots.schema import check_robot_config
 from sim.control import ControlError
 from sim.server_control import with_value
 
@@ -208,6 +209,8 @@ def test_every_shipped_config_loads():
             config = load_toml(path)
             check_robot(config, path)
             build_example(config, path)
+            continue
+        if hasattr(check_robot_config(load_toml(path), path, KINDS), "simulate_offline"):   # a TMT system: no tree
             continue
         load_robot(path)
     for path in sorted((CONFIGS / "rigs").glob("*.toml")):

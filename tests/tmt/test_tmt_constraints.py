@@ -184,76 +184,47 @@ def test_rimless_wheel_reaches_its_fixed_point_and_step_time():
     assert closed_form == pytest.approx(FIXED_POINT_OMEGA, abs=1e-6)
 
 
-# compass-gait biped (non-dimensional: g = l = 1), point masses: hip m_b, feet m_f; x down the slope, y normal
-HIP_MASS, FOOT_MASS, WALK_SLOPE = 1000.0, 1.0, 0.009
-#: docs/tmt.md: the simplest walker's limit (Garcia et al. 1998) of this biped without upper body, m_f/m_b = 1e-3,
-#: no hip spring: post-strike (q1, u1, u2), step time, stride eigenvalues (to 1e-4)
-WALKER_FIXED_POINT, WALKER_STEP = (0.200161, -0.199906, 0.015805), 3.88194
-WALKER_EIGENVALUE = complex(-0.197, 0.545)
+def test_bouncing_ball_goes_zeno_then_rests_on_the_ground():
+    """The bounces of a ball with e < 1 accumulate at t_inf = sqrt(2 h / g) (1 + e) / (1 - e) (closed form): the event
+    loop (sim/tmt/hybrid.py) makes the contact persistent there (approach speed below ZENO_SPEED or ZENO_IMPACTS
+    impacts) and the ball then rests, its normal force m g. Every impact: v+ = -e v-, no flag."""
+    from sim.tmt.hybrid import PlaneContact, simulate_contacts
+
+    restitution, height, mass = 0.5, 1.0, 0.2
+    ball = planar_body(mass, POINT_INERTIA)
+    ground = PlaneContact("ground", PointOnBody(3, np.zeros(3)), np.array([0.0, 0.0, 1.0]), restitution=restitution)
+    t_inf = math.sqrt(2 * height / G) * (1 + restitution) / (1 - restitution)
+    run = simulate_contacts(ball, np.array([0.0, height, 0.0]), np.zeros(3), t_inf + 0.5, [ground], sample_dt=0.05)
+    bounces = [record for record in run.impacts if not record.persistent]
+    persistent = [record for record in run.impacts if record.persistent]
+    assert len(persistent) == 1 and run.flags == []
+    print(f"{len(bounces)} bounces, persistent at t = {persistent[0].t:.12f} (closed form {t_inf:.12f}), "
+          f"approach speed {persistent[0].approach_speeds[0]:.2e} m/s")
+    for record in bounces:
+        assert record.u_after[1] == pytest.approx(restitution * record.approach_speeds[0], rel=1e-9)
+    assert persistent[0].t == pytest.approx(t_inf, abs=1e-8)
+    resting = run.t > persistent[0].t + 0.1
+    np.testing.assert_allclose(run.normal_force[resting, 0], mass * G, rtol=1e-9)
+    assert np.abs(run.q[resting, 1]).max() < 1e-12
 
 
-def compass_biped():
-    """Chain: prismatic x, prismatic y (the stance foot's position), revolute z (q1: the stance leg from the slope's
-    normal, > 0 with the hip behind the foot), revolute z at the hip (q2: the swing leg relative to the stance
-    leg). Masses: the stance foot at the stance leg's origin, the hip at (0, 1, 0), the swing foot at (0, -1, 0) of
-    the swing leg."""
-    slope_gravity = (math.sin(WALK_SLOPE), -math.cos(WALK_SLOPE), 0.0)
-    builder = ModelBuilder("slope", spatial_inertia(0.0, [0, 0, 0], np.zeros((3, 3))), base_mode="fixed",
-                           gravity=slope_gravity)
-    massless = spatial_inertia(0.0, [0, 0, 0], np.zeros((3, 3)))
-    point = np.eye(3) * POINT_INERTIA
-    builder.add_body("foot_x", "slope", joint_name="x", joint_type="prismatic", axis=[1, 0, 0], placement=pose(),
-                     inertia=massless)
-    builder.add_body("foot_y", "foot_x", joint_name="y", joint_type="prismatic", axis=[0, 1, 0], placement=pose(),
-                     inertia=massless)
-    stance = spatial_inertia(FOOT_MASS, [0, 0, 0], point) + spatial_inertia(HIP_MASS, [0, 1, 0], point)
-    builder.add_body("stance_leg", "foot_y", joint_name="q1", axis=[0, 0, 1], placement=pose(), inertia=stance)
-    builder.add_body("swing_leg", "stance_leg", joint_name="q2", axis=[0, 0, 1], placement=pose(p=[0, 1, 0]),
-                     inertia=spatial_inertia(FOOT_MASS, [0, -1, 0], point))
-    return builder.build()
+def test_a_rod_landing_flat_is_a_double_impact():
+    """A rod falling flat strikes with both ends at once: the event loop solves the two contacts together, flags a
+    double impact; the plastic impact stops it (no rebound, no energy gain) and it rests on both ends (forces sum to
+    m g)."""
+    from sim.tmt.hybrid import PlaneContact, simulate_contacts
 
-
-def stride(model, post_strike: np.ndarray) -> tuple[np.ndarray, float]:
-    """One step from the post-strike state (q1, u1, u2) (q2 = -2 q1, both feet down, stance foot at the origin) to
-    the next post-strike state, legs swapped; and the step time. The heel strike is the swing foot reaching the
-    slope ahead: e = 2 q1 + q2 = 0 falling, counted only while q2 > 0 (the mid-stance scuff is ignored)."""
-    q1, u1, u2 = post_strike
-    stance_foot = PointOnBody(3, np.zeros(3))
-    swing_foot = PointOnBody(4, np.array([0.0, -1.0, 0.0]))
-    constraints = pinned_points([(stance_foot, np.zeros(3))], axes=(0, 1))
-    y = np.array([0.0, 0.0, q1, -2.0 * q1, 0.0, 0.0, u1, u2])
-
-    def rate(t, state):
-        return np.concatenate([state[4:], constrained_dynamics(model, state[:4], state[4:], t, constraints).u_dot])
-
-    def heel_strike(_t, state):
-        return 2.0 * state[2] + state[3] if state[3] > 0.0 else 1.0
-    heel_strike.terminal, heel_strike.direction = True, -1
-
-    run = solve_ivp(rate, (0.0, 20.0), y, method="DOP853", rtol=1e-10, atol=1e-12, events=heel_strike)
-    assert run.t_events[0].size == 1, "the biped fell or stumbled"
-    state = run.y_events[0][0]
-    kin = tree_kinematics(model, model.base_pose, state[:4], state[4:])
-    _, contact, _ = point_kinematics(kin, swing_foot, state[4:])
-    strike = impact(model, state[:4], state[4:], contact[[0, 1]], np.zeros(2))
-    assert strike.flags == []
-    u = strike.u_after
-    # swap: the new stance leg is the old swing leg (absolute angles and rates kept)
-    return np.array([state[2] + state[3], u[2] + u[3], -u[3]]), float(run.t_events[0][0])
-
-
-def test_compass_biped_walks_to_the_simplest_walkers_gait():
-    """The stride map's fixed point (Newton shooting, sim/periodic.py) and its eigenvalues are those of the
-    simplest walker's limit (spec check: 1e-4)."""
-    from sim.periodic import newton_shooting
-
-    model = compass_biped()
-    # from a guess within 1e-3 of the gait: the solver's reach is tested elsewhere, each stride costs a second
-    result = newton_shooting(lambda x: stride(model, x)[0], np.array([0.2005, -0.1995, 0.0155]), tolerance=1e-8)
-    assert result.converged
-    np.testing.assert_allclose(result.x, WALKER_FIXED_POINT, atol=1e-4)
-    assert stride(model, result.x)[1] == pytest.approx(WALKER_STEP, abs=1e-4)
-    eigenvalues = result.multipliers[np.abs(result.multipliers) > 0.1]
-    assert eigenvalues.size == 2
-    assert abs(eigenvalues[0].real - WALKER_EIGENVALUE.real) < 1e-3
-    assert abs(abs(eigenvalues[0].imag) - WALKER_EIGENVALUE.imag) < 1e-3
+    half = 0.3
+    rod = planar_body(MASS, MASS * (2 * half) ** 2 / 12)
+    up = np.array([0.0, 0.0, 1.0])
+    ends = [PlaneContact(name, PointOnBody(3, np.array([side * half, 0.0, 0.0])), up) for name, side in
+            (("left", -1), ("right", 1))]
+    run = simulate_contacts(rod, np.array([0.0, 0.5, 0.0]), np.zeros(3), 0.5, ends, sample_dt=0.05)
+    assert len(run.impacts) == 1
+    record = run.impacts[0]
+    assert sorted(record.contacts) == ["left", "right"]
+    assert [flag for flag in record.flags if flag.startswith("double impact")]
+    assert np.abs(record.u_after).max() < 1e-12 and record.energy_change < 0.0
+    assert record.persistent and run.lift_offs == []
+    resting = run.t > record.t + 0.05
+    np.testing.assert_allclose(run.normal_force[resting].sum(axis=1), MASS * G, rtol=1e-9)
