@@ -175,8 +175,8 @@ class KernelRegistry:
     """The kernels of one kind (force models, motion laws, joint laws) registered by name, each compiled with the
     kind's one signature; the fused stepper calls them through a switch of ``capacity`` slots (sim/fused.py)."""
 
-    def __init__(self, kind: str, signature, capacity: int):
-        self.kind, self.signature, self.capacity = kind, signature, capacity
+    def __init__(self, kind: str, signature, capacity: int, inline: str = "never"):
+        self.kind, self.signature, self.capacity, self.inline = kind, signature, capacity, inline
         self._entries: dict[str, PluginKernel] = {}
 
     def register(self, name: str, layout: ParamLayout, kernel) -> PluginKernel:
@@ -190,7 +190,7 @@ class KernelRegistry:
             raise ValueError(f"{self.kind} {name!r} is already registered from {previous.source}")
         if previous is None and len(self._entries) >= self.capacity:
             raise ValueError(f"{self.kind} {name!r}: the registry is full ({self.capacity} kernels)")
-        entry = PluginKernel(name, layout, njit(self.signature, cache=True)(py_func), source)
+        entry = PluginKernel(name, layout, njit(self.signature, cache=True, inline=self.inline)(py_func), source)
         self._entries[name] = entry
         return entry
 
@@ -219,8 +219,9 @@ class KernelRegistry:
 
 
 FORCE_KERNELS = KernelRegistry("force kernel", FORCE_KERNEL_SIGNATURE, MAX_FORCE_KERNELS)
-MOTION_LAWS = KernelRegistry("motion law", MOTION_LAW_SIGNATURE, MAX_LAW_KERNELS)
-JOINT_LAWS = KernelRegistry("joint law", JOINT_LAW_SIGNATURE, MAX_LAW_KERNELS)
+#: Law kernels are small and called once per joint per evaluation: numba inlines them into the stepper (``inline``).
+MOTION_LAWS = KernelRegistry("motion law", MOTION_LAW_SIGNATURE, MAX_LAW_KERNELS, inline="always")
+JOINT_LAWS = KernelRegistry("joint law", JOINT_LAW_SIGNATURE, MAX_LAW_KERNELS, inline="always")
 
 
 def register_force_kernel(name: str, layout: ParamLayout, kernel) -> PluginKernel:

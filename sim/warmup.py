@@ -39,7 +39,8 @@ COMPILE_ESTIMATE_S = 70
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
-                 ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"))
+                 ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
+                 ("sim.dynamics", "_recursions_packed"))
 
 
 @dataclass(frozen=True)
