@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .model import DATA_DIMS, DATA_INDEX, DIM_BODIES, DIM_JOINTS, MODEL_DIMS, MODEL_INDEX, Data, Model
+from .model import (DATA_DIMS, DATA_INDEX, DIM_BODIES, DIM_JOINTS, MODEL_DIMS, MODEL_INDEX, Data, DataViews, Model,
+                    ModelViews)
 from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
@@ -352,39 +353,37 @@ def _view3(buf, o, dims, i, nb, n):
 
 @njit(cache=True)
 def _model_views(nb, n, mf):
-    """Views (placement (nb, 4, 4), axis (nb, 6), inertia (nb, 6, 6), k, mu, r0 (n,)) of Model.kernel_floats
-    (layout: sim.model.MODEL_FIELDS)."""
+    """Views of Model.kernel_floats (layout: sim.model.MODEL_FIELDS) as a ModelViews (``views.inertia``)."""
     d, m = MODEL_DIMS, MODEL_INDEX
     o = _offsets(d, nb, n)
-    return (_view3(mf, o, d, m.joint_placement, nb, n), _view2(mf, o, d, m.joint_axis, nb, n),
-            _view3(mf, o, d, m.inertia, nb, n), _view1(mf, o, d, m.law_k, nb, n), _view1(mf, o, d, m.law_mu, nb, n),
-            _view1(mf, o, d, m.law_r0, nb, n))
+    return ModelViews(_view3(mf, o, d, m.joint_placement, nb, n), _view2(mf, o, d, m.joint_axis, nb, n),
+                      _view3(mf, o, d, m.inertia, nb, n), _view1(mf, o, d, m.law_k, nb, n),
+                      _view1(mf, o, d, m.law_mu, nb, n), _view1(mf, o, d, m.law_r0, nb, n))
 
 
 @njit(cache=True)
 def _data_views(nb, n, buf):
-    """Views of Data.buffer (layout: sim.model.DATA_FIELDS), in its order."""
+    """Views of Data.buffer (layout: sim.model.DATA_FIELDS) as a DataViews (``views.f_ext``)."""
     d, x = DATA_DIMS, DATA_INDEX
     o = _offsets(d, nb, n)
-    return (_view3(buf, o, d, x.g, nb, n), _view2(buf, o, d, x.eta, nb, n), _view3(buf, o, d, x.Xj, nb, n),
-            _view3(buf, o, d, x.AdJ, nb, n), _view2(buf, o, d, x.zeta, nb, n), _view2(buf, o, d, x.f_ext, nb, n),
-            _view2(buf, o, d, x.f_gravity, nb, n), _view3(buf, o, d, x.M_added, nb, n),
-            _view3(buf, o, d, x.Mstar, nb, n), _view2(buf, o, d, x.Pistar, nb, n), _view1(buf, o, d, x.H, nb, n),
-            _view2(buf, o, d, x.eta_d, nb, n), _view1(buf, o, d, x.q, nb, n), _view1(buf, o, d, x.qd, nb, n),
-            _view1(buf, o, d, x.qdd, nb, n), _view1(buf, o, d, x.tau, nb, n), _view2(buf, o, d, x.base_pose, nb, n),
-            _view1(buf, o, d, x.base_twist, nb, n), _view1(buf, o, d, x.base_acc, nb, n),
-            _view1(buf, o, d, x.base_wrench, nb, n))
+    return DataViews(_view3(buf, o, d, x.g, nb, n), _view2(buf, o, d, x.eta, nb, n), _view3(buf, o, d, x.Xj, nb, n),
+                     _view3(buf, o, d, x.AdJ, nb, n), _view2(buf, o, d, x.zeta, nb, n),
+                     _view2(buf, o, d, x.f_ext, nb, n), _view2(buf, o, d, x.f_gravity, nb, n),
+                     _view3(buf, o, d, x.M_added, nb, n), _view3(buf, o, d, x.Mstar, nb, n),
+                     _view2(buf, o, d, x.Pistar, nb, n), _view1(buf, o, d, x.H, nb, n),
+                     _view2(buf, o, d, x.eta_d, nb, n), _view1(buf, o, d, x.q, nb, n), _view1(buf, o, d, x.qd, nb, n),
+                     _view1(buf, o, d, x.qdd, nb, n), _view1(buf, o, d, x.tau, nb, n),
+                     _view2(buf, o, d, x.base_pose, nb, n), _view1(buf, o, d, x.base_twist, nb, n),
+                     _view1(buf, o, d, x.base_acc, nb, n), _view1(buf, o, d, x.base_wrench, nb, n))
 
 
 @njit(cache=True)
 def _kinematics_packed(parent, mf, buf):
     """:func:`_kinematics` on Model.kernel_floats and Data.buffer (one cheap call from Python)."""
     nb = parent.shape[0]
-    n = nb - 1
-    placement, axis, inertia, law_k, law_mu, law_r0 = _model_views(nb, n, mf)
-    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
-     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
-    _kinematics(parent, placement, axis, q, qd, base_pose, base_twist, g, Xj, AdJ, eta, zeta)
+    m, v = _model_views(nb, nb - 1, mf), _data_views(nb, nb - 1, buf)
+    _kinematics(parent, m.joint_placement, m.joint_axis, v.q, v.qd, v.base_pose, v.base_twist, v.g, v.Xj, v.AdJ,
+                v.eta, v.zeta)
 
 
 @njit(cache=True)
@@ -392,18 +391,14 @@ def _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_in, gravity, base_
     """:func:`_recursions` on Model.kernel_floats and Data.buffer; ``use_laws`` False drops the joint laws."""
     nb = parent.shape[0]
     n = nb - 1
-    placement, axis, inertia, law_k, law_mu, law_r0 = _model_views(nb, n, mf)
-    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
-     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+    m, v = _model_views(nb, n, mf), _data_views(nb, n, buf)
     if use_laws:
-        _recursions(parent, axis, inertia, actuated, law_k, law_mu, law_r0, q, qd, qdd_in, tau_in, gravity,
-                    base_mode, base_acc_in, g, AdJ, eta, zeta, f_ext, f_gravity, M_added,
-                    Mstar, Pistar, H, eta_d, qdd, tau, base_acc, base_wrench)
+        law_k, law_mu, law_r0 = m.law_k, m.law_mu, m.law_r0
     else:
-        zero = np.zeros(n)
-        _recursions(parent, axis, inertia, actuated, zero, zero, zero, q, qd, qdd_in, tau_in, gravity,
-                    base_mode, base_acc_in, g, AdJ, eta, zeta, f_ext, f_gravity, M_added,
-                    Mstar, Pistar, H, eta_d, qdd, tau, base_acc, base_wrench)
+        law_k = law_mu = law_r0 = np.zeros(n)
+    _recursions(parent, m.joint_axis, m.inertia, actuated, law_k, law_mu, law_r0, v.q, v.qd, qdd_in, tau_in, gravity,
+                base_mode, base_acc_in, v.g, v.AdJ, v.eta, v.zeta, v.f_ext, v.f_gravity, v.M_added, v.Mstar, v.Pistar,
+                v.H, v.eta_d, v.qdd, v.tau, v.base_acc, v.base_wrench)
 
 
 _ZERO6 = np.zeros(6)

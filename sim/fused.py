@@ -9,33 +9,35 @@ for a 17-body flapper).
 A model qualifies (:func:`fused_unsupported` returns None) when
 - the integrator is "rk4" or "rosw" (sim/integrators.py);
 - the base is floating, fixed, or imposed by a :class:`sim.model.StaticBase`;
-- every actuated joint's motion law is a :class:`Sinusoid`, :class:`Polynomial` or :class:`RampedSinusoid`
-  (evaluated in the kernel at every stage time) or a :class:`Constant` / :class:`ExternalMotion` (its values,
-  read once per call, are held over the call, as the Python path does since nothing changes them during a
-  step), or has a method ``fused_form()`` returning such an equivalent law, or is a :class:`ScaledMotion`
-  (``ratio * source(t)``, the kernel multiplying its row by ratio) of a law that qualifies;
-- every passive joint law is :class:`ViscoElastic` / :class:`Free` (kernel arrays of the model) or a
-  :class:`sim.laws.TrackingSpring` (spring about ``ratio * source(t)``) or has ``fused_form()`` returning one,
-  whose source law qualifies as above;
-- every force model runs a kernel registered in sim/plugins.py (``fused_kernel`` names it, its parameters are
-  packed): the stepper calls them in the model's order through an integer switch over the registry's slots
-  (docs/extending.md). Adding a force model is one file; this module does not change.
+- every actuated joint's motion law runs a kernel registered in sim/plugins.py (its class names it:
+  ``fused_kernel``; the built-in ones are in sim/laws.py: Constant, Sinusoid, Polynomial, RampedSinusoid,
+  ExternalMotion, whose parameters, set from outside, are read once per call and held over it, as the Python
+  path does since nothing changes them during a step), or has a method ``fused_form()`` returning such a law, or
+  is a :class:`sim.laws.ScaledMotion` (``ratio * source(t)``, the kernel multiplying its row by ratio) of a law
+  that qualifies;
+- every passive joint law is :class:`ViscoElastic` / :class:`Free` (kernel arrays of the model) or runs a
+  registered joint-law kernel (e.g. :class:`sim.laws.TrackingSpring`, a spring about ``ratio * source(t)``) or
+  has ``fused_form()`` returning one, whose reference motion law, if any, qualifies as above;
+- every force model runs a registered kernel (``fused_kernel`` names it, its parameters are packed).
+The stepper calls the force models, motion laws and joint laws through integer switches over the registries'
+slots (docs/extending.md): adding a force model or a law is one file; this module does not change.
 Otherwise :class:`Simulation` keeps its Python path.
 
 The derivative of the last call's final state is kept (first-same-as-last): the next call reuses it as its
-first stage when the inputs did not change (time, state, applied torques, held law values, checked in the
+first stage when the inputs did not change (time, state, applied torques, live law parameters, checked in the
 kernel), so a call of n steps costs 4 n evaluations and leaves ``Data`` holding the evaluation at the final
 state, which makes ``Simulation.outputs()`` free.
 
-Why a switch and not function arguments: numba cannot cache (``cache=True``) a function that receives another
+Why switches and not function arguments: numba cannot cache (``cache=True``) a function that receives another
 compiled function as an argument (the dispatcher's type is per process), and first-class function values cost
-milliseconds per call to pass from Python. So the kernels that call the force models are compiled against the
-registry (:func:`bound_kernels`), keyed on its fingerprint.
+milliseconds per call to pass from Python. So the kernels that call the plug-ins are compiled against the
+registries (:func:`bound_kernels`), keyed on their fingerprint.
 """
 from __future__ import annotations
 
 import math
 import types as pytypes
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -43,10 +45,10 @@ from numba import njit
 from .dynamics import _data_views, _kinematics_packed, _recursions_packed
 from .integrators import (PASSIVE_OFFSET, ROSW_GAMMA_DIAG, invert_w, jacobian_shift, jacobian_store, rk4_stage_input,
                           rk4_update, rosw_stage_input, rosw_stage_solve, rosw_update)
-from .laws import (Constant, ExternalMotion, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid,
-                   TrackingSpring)
+from .laws import Constant, JointLaw, MotionLaw, ScaledMotion, TrackingSpring  # noqa: F401  (TrackingSpring: re-export)
 from .model import Model, StaticBase
-from .plugins import FORCE_KERNEL_SIGNATURE, MAX_FORCE_KERNELS, force_kernel_table
+from .plugins import (FORCE_KERNEL_SIGNATURE, FORCE_KERNELS, JOINT_LAW_SIGNATURE, JOINT_LAWS, MOTION_LAW_SIGNATURE,
+                      MOTION_LAWS, Packed)
 from .spatial import quat_derivative, quat_to_matrix
 from .kernel_cache import discard_stale_kernels
 
@@ -55,15 +57,10 @@ from . import aero, hydro  # noqa: E402,F401  (isort: skip)
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
-#: Motion-law codes in the kernel: held (values read once per call), sinusoid, polynomial, ramped sinusoid.
-LAW_HELD, LAW_SINUSOID, LAW_POLYNOMIAL, LAW_RAMPED_SINUSOID = 0, 1, 2, 3
 #: Integration methods of the fused path: classical RK4; the Rosenbrock-W ROS34PW2 (sim/integrators.py).
 METHOD_RK4, METHOD_ROSW = 0, 1
 #: Simulation integrator name -> fused method code.
 FUSED_METHODS = {"rk4": METHOD_RK4, "rosw": METHOD_ROSW}
-_HELD_LAWS = (Constant, ExternalMotion)
-#: Laws with a kernel form (exact types: a subclass may override evaluate, so it needs its own fused_form).
-_KERNEL_LAWS = (Sinusoid, Polynomial, RampedSinusoid) + _HELD_LAWS
 
 
 # ----------------------------------------------------------------------------------------- state <-> inputs
@@ -110,71 +107,43 @@ def _state_derivative(y, passive_index, floating, base_acc, qdd, dy):
         dy[13 + n_p + i] = qdd[passive_index[i]]
 
 
-# ----------------------------------------------------------------------------------------- motion laws
-@njit(cache=True)
-def _horner(coef, length, t):
-    """sum_k coef[k] t^k for k < length, in numpy's polyval order (Horner from the highest power)."""
-    acc = coef[length - 1]
-    for i in range(length - 2, -1, -1):
-        acc = coef[i] + acc * t
-    return acc
+# ----------------------------------------------------------------------------------------- plug-in tables
+class KernelTable(NamedTuple):
+    """Plug-in instances (force models, or law rows) packed for a kernel switch: kinds (m,) int64 their slots in
+    the registry; fpar, ipar every instance's packed parameters, concatenated; offsets (m + 1, 2) int64 the start
+    of each instance's in fpar and ipar."""
+    kinds: np.ndarray
+    fpar: np.ndarray
+    ipar: np.ndarray
+    offsets: np.ndarray
 
 
-@njit(cache=True)
-def _ramped_sinusoid(a, w, phase, ramp_time, t):
-    """(r, r_d, r_dd) of :class:`sim.laws.RampedSinusoid` (amplitude a, omega w rad/s, phase rad, ramp_time s)
-    at t (s), with its operations in its order (same rounding)."""
-    angle = w * t + phase
-    s, c = math.sin(angle), math.cos(angle)
-    x, x_d, x_dd = a * s, a * w * c, -a * w * w * s
-    if ramp_time > 0.0 and t < ramp_time:
-        k = math.pi / ramp_time
-        r, r_d, r_dd = 0.5 * (1.0 - math.cos(k * t)), 0.5 * k * math.sin(k * t), 0.5 * k * k * math.cos(k * t)
-        return r * x, r_d * x + r * x_d, r_dd * x + 2.0 * r_d * x_d + r * x_dd
-    return x, x_d, x_dd
+class LawTable(NamedTuple):
+    """The joint laws of a fused model. ``motions``: the rows of motion laws (their kernel forms): rows
+    0..n_a-1 the actuated joints' (``act_index`` (n_a,) their joints), then one row per compiled joint law, its
+    reference (a zero :class:`Constant` for a law without one); ``scale`` (rows,) each row's factor (a
+    ScaledMotion's ratio, else 1: exact). ``joints``: the compiled joint laws (``joint_index`` (n_j,) their
+    joints), added to the applied torques in this order (the Python path's, ``Model.python_laws``)."""
+    motions: KernelTable
+    scale: np.ndarray
+    act_index: np.ndarray
+    joints: KernelTable
+    joint_index: np.ndarray
 
 
-@njit(cache=True)
-def _motion_laws(t, index, law_kind, law_par, poly, poly_len, law_scale, row0, q, qd, qdd):
-    """(r, r_d, r_dd) at t (s) of the laws in rows row0.. of the law table into q[index[i]], qd, qdd, with the
-    formulas of sim.laws.
+class Scratch(NamedTuple):
+    """Work arrays of an evaluation: qdd_in (n,) the imposed accelerations, tau_eff (n,) applied + joint-law
+    torques."""
+    qdd_in: np.ndarray
+    tau_eff: np.ndarray
 
-    index (m,) output indices; law_kind (rows,) LAW_*; law_par (rows, 4): held (r, r_d, r_dd), sinusoid
-    (amplitude, omega, phase, offset) or ramped sinusoid (amplitude, omega, phase, ramp_time); poly (rows, 3, P)
-    coefficients of r, r_d, r_dd in increasing powers, poly_len (rows, 3) their lengths (polynomial laws);
-    law_scale (rows,) factor applied to the row's values (the ratio of a ScaledMotion, else 1: exact)."""
-    for i in range(index.shape[0]):
-        k = index[i]
-        row = row0 + i
-        kind = law_kind[row]
-        if kind == LAW_SINUSOID:
-            a, w = law_par[row, 0], law_par[row, 1]
-            angle = w * t + law_par[row, 2]
-            s = math.sin(angle)
-            r = law_par[row, 3] + a * s
-            r_d = a * w * math.cos(angle)
-            r_dd = -a * w * w * s
-        elif kind == LAW_POLYNOMIAL:
-            r = _horner(poly[row, 0], poly_len[row, 0], t)
-            r_d = _horner(poly[row, 1], poly_len[row, 1], t)
-            r_dd = _horner(poly[row, 2], poly_len[row, 2], t)
-        elif kind == LAW_RAMPED_SINUSOID:
-            r, r_d, r_dd = _ramped_sinusoid(law_par[row, 0], law_par[row, 1], law_par[row, 2], law_par[row, 3], t)
-        else:
-            r = law_par[row, 0]
-            r_d = law_par[row, 1]
-            r_dd = law_par[row, 2]
-        scale = law_scale[row]
-        q[k] = scale * r
-        qd[k] = scale * r_d
-        qdd[k] = scale * r_dd
 
 
 # ----------------------------------------------------------------------------------------- step bookkeeping
 @njit(cache=True)
 def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
     """Whether the kept evaluation (cache_t = (t s, valid flag)) was made at time t, state y, applied torques
-    tau and law values law_par."""
+    tau and motion-law parameters law_par (LawTable.motions.fpar)."""
     if cache_t[1] != 1.0 or cache_t[0] != t or y.shape[0] != y_cached.shape[0]:
         return False
     for i in range(y.shape[0]):
@@ -184,19 +153,24 @@ def inputs_match(cache_t, t, y_cached, y, cache_tau, tau, cache_par, law_par):
         if cache_tau[i] != tau[i]:
             return False
     for i in range(law_par.shape[0]):
-        for c in range(law_par.shape[1]):
-            if cache_par[i, c] != law_par[i, c]:
-                return False
+        if cache_par[i] != law_par[i]:
+            return False
     return True
 
 
 @njit(cache=True)
-def _end_of_step(y, tmp):
-    """Renormalise the quaternion of the new state y (as ``Simulation._normalize``) and copy y into tmp (the
-    state of the evaluation that ends the step)."""
+def normalize_quaternion(y):
+    """Renormalise in place the base quaternion y[3:7] of a state y (after every step, on both paths)."""
     norm = math.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
     for i in range(3, 7):
         y[i] /= norm
+
+
+@njit(cache=True)
+def _end_of_step(y, tmp):
+    """Renormalise the quaternion of the new state y and copy y into tmp (the state of the evaluation that ends
+    the step)."""
+    normalize_quaternion(y)
     for i in range(y.shape[0]):
         tmp[i] = y[i]
 
@@ -210,8 +184,7 @@ def _keep_inputs(t, y, work, tau_in, law_par, cache_t, cache_tau, cache_par):
     for i in range(tau_in.shape[0]):
         cache_tau[i] = tau_in[i]
     for i in range(law_par.shape[0]):
-        for c in range(law_par.shape[1]):
-            cache_par[i, c] = law_par[i, c]
+        cache_par[i] = law_par[i]
     cache_t[0] = t
     cache_t[1] = 1.0
 
@@ -222,23 +195,34 @@ def _no_force(t, g, eta, f_ext, M_added, fpar, ipar):
     """The kernel of an empty slot of the force switch (never called: no force model has its kind)."""
 
 
+@njit(MOTION_LAW_SIGNATURE, cache=True)
+def _no_motion(t, fpar, ipar):
+    """The kernel of an empty slot of the motion-law switch (never called)."""
+    return 0.0, 0.0, 0.0
+
+
+@njit(JOINT_LAW_SIGNATURE, cache=True)
+def _no_joint_law(t, r, r_d, ref_r, ref_rd, ref_rdd, fpar, ipar):
+    """The kernel of an empty slot of the joint-law switch (never called)."""
+    return 0.0
+
+
 def _stepper_templates(fingerprint):
-    """The stepping kernels that call the force-model kernels, as plain functions: :func:`bound_kernels` compiles
-    them against one registry (the globals ``_FORCE_0`` .. ``_FORCE_15`` set to its kernels). Each names the
-    registry's ``fingerprint``, its only closure variable: numba keys a cached closure on the values of its
-    closure variables, so the code compiled for one registry is never loaded for another, and a process with the
-    shipped registry loads the code the warm-up compiled. They call one another by their global names (the bound
-    dispatchers), never as closure variables."""
+    """The stepping kernels that call the plug-in kernels, as plain functions: :func:`bound_kernels` compiles them
+    against the registries (the globals ``_FORCE_0`` .. ``_FORCE_15``, ``_MOTION_0`` .., ``_JOINT_0`` .. set to
+    their kernels). Each names the registries' ``fingerprint``, its only closure variable: numba keys a cached
+    closure on the values of its closure variables, so the code compiled for one registry is never loaded for
+    another, and a process with the shipped registries loads the code the warm-up compiled. They call one another
+    by their global names (the bound dispatchers), never as closure variables."""
 
     def _apply_forces_(t, g, eta, f_ext, M_added, forces):
-        """Every force model of the model, in its order: forces = (kinds (m,) slots in the registry, fpar, ipar
-        (all models' packed parameters, concatenated), offsets (m + 1, 2) start of each model's in fpar, ipar)."""
+        """Every force model of the model (forces: a KernelTable), in its order, on its slice of the packed
+        parameters."""
         fingerprint
-        kinds, fpar, ipar, offsets = forces
-        for m in range(kinds.shape[0]):
-            fp = fpar[offsets[m, 0]:offsets[m + 1, 0]]
-            ip = ipar[offsets[m, 1]:offsets[m + 1, 1]]
-            kind = kinds[m]
+        for m in range(forces.kinds.shape[0]):
+            fp = forces.fpar[forces.offsets[m, 0]:forces.offsets[m + 1, 0]]
+            ip = forces.ipar[forces.offsets[m, 1]:forces.offsets[m + 1, 1]]
+            kind = forces.kinds[m]
             if kind == 0:
                 _FORCE_0(t, g, eta, f_ext, M_added, fp, ip)
             elif kind == 1:
@@ -272,23 +256,105 @@ def _stepper_templates(fingerprint):
             elif kind == 15:
                 _FORCE_15(t, g, eta, f_ext, M_added, fp, ip)
 
+    def _motion_law_(kind, t, fp, ip):
+        """(r, r_d, r_dd) of the motion-law kernel in slot ``kind`` with parameters (fp, ip) at t (s)."""
+        fingerprint
+        if kind == 0:
+            return _MOTION_0(t, fp, ip)
+        elif kind == 1:
+            return _MOTION_1(t, fp, ip)
+        elif kind == 2:
+            return _MOTION_2(t, fp, ip)
+        elif kind == 3:
+            return _MOTION_3(t, fp, ip)
+        elif kind == 4:
+            return _MOTION_4(t, fp, ip)
+        elif kind == 5:
+            return _MOTION_5(t, fp, ip)
+        elif kind == 6:
+            return _MOTION_6(t, fp, ip)
+        elif kind == 7:
+            return _MOTION_7(t, fp, ip)
+        elif kind == 8:
+            return _MOTION_8(t, fp, ip)
+        elif kind == 9:
+            return _MOTION_9(t, fp, ip)
+        elif kind == 10:
+            return _MOTION_10(t, fp, ip)
+        elif kind == 11:
+            return _MOTION_11(t, fp, ip)
+        elif kind == 12:
+            return _MOTION_12(t, fp, ip)
+        elif kind == 13:
+            return _MOTION_13(t, fp, ip)
+        elif kind == 14:
+            return _MOTION_14(t, fp, ip)
+        return _MOTION_15(t, fp, ip)
+
+    def _joint_law_(kind, t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip):
+        """Torque (N m or N) of the joint-law kernel in slot ``kind`` (its arguments: sim.plugins.JOINT_LAW_SIGNATURE)."""
+        fingerprint
+        if kind == 0:
+            return _JOINT_0(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 1:
+            return _JOINT_1(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 2:
+            return _JOINT_2(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 3:
+            return _JOINT_3(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 4:
+            return _JOINT_4(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 5:
+            return _JOINT_5(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 6:
+            return _JOINT_6(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 7:
+            return _JOINT_7(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 8:
+            return _JOINT_8(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 9:
+            return _JOINT_9(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 10:
+            return _JOINT_10(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 11:
+            return _JOINT_11(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 12:
+            return _JOINT_12(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 13:
+            return _JOINT_13(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        elif kind == 14:
+            return _JOINT_14(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+        return _JOINT_15(t, r, r_d, ref_r, ref_rd, ref_rdd, fp, ip)
+
+    def _motion_row_(t, laws, row):
+        """(r, r_d, r_dd) at t (s) of row ``row`` of the law table (LawTable), times the row's scale."""
+        fingerprint
+        m = laws.motions
+        r, r_d, r_dd = _motion_law(m.kinds[row], t, m.fpar[m.offsets[row, 0]:m.offsets[row + 1, 0]],
+                                   m.ipar[m.offsets[row, 1]:m.offsets[row + 1, 1]])
+        scale = laws.scale[row]
+        return scale * r, scale * r_d, scale * r_dd
+
     def _evaluate_(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
                    held_pose, held_twist, acc_in, forces):
         """dy/dt (Simulation state layout) at (t, y) with the hybrid algorithm (Porez et al. 2014, section III):
-        motion laws -> kinematics -> force-model kernels -> tracking springs -> recursions, all results left in
-        the Data buffer. laws: see FusedStepper.laws; scratch: (qdd_in (n,), tau_eff (n,), source r, r_d, r_dd
-        (n_s,)); held_pose (4, 4), held_twist (6,), acc_in (6,): base of a fixed / static imposed base; forces:
-        see _apply_forces."""
+        motion laws -> kinematics -> force-model kernels -> joint-law kernels -> recursions, all results left in
+        the Data buffer. laws: a LawTable; scratch: a Scratch; held_pose (4, 4), held_twist (6,), acc_in (6,):
+        base of a fixed / static imposed base; forces: a KernelTable."""
         fingerprint
         nb = parent.shape[0]
         n = nb - 1
-        (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
-         base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
-        act_index, law_kind, law_par, poly, poly_len, spring_index, spring_par, source_index, law_scale = laws
-        qdd_in, tau_eff, src_r, src_rd, src_rdd = scratch
+        v = _data_views(nb, n, buf)
+        q, qd, base_pose, base_twist = v.q, v.qd, v.base_pose, v.base_twist
         floating = base_mode == 0
         _state_to_inputs(y, passive, floating, q, qd, base_pose, base_twist)
-        _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, law_scale, 0, q, qd, qdd_in)
+        n_a = laws.act_index.shape[0]
+        for i in range(n_a):
+            k = laws.act_index[i]
+            r, r_d, r_dd = _motion_row(t, laws, i)
+            q[k] = r
+            qd[k] = r_d
+            scratch.qdd_in[k] = r_dd
         if not floating:
             for a in range(4):
                 for b in range(4):
@@ -296,32 +362,34 @@ def _stepper_templates(fingerprint):
             for a in range(6):
                 base_twist[a] = held_twist[a]
         _kinematics_packed(parent, mf, buf)
-        if forces[0].shape[0] > 0:
-            f_ext[:] = 0.0
-            f_gravity[:] = 0.0
-            M_added[:] = 0.0
-            _apply_forces(t, g, eta, f_ext, M_added, forces)
+        if forces.kinds.shape[0] > 0:
+            v.f_ext[:] = 0.0
+            v.f_gravity[:] = 0.0
+            v.M_added[:] = 0.0
+            _apply_forces(t, v.g, v.eta, v.f_ext, v.M_added, forces)
         tau_passive = tau_in
-        if spring_index.shape[0] > 0:
-            # TrackingSpring.torque, added to the applied torques as hybrid_step does for Python joint laws.
-            _motion_laws(t, source_index, law_kind, law_par, poly, poly_len, law_scale, act_index.shape[0], src_r,
-                         src_rd, src_rdd)
+        joints = laws.joints
+        if joints.kinds.shape[0] > 0:
+            # the joint laws' torques added to the applied torques, as hybrid_step does for Python joint laws
+            tau_eff = scratch.tau_eff
             for k in range(n):
                 tau_eff[k] = tau_in[k]
-            for i in range(spring_index.shape[0]):
-                k = spring_index[i]
-                stiffness, damping, ratio = spring_par[i, 0], spring_par[i, 1], spring_par[i, 2]
-                tau_eff[k] += -stiffness * (q[k] - ratio * src_r[i]) - damping * (qd[k] - ratio * src_rd[i])
+            for i in range(joints.kinds.shape[0]):
+                k = laws.joint_index[i]
+                ref_r, ref_rd, ref_rdd = _motion_row(t, laws, n_a + i)
+                tau_eff[k] += _joint_law(joints.kinds[i], t, q[k], qd[k], ref_r, ref_rd, ref_rdd,
+                                         joints.fpar[joints.offsets[i, 0]:joints.offsets[i + 1, 0]],
+                                         joints.ipar[joints.offsets[i, 1]:joints.offsets[i + 1, 1]])
             tau_passive = tau_eff
-        _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_passive, gravity, base_mode, acc_in, True)
-        _state_derivative(y, passive, floating, base_acc, qdd, dy)
+        _recursions_packed(parent, mf, buf, actuated, scratch.qdd_in, tau_passive, gravity, base_mode, acc_in, True)
+        _state_derivative(y, passive, floating, v.base_acc, v.qdd, dy)
 
     def _first_stage_(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity,
                       base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
         """k1 = f(t, y): the kept derivative when the inputs match (first-same-as-last), else a new evaluation;
         returns the number of evaluations made (0 or 1)."""
         fingerprint
-        if inputs_match(cache_t, t, work[4], y, cache_tau, tau_in, cache_par, laws[2]):
+        if inputs_match(cache_t, t, work[4], y, cache_tau, tau_in, cache_par, laws.motions.fpar):
             for i in range(y.shape[0]):
                 k1[i] = fsal[i]
             return 0
@@ -460,38 +528,56 @@ def _stepper_templates(fingerprint):
             if pack:
                 pack_outputs(parent, buf, q_rest, passive, out[r])
             evaluations += 4 * every
-        _keep_inputs(t, y, work, tau_in, laws[2], cache_t, cache_tau, cache_par)
+        _keep_inputs(t, y, work, tau_in, laws.motions.fpar, cache_t, cache_tau, cache_par)
         return t, evaluations
 
-    return (_apply_forces_, _evaluate_, _first_stage_, _rk4_steps_, _refresh_jacobian_, _rosw_steps_, _steps_,
-            fused_run_)
+    return (_apply_forces_, _motion_law_, _joint_law_, _motion_row_, _evaluate_, _first_stage_, _rk4_steps_,
+            _refresh_jacobian_, _rosw_steps_, _steps_, fused_run_)
 
 
 # The names the templates call: placeholders here (for the reader and the linter); bound_kernels() gives each
-# registry its own namespace where they are the compiled kernels (the _FORCE_* slots: the registered kernels).
-_apply_forces = _evaluate = _first_stage = _rk4_steps = _refresh_jacobian = _rosw_steps = _steps = None
+# set of registries its own namespace where they are the compiled kernels (the _FORCE_*, _MOTION_*, _JOINT_* slots:
+# the registered kernels).
+_apply_forces = _motion_law = _joint_law = _motion_row = _evaluate = _first_stage = _rk4_steps = None
+_refresh_jacobian = _rosw_steps = _steps = None
 _FORCE_0 = _FORCE_1 = _FORCE_2 = _FORCE_3 = _FORCE_4 = _FORCE_5 = _FORCE_6 = _FORCE_7 = _no_force
 _FORCE_8 = _FORCE_9 = _FORCE_10 = _FORCE_11 = _FORCE_12 = _FORCE_13 = _FORCE_14 = _FORCE_15 = _no_force
+_MOTION_0 = _MOTION_1 = _MOTION_2 = _MOTION_3 = _MOTION_4 = _MOTION_5 = _MOTION_6 = _MOTION_7 = _no_motion
+_MOTION_8 = _MOTION_9 = _MOTION_10 = _MOTION_11 = _MOTION_12 = _MOTION_13 = _MOTION_14 = _MOTION_15 = _no_motion
+_JOINT_0 = _JOINT_1 = _JOINT_2 = _JOINT_3 = _JOINT_4 = _JOINT_5 = _JOINT_6 = _JOINT_7 = _no_joint_law
+_JOINT_8 = _JOINT_9 = _JOINT_10 = _JOINT_11 = _JOINT_12 = _JOINT_13 = _JOINT_14 = _JOINT_15 = _no_joint_law
+#: The switches: (slot prefix, registry, kernel of an empty slot).
+_SWITCHES = (("_FORCE_", FORCE_KERNELS, _no_force), ("_MOTION_", MOTION_LAWS, _no_motion),
+             ("_JOINT_", JOINT_LAWS, _no_joint_law))
 
-#: fingerprint of a force-kernel registry -> {name: its stepping kernels compiled against it}
+#: The stepping kernels numba inlines into their callers (at its IR level): a law row is evaluated several times
+#: per evaluation, and a call with its two parameter slices costs ~100 ns (measured on a 16-row tree).
+_INLINED = ("_motion_row", "_motion_law")
+
+#: fingerprint of the registries -> {name: the stepping kernels compiled against them}
 _BOUND: dict[str, dict] = {}
 
 
 def bound_kernels() -> dict:
-    """{name: numba dispatcher} of the stepping kernels (``fused_run`` the entry) compiled against the force
-    kernels registered now (sim.plugins.force_kernel_table), and "slots": {kernel name: its kind in the switch};
-    made once per registry content and process."""
-    kernels, slots, fingerprint = force_kernel_table()
+    """{name: numba dispatcher} of the stepping kernels (``fused_run`` the entry) compiled against the kernels
+    registered now (force models, motion laws, joint laws: sim.plugins.KernelRegistry), and "slots",
+    "motion_slots", "joint_slots": {kernel name: its kind in the switch}; made once per registry content and
+    process."""
+    tables = [(prefix, registry, registry.table(), empty) for prefix, registry, empty in _SWITCHES]
+    fingerprint = "-".join(table[2] for _, _, table, _ in tables)
     bound = _BOUND.get(fingerprint)
     if bound is not None:
         return bound
+    templates = _stepper_templates(fingerprint)
+    called = set().union(*(template.__code__.co_names for template in templates))
     namespace = dict(globals())
-    for slot in range(MAX_FORCE_KERNELS):
-        namespace[f"_FORCE_{slot}"] = kernels[slot] if slot < len(kernels) else _no_force
-    if f"_FORCE_{MAX_FORCE_KERNELS - 1}" not in _stepper_templates(fingerprint)[0].__code__.co_names:
-        raise RuntimeError(f"the force switch of sim/fused.py has fewer than MAX_FORCE_KERNELS = {MAX_FORCE_KERNELS}")
-    bound = {"slots": slots}
-    for template in _stepper_templates(fingerprint):
+    for prefix, registry, (kernels, _, _), empty in tables:
+        if f"{prefix}{registry.capacity - 1}" not in called:
+            raise RuntimeError(f"the switch {prefix}* of sim/fused.py has fewer than {registry.capacity} slots")
+        for slot in range(registry.capacity):
+            namespace[f"{prefix}{slot}"] = kernels[slot] if slot < len(kernels) else empty
+    bound = {"slots": tables[0][2][1], "motion_slots": tables[1][2][1], "joint_slots": tables[2][2][1]}
+    for template in templates:
         if template.__code__.co_freevars != ("fingerprint",):
             raise RuntimeError(f"{template.__name__}: closure variables {template.__code__.co_freevars}, expected "
                                "the fingerprint only")
@@ -500,7 +586,8 @@ def bound_kernels() -> dict:
                                         (pytypes.CellType(fingerprint),))
         function.__qualname__ = template.__qualname__
         function.__doc__ = template.__doc__
-        namespace[name] = bound[name] = njit(cache=True)(function)
+        inline = "always" if name in _INLINED else "never"
+        namespace[name] = bound[name] = njit(cache=True, inline=inline)(function)
     _BOUND[fingerprint] = bound
     return bound
 
@@ -568,10 +655,10 @@ def pack_outputs(parent, buf, q_rest, passive, out):
     in the world frame about O_0."""
     nb = parent.shape[0]
     n = nb - 1
-    (g, eta, Xj, AdJ, zeta, f_ext, f_gravity, M_added, Mstar, Pistar, H, eta_d, q, qd, qdd, tau,
-     base_pose, base_twist, base_acc, base_wrench) = _data_views(nb, n, buf)
+    v = _data_views(nb, n, buf)
+    q, g = v.q, v.g
     o = 0
-    for arr in (q, qd, qdd, tau):
+    for arr in (q, v.qd, v.qdd, v.tau):
         for k in range(n):
             out[o + k] = arr[k]
         o += n
@@ -584,39 +671,50 @@ def pack_outputs(parent, buf, q_rest, passive, out):
     _matrix_to_quat(g[0, :3, :3], out[o:o + 4])
     o += 4
     for a in range(6):
-        out[o + a] = eta[0, a]
-        out[o + 6 + a] = base_wrench[a]
+        out[o + a] = v.eta[0, a]
+        out[o + 6 + a] = v.base_wrench[a]
     o += 12
-    ext = wrench_sum_world(g, f_ext)
+    ext = wrench_sum_world(g, v.f_ext)
     for a in range(6):
         out[o + a] = ext[a]
 
 
 # ----------------------------------------------------------------------------------------- planning
+def _compiled(law) -> bool:
+    """Whether a law runs its registered kernel: its own class names one (sim.plugins.Packed.declares_kernel; a
+    subclass that does not may compute otherwise) and its parameters are packed."""
+    return isinstance(law, Packed) and type(law).declares_kernel() and law.packed is not None
+
+
 def _kernel_motion_law(law):
-    """(kernel-form law, scale) of a motion law: the law itself or its ``fused_form()`` if that has a kernel
-    form, with scale 1.0; for a :class:`ScaledMotion` the kernel form of its source and scale = ratio (the
-    product of the ratios of nested ScaledMotions: equal to the Python path's numbers to rounding only, one
-    level exactly). A held law is returned as itself, so its values are read live at every call. None if the
-    law has no kernel form."""
+    """(kernel-form law, scale) of a motion law: the law itself or its ``fused_form()`` if that runs a registered
+    kernel, with scale 1.0; for a :class:`ScaledMotion` the kernel form of its source and scale = ratio (the
+    product of the ratios of nested ScaledMotions: equal to the Python path's numbers to rounding only, one level
+    exactly). None if the law has no kernel form."""
     scale = 1.0
     while type(law) is ScaledMotion:
         scale *= law.ratio
         law = law.source
-    if type(law) in _KERNEL_LAWS:
+    if isinstance(law, MotionLaw) and _compiled(law):
         return law, scale
     form = getattr(law, "fused_form", None)
     if form is not None:
         law = form()
-        if type(law) in _KERNEL_LAWS:
+        if isinstance(law, MotionLaw) and _compiled(law):
             return law, scale
     return None
 
 
+#: The reference row of a joint law without a reference (its kernel receives zeros, as JointLaw.torque passes).
+_NO_REFERENCE_LAW = Constant(0.0)
+
+
 def _kernel_joint_law(law):
-    """The TrackingSpring equivalent of a Python joint law (itself or its ``fused_form()``), or None."""
-    form = law if type(law) is TrackingSpring else getattr(law, "fused_form", lambda: None)()
-    if type(form) is TrackingSpring and _kernel_motion_law(form.source) is not None:
+    """The kernel form of a Python joint law (itself or its ``fused_form()``) when it runs a registered kernel and
+    its reference motion law, if any, has a kernel form; else None."""
+    form = law if _compiled(law) else getattr(law, "fused_form", lambda: None)()
+    if isinstance(form, JointLaw) and _compiled(form) and (
+            form.reference is None or _kernel_motion_law(form.reference) is not None):
         return form
     return None
 
@@ -640,31 +738,29 @@ def fused_unsupported(model: Model, integrator: str) -> str | None:
     return None
 
 
-def _gather_forces(force_models, slots: dict[str, int]) -> tuple:
-    """The fused kernels' ``forces`` argument: (kinds (m,) int64 slots, fpar, ipar (every model's packed parameters,
-    concatenated), offsets (m + 1, 2) int64 start of each model's in fpar and ipar). Each force model's packed
-    arrays become views into these (its outputs, e.g. the last wrenches, then show the steps of this stepper, as
-    they show those of ``apply``)."""
-    m = len(force_models)
-    kinds = np.array([slots[fm.fused_kernel] for fm in force_models], dtype=np.int64)
+def kernel_table(instances, slots: dict[str, int], share: bool = False) -> KernelTable:
+    """The KernelTable of plug-in instances (each with ``fused_kernel`` and ``packed``). With ``share``, each
+    instance's packed arrays become views into the table's (the outputs its kernel writes, e.g. a force model's
+    last wrenches, then show the steps of the stepper, as they show those of its Python form); without, the table
+    holds a copy (a law may sit in several rows, or in several steppers)."""
+    m = len(instances)
+    kinds = np.array([slots[x.fused_kernel] for x in instances], dtype=np.int64)
     offsets = np.zeros((m + 1, 2), dtype=np.int64)
-    for i, fm in enumerate(force_models):
-        offsets[i + 1] = offsets[i] + (fm.packed[0].size, fm.packed[1].size)
-    fpar = np.concatenate([fm.packed[0] for fm in force_models] + [np.zeros(0)])
-    ipar = np.concatenate([fm.packed[1] for fm in force_models] + [np.zeros(0, dtype=np.int64)])
-    for i, fm in enumerate(force_models):
-        fm.packed = (fpar[offsets[i, 0]:offsets[i + 1, 0]], ipar[offsets[i, 1]:offsets[i + 1, 1]])
-    return kinds, fpar, ipar, offsets
+    for i, x in enumerate(instances):
+        offsets[i + 1] = offsets[i] + (x.packed[0].size, x.packed[1].size)
+    fpar = np.concatenate([x.packed[0] for x in instances] + [np.zeros(0)])
+    ipar = np.concatenate([x.packed[1] for x in instances] + [np.zeros(0, dtype=np.int64)])
+    if share:
+        for i, x in enumerate(instances):
+            x.packed = (fpar[offsets[i, 0]:offsets[i + 1, 0]], ipar[offsets[i, 1]:offsets[i + 1, 1]])
+    return KernelTable(kinds, fpar, ipar, offsets)
 
 
 class FusedStepper:
     """The fused path for one Simulation (its Model, Data and state layout); see :func:`fused_run`.
 
-    ``laws`` (the kernel's law table): act_index (n_a,) actuated joints; law_kind (n_a + n_s,) LAW_*;
-    law_par (n_a + n_s, 4); poly (n_a + n_s, 3, P); poly_len (n_a + n_s, 3) -- rows 0..n_a-1 the actuated
-    joints' laws, rows n_a.. the sources of the tracking springs; spring_index (n_s,) their joints;
-    spring_par (n_s, 3) (k, mu, ratio); source_index (n_s,) = 0..n_s-1 (outputs of the source rows);
-    law_scale (n_a + n_s,) each row's factor (a ScaledMotion's ratio, else 1)."""
+    ``laws``: the :class:`LawTable` of the model's motion and joint laws; ``forces``: the :class:`KernelTable` of
+    its force models."""
 
     def __init__(self, model: Model, data, passive_index: np.ndarray, fixed_pose: np.ndarray,
                  integrator: str = "rk4", jacobian: np.ndarray | None = None, w_inverse: np.ndarray | None = None,
@@ -678,41 +774,22 @@ class FusedStepper:
         self.refresh = np.zeros(3, dtype=np.int64) if refresh is None else refresh
         self.groups = np.zeros((0, 0), dtype=np.int64) if groups is None else groups
         self.branch = np.zeros(0, dtype=np.int64) if branch is None else branch
+        bound = bound_kernels()
+        self._run = bound["fused_run"]
         acts = sorted(model.motion_laws)
-        springs = [(k, _kernel_joint_law(law)) for k, law in model.python_laws]
-        forms = [_kernel_motion_law(model.motion_laws[k]) for k in acts]
-        forms += [_kernel_motion_law(spring.source) for _, spring in springs]
+        joints = [(k, _kernel_joint_law(law)) for k, law in model.python_laws]
+        references = [_NO_REFERENCE_LAW if law.reference is None else law.reference for _, law in joints]
+        forms = [_kernel_motion_law(law) for law in [model.motion_laws[k] for k in acts] + references]
         rows = [law for law, _ in forms]
-        law_scale = np.array([scale for _, scale in forms], dtype=float)
-        n_rows = len(rows)
-        law_kind = np.zeros(n_rows, dtype=np.int64)
-        self.law_par = np.zeros((n_rows, 4))
-        width = max([law.coefficients.size for law in rows if type(law) is Polynomial], default=1)
-        poly = np.zeros((n_rows, 3, width))        # coefficients of r, r_d, r_dd (rad/s^k or m/s^k)
-        poly_len = np.ones((n_rows, 3), dtype=np.int64)
-        self._held = []                            # [(row, law)] values read once per call
-        for row, law in enumerate(rows):
-            if type(law) is Sinusoid:
-                law_kind[row] = LAW_SINUSOID
-                self.law_par[row] = (law.amplitude, law.omega, law.phase, law.offset)
-            elif type(law) is RampedSinusoid:
-                law_kind[row] = LAW_RAMPED_SINUSOID
-                self.law_par[row] = (law.amplitude, law.omega, law.phase, law.ramp_time)
-            elif type(law) is Polynomial:
-                law_kind[row] = LAW_POLYNOMIAL
-                for d, p in enumerate((law._poly, law._d1, law._d2)):
-                    coef = np.asarray(p.coef, dtype=float)
-                    poly[row, d, :coef.size] = coef
-                    poly_len[row, d] = coef.size
-            else:
-                law_kind[row] = LAW_HELD
-                self._held.append((row, law))
-        n_s = len(springs)
-        spring_par = np.array([(s.k, s.mu, s.ratio) for _, s in springs], dtype=float).reshape(n_s, 3)
-        self.laws = (np.array(acts, dtype=np.int64), law_kind, self.law_par, poly, poly_len,
-                     np.array([k for k, _ in springs], dtype=np.int64), spring_par, np.arange(n_s, dtype=np.int64),
-                     law_scale)
-        self.scratch = (np.zeros(model.n), np.zeros(model.n), np.zeros(n_s), np.zeros(n_s), np.zeros(n_s))
+        motions = kernel_table(rows, bound["motion_slots"])
+        # rows whose parameters are set from outside between calls (ExternalMotion): (fpar start, stop, law)
+        self._live = [(int(motions.offsets[row, 0]), int(motions.offsets[row + 1, 0]), law)
+                      for row, law in enumerate(rows) if law.live]
+        self.laws = LawTable(motions, np.array([scale for _, scale in forms], dtype=float),
+                             np.array(acts, dtype=np.int64), kernel_table([law for _, law in joints],
+                                                                          bound["joint_slots"]),
+                             np.array([k for k, _ in joints], dtype=np.int64))
+        self.scratch = Scratch(np.zeros(model.n), np.zeros(model.n))
         self.passive = np.ascontiguousarray(passive_index, dtype=np.int64)
         self.mode = model._mode_code
         if self.mode == 2:
@@ -724,12 +801,10 @@ class FusedStepper:
             self.held_pose = np.array(fixed_pose, dtype=float)
             self.held_twist = np.zeros(6)
             self.acc_in = np.zeros(6)
-        bound = bound_kernels()
-        self._run = bound["fused_run"]
-        self.forces = _gather_forces(model.force_models, bound["slots"])
+        self.forces = kernel_table(model.force_models, bound["slots"], share=True)
         self.cache_t = np.zeros(2)                 # (t of fsal s, valid flag)
         self.cache_tau = np.zeros(model.n)
-        self.cache_par = np.zeros_like(self.law_par)
+        self.cache_par = np.zeros_like(motions.fpar)
         self.work = None
         self.fsal = None
         self._one_time = np.zeros(1)           # advance(): one record, its time (s) ...
@@ -749,22 +824,22 @@ class FusedStepper:
         """Whether Data holds the evaluation at (t, y) with these applied torques and the current law values."""
         if self.work is None:
             return False
-        if self._held:
-            self._read_held()
+        self._read_live()
         return inputs_match(self.cache_t, t, self.work[4], y, self.cache_tau, tau_applied, self.cache_par,
-                            self.law_par)
+                            self.laws.motions.fpar)
 
-    def _read_held(self) -> None:
-        for row, law in self._held:
-            self.law_par[row, :3] = law.evaluate(0.0)
+    def _read_live(self) -> None:
+        """The current parameters of the live laws into the law table (they hold over a call)."""
+        fpar = self.laws.motions.fpar
+        for start, stop, law in self._live:
+            fpar[start:stop] = law.packed[0]
 
     def _prepare(self, t: float, y: np.ndarray) -> None:
         if self.work is None or self.work.shape[1] != y.shape[0]:
             self.work = np.zeros((5, y.shape[0]))
             self.fsal = np.zeros(y.shape[0])
             self.invalidate()
-        if self._held:
-            self._read_held()
+        self._read_live()
         self.data.t = t
 
     def advance(self, t: float, y: np.ndarray, dt: float, n_steps: int, tau_applied: np.ndarray):

@@ -12,7 +12,7 @@ from pathlib import Path
 #: Sources whose compiled code ends up inside the kernels (a kernel inlines the kernels it calls from other files,
 #: and the module constants it reads).
 KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py",
-                  "plugins.py")
+                  "plugins.py", "laws.py")
 #: Written next to numba's cache files: the hash of KERNEL_SOURCES and the numba version they were compiled with.
 STAMP_NAME = "kernels.stamp"
 _checked = False

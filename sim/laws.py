@@ -5,11 +5,16 @@ One signature per plug-in kind (docs/sim-api.md):
   at time t (s); the joint is not integrated, its motion is imposed (Porez et al. 2014, section III, J_a).
 - ``JointLaw.torque(t, r, r_d) -> tau``: torque (N m) or force (N) of a passive joint (J_p).
 
+A law that runs compiled is a plug-in (sim/plugins.py, docs/extending.md): a :class:`sim.plugins.ParamLayout`, a
+numba kernel registered by name (``register_motion_law`` / ``register_joint_law``) and a class naming it
+(``fused_kernel``) that packs its parameters once; its Python form (``evaluate`` / ``torque``) is that kernel, and
+the fused stepper (sim/fused.py) calls the same kernel, so both paths give the same numbers. The built-in ones
+below are written so: :class:`Constant`, :class:`Sinusoid`, :class:`Polynomial`, :class:`RampedSinusoid`,
+:class:`ExternalMotion` (parameters set from outside between calls: ``live``) and :class:`TrackingSpring`.
+:class:`ScaledMotion` of a compiled law is compiled too (the stepper multiplies its row by the ratio).
 :class:`ViscoElastic` joints are gathered by the model into arrays ``k, mu, r0`` (n,) and evaluated inside the
-numba kernel (``tau = -k (r - r0) - mu r_d``); the other laws are called from Python, except on the fused RK4
-path (sim/fused.py), whose kernel also evaluates :class:`Sinusoid`, :class:`Polynomial`,
-:class:`RampedSinusoid` and :class:`ScaledMotion` with the same operations and reads :class:`Constant` /
-:class:`ExternalMotion` once per call.
+recursions (``tau = -k (r - r0) - mu r_d``). :class:`Spline` and the ``Callable*`` laws are Python only (a model
+using them takes the Python path).
 """
 from __future__ import annotations
 
@@ -17,96 +22,168 @@ import math
 from typing import Callable, Sequence
 
 import numpy as np
+from numba import njit
+
+from .plugins import (JOINT_LAWS, MOTION_LAWS, Packed, ParamLayout, float_scalar, float_vector, packed_scalar,
+                      register_joint_law, register_motion_law)
 
 
-class MotionLaw:
-    """Imposed motion of an actuated joint."""
+class MotionLaw(Packed):
+    """Imposed motion of an actuated joint. A compiled law names its registered kernel (``fused_kernel``) and packs
+    its parameters (``self.pack(...)``): ``evaluate`` is then that kernel; a Python law overrides ``evaluate``."""
+    registry = MOTION_LAWS
+    #: Whether the packed parameters may change between two calls of the fused stepper (set from outside, as
+    #: :meth:`ExternalMotion.set` does): the stepper then reads them at every call, else once.
+    live = False
 
     def evaluate(self, t: float) -> tuple[float, float, float]:
         """Return (r, r_d, r_dd) at time t in s (rad, rad/s, rad/s^2 or m, m/s, m/s^2)."""
-        raise NotImplementedError
+        if self.packed is None:
+            raise NotImplementedError(f"{type(self).__name__} has neither evaluate() nor a packed kernel")
+        return self.kernel(t, *self.packed)
 
 
-class JointLaw:
-    """Torque law of a passive joint."""
+#: The reference of a joint law without one (the kernel receives zeros).
+NO_REFERENCE = (0.0, 0.0, 0.0)
+
+
+class JointLaw(Packed):
+    """Torque law of a passive joint. A compiled law names its registered kernel (``fused_kernel``), packs its
+    parameters and may name a motion law, ``reference``, whose (r, r_d, r_dd) its kernel receives (a spring about
+    a moving reference); ``torque`` is then that kernel; a Python law overrides ``torque``."""
+    registry = JOINT_LAWS
+    reference: MotionLaw | None = None
 
     def torque(self, t: float, r: float, r_d: float) -> float:
         """Return the joint torque (N m, or N for a prismatic joint) at time t (s), position r, velocity r_d."""
-        raise NotImplementedError
+        if self.packed is None:
+            raise NotImplementedError(f"{type(self).__name__} has neither torque() nor a packed kernel")
+        reference = NO_REFERENCE if self.reference is None else self.reference.evaluate(t)
+        return self.kernel(t, r, r_d, *reference, *self.packed)
 
 
 # ----------------------------------------------------------------------------------------- motion laws
+# Each compiled law: its layout, its kernel (the law's only formula, evaluate() calls it), its registration and
+# its class, together.
+CONSTANT_LAYOUT = ParamLayout(floats=(("value", 0),))
+CONSTANT = CONSTANT_LAYOUT.fields
+
+
+def constant_kernel(t, fpar, ipar):
+    return float_scalar(fpar, ipar, CONSTANT.value), 0.0, 0.0
+
+
+register_motion_law("constant", CONSTANT_LAYOUT, constant_kernel)
+
+
 class Constant(MotionLaw):
     """Joint held at a constant position (rad or m)."""
+    fused_kernel = "constant"
+    value = packed_scalar("value", "the position (rad or m)")
 
     def __init__(self, value: float = 0.0):
-        self.value = float(value)
-
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        return self.value, 0.0, 0.0
+        self.pack(value=float(value))
 
     def __repr__(self) -> str:
         return f"Constant({self.value})"
 
 
+SINUSOID_LAYOUT = ParamLayout(floats=(("amplitude", 0), ("omega", 0), ("phase", 0), ("offset", 0)))
+SINUSOID = SINUSOID_LAYOUT.fields
+
+
+def sinusoid_kernel(t, fpar, ipar):
+    a, w = float_scalar(fpar, ipar, SINUSOID.amplitude), float_scalar(fpar, ipar, SINUSOID.omega)
+    angle = w * t + float_scalar(fpar, ipar, SINUSOID.phase)
+    s = math.sin(angle)
+    return float_scalar(fpar, ipar, SINUSOID.offset) + a * s, a * w * math.cos(angle), -a * w * w * s
+
+
+register_motion_law("sinusoid", SINUSOID_LAYOUT, sinusoid_kernel)
+
+
 class Sinusoid(MotionLaw):
     """``r(t) = offset + amplitude sin(omega t + phase)``; amplitude in rad (or m), omega in rad/s,
     phase in rad. The flapper's stroke ``r = -A cos(w t)`` is ``Sinusoid(A, w, phase=-pi/2)``."""
+    fused_kernel = "sinusoid"
+    amplitude = packed_scalar("amplitude", "rad or m")
+    omega = packed_scalar("omega", "rad/s")
+    phase = packed_scalar("phase", "rad")
+    offset = packed_scalar("offset", "rad or m")
 
     def __init__(self, amplitude: float, omega: float, phase: float = 0.0, offset: float = 0.0):
-        self.amplitude = float(amplitude)
-        self.omega = float(omega)
-        self.phase = float(phase)
-        self.offset = float(offset)
-
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        angle = self.omega * t + self.phase
-        s = math.sin(angle)
-        a, w = self.amplitude, self.omega
-        return self.offset + a * s, a * w * math.cos(angle), -a * w * w * s
+        self.pack(amplitude=float(amplitude), omega=float(omega), phase=float(phase), offset=float(offset))
 
     def __repr__(self) -> str:
         return f"Sinusoid({self.amplitude}, {self.omega}, phase={self.phase}, offset={self.offset})"
 
 
+POLYNOMIAL_LAYOUT = ParamLayout(floats=(("r", 1), ("r_d", 1), ("r_dd", 1)))
+POLYNOMIAL = POLYNOMIAL_LAYOUT.fields
+
+
+@njit(cache=True)
+def _horner(coef, t):
+    """sum_k coef[k] t^k, in numpy's polyval order (Horner from the highest power)."""
+    acc = coef[coef.shape[0] - 1]
+    for i in range(coef.shape[0] - 2, -1, -1):
+        acc = coef[i] + acc * t
+    return acc
+
+
+def polynomial_kernel(t, fpar, ipar):
+    return (_horner(float_vector(fpar, ipar, POLYNOMIAL.r), t), _horner(float_vector(fpar, ipar, POLYNOMIAL.r_d), t),
+            _horner(float_vector(fpar, ipar, POLYNOMIAL.r_dd), t))
+
+
+register_motion_law("polynomial", POLYNOMIAL_LAYOUT, polynomial_kernel)
+
+
 class Polynomial(MotionLaw):
     """``r(t) = sum_k coefficients[k] t^k`` (coefficients in increasing powers, units rad/s^k or m/s^k)."""
+    fused_kernel = "polynomial"
 
     def __init__(self, coefficients: Sequence[float]):
         self.coefficients = np.asarray(coefficients, dtype=float)
         if self.coefficients.ndim != 1 or self.coefficients.size == 0:
             raise ValueError("Polynomial needs a non-empty list of coefficients")
-        self._poly = np.polynomial.Polynomial(self.coefficients)
-        self._d1 = self._poly.deriv(1)
-        self._d2 = self._poly.deriv(2)
+        poly = np.polynomial.Polynomial(self.coefficients)
+        self.pack(r=poly.coef, r_d=poly.deriv(1).coef, r_dd=poly.deriv(2).coef)
 
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        return float(self._poly(t)), float(self._d1(t)), float(self._d2(t))
+
+RAMPED_SINUSOID_LAYOUT = ParamLayout(floats=(("amplitude", 0), ("omega", 0), ("phase", 0), ("ramp_time", 0)))
+RAMPED_SINUSOID = RAMPED_SINUSOID_LAYOUT.fields
+
+
+def ramped_sinusoid_kernel(t, fpar, ipar):
+    a, w = float_scalar(fpar, ipar, RAMPED_SINUSOID.amplitude), float_scalar(fpar, ipar, RAMPED_SINUSOID.omega)
+    ramp_time = float_scalar(fpar, ipar, RAMPED_SINUSOID.ramp_time)
+    angle = w * t + float_scalar(fpar, ipar, RAMPED_SINUSOID.phase)
+    s, c = math.sin(angle), math.cos(angle)
+    x, x_d, x_dd = a * s, a * w * c, -a * w * w * s
+    if ramp_time > 0.0 and t < ramp_time:
+        k = math.pi / ramp_time
+        r, r_d, r_dd = 0.5 * (1.0 - math.cos(k * t)), 0.5 * k * math.sin(k * t), 0.5 * k * k * math.cos(k * t)
+        return r * x, r_d * x + r * x_d, r_dd * x + 2.0 * r_d * x_d + r * x_dd
+    return x, x_d, x_dd
+
+
+register_motion_law("ramped_sinusoid", RAMPED_SINUSOID_LAYOUT, ramped_sinusoid_kernel)
 
 
 class RampedSinusoid(MotionLaw):
     """Sinusoid with a soft start: ``r(t) = amplitude ramp(t) sin(omega t + phase)`` (amplitude rad or m, omega
     rad/s, phase rad), ``ramp(t) = (1 - cos(pi t / ramp_time)) / 2`` for ``0 <= t < ramp_time`` s and 1 after
     (raised cosine: rises from 0 to 1 with zero slope at both ends, so the velocity does not jump); no ramp when
-    ramp_time is 0. r_d and r_dd by the product rule. Evaluated in the fused kernel (sim/fused.py) with the
-    same operations in the same order."""
+    ramp_time is 0. r_d and r_dd by the product rule."""
+    fused_kernel = "ramped_sinusoid"
+    amplitude = packed_scalar("amplitude", "rad or m")
+    omega = packed_scalar("omega", "rad/s")
+    phase = packed_scalar("phase", "rad")
+    ramp_time = packed_scalar("ramp_time", "s")
 
     def __init__(self, amplitude: float, omega: float, phase: float = 0.0, ramp_time: float = 0.0):
-        self.amplitude = float(amplitude)
-        self.omega = float(omega)
-        self.phase = float(phase)
-        self.ramp_time = float(ramp_time)
-
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        a, w = self.amplitude, self.omega
-        angle = w * t + self.phase
-        s, c = math.sin(angle), math.cos(angle)
-        x, x_d, x_dd = a * s, a * w * c, -a * w * w * s
-        if self.ramp_time > 0.0 and t < self.ramp_time:
-            k = math.pi / self.ramp_time
-            r, r_d, r_dd = 0.5 * (1.0 - math.cos(k * t)), 0.5 * k * math.sin(k * t), 0.5 * k * k * math.cos(k * t)
-            return r * x, r_d * x + r * x_d, r_dd * x + 2.0 * r_d * x_d + r * x_dd
-        return x, x_d, x_dd
+        self.pack(amplitude=float(amplitude), omega=float(omega), phase=float(phase), ramp_time=float(ramp_time))
 
     def __repr__(self) -> str:
         return (f"RampedSinusoid({self.amplitude}, {self.omega}, phase={self.phase}, "
@@ -168,18 +245,31 @@ class CallableMotion(MotionLaw):
         return float(r), float(r_d), float(r_dd)
 
 
+EXTERNAL_LAYOUT = ParamLayout(floats=(("r", 0), ("r_d", 0), ("r_dd", 0)))
+EXTERNAL = EXTERNAL_LAYOUT.fields
+
+
+def external_kernel(t, fpar, ipar):
+    return float_scalar(fpar, ipar, EXTERNAL.r), float_scalar(fpar, ipar, EXTERNAL.r_d), float_scalar(fpar, ipar, EXTERNAL.r_dd)
+
+
+register_motion_law("external", EXTERNAL_LAYOUT, external_kernel)
+
+
 class ExternalMotion(MotionLaw):
     """Motion set from outside (emulator physics plant, HIL measured positions): ``set(r, r_d, r_dd)``;
-    ``evaluate`` returns the last values set, whatever t."""
+    ``evaluate`` returns the last values set, whatever t (the fused stepper reads them at every call)."""
+    fused_kernel = "external"
+    live = True
+    r = packed_scalar("r", "rad or m")
+    r_d = packed_scalar("r_d", "rad/s or m/s")
+    r_dd = packed_scalar("r_dd", "rad/s^2 or m/s^2")
 
     def __init__(self, r: float = 0.0, r_d: float = 0.0, r_dd: float = 0.0):
-        self.r, self.r_d, self.r_dd = float(r), float(r_d), float(r_dd)
+        self.pack(r=float(r), r_d=float(r_d), r_dd=float(r_dd))
 
     def set(self, r: float, r_d: float = 0.0, r_dd: float = 0.0) -> None:
-        self.r, self.r_d, self.r_dd = float(r), float(r_d), float(r_dd)
-
-    def evaluate(self, t: float) -> tuple[float, float, float]:
-        return self.r, self.r_d, self.r_dd
+        self.packed[0][:3] = float(r), float(r_d), float(r_dd)
 
 
 # ----------------------------------------------------------------------------------------- joint laws
@@ -207,21 +297,31 @@ class Free(ViscoElastic):
         return "Free()"
 
 
+TRACKING_SPRING_LAYOUT = ParamLayout(floats=(("k", 0), ("mu", 0), ("ratio", 0)))
+TRACKING_SPRING = TRACKING_SPRING_LAYOUT.fields
+
+
+def tracking_spring_kernel(t, r, r_d, ref_r, ref_rd, ref_rdd, fpar, ipar):
+    ratio = float_scalar(fpar, ipar, TRACKING_SPRING.ratio)
+    return (-float_scalar(fpar, ipar, TRACKING_SPRING.k) * (r - ratio * ref_r)
+            - float_scalar(fpar, ipar, TRACKING_SPRING.mu) * (r_d - ratio * ref_rd))
+
+
+register_joint_law("tracking_spring", TRACKING_SPRING_LAYOUT, tracking_spring_kernel)
+
+
 class TrackingSpring(JointLaw):
     """Spring-damper about a moving reference: ``tau = -k (r - ratio theta(t)) - mu (r_d - ratio theta_d(t))``
-    (N m or N), with (theta, theta_d) from the motion law ``source`` (e.g. a fin driven through a linkage by
-    a servo: k N m/rad, mu N m s/rad, ratio rad/rad). A Python joint law everywhere, evaluated in the kernel
-    by the fused path (sim/fused.py) when ``source`` has a kernel form."""
+    (N m or N), with (theta, theta_d) from the motion law ``source`` (its ``reference``; e.g. a fin driven
+    through a linkage by a servo: k N m/rad, mu N m s/rad, ratio rad/rad). Compiled when ``source`` is."""
+    fused_kernel = "tracking_spring"
+    k = packed_scalar("k", "N m/rad or N/m")
+    mu = packed_scalar("mu", "N m s/rad or N s/m")
+    ratio = packed_scalar("ratio", "rad/rad (or m per unit of the source)")
 
     def __init__(self, source: MotionLaw, ratio: float, k: float, mu: float):
-        self.source = source
-        self.ratio = float(ratio)
-        self.k = float(k)
-        self.mu = float(mu)
-
-    def torque(self, t: float, r: float, r_d: float) -> float:
-        theta, theta_d, _ = self.source.evaluate(t)
-        return -self.k * (r - self.ratio * theta) - self.mu * (r_d - self.ratio * theta_d)
+        self.source = self.reference = source
+        self.pack(k=float(k), mu=float(mu), ratio=float(ratio))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.source!r}, ratio={self.ratio}, k={self.k}, mu={self.mu})"

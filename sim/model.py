@@ -51,9 +51,13 @@ def layout_shapes(fields, nb: int, n: int) -> list[tuple[str, tuple[int, ...]]]:
 
 DATA_DIMS = kernel_dims(DATA_FIELDS)
 MODEL_DIMS = kernel_dims(MODEL_FIELDS)
+#: The kernels' views of the two buffers, one field per array of the layout, by name (sim.dynamics._data_views,
+#: _model_views: ``views.f_ext``), so that no kernel matches the arrays by position.
+DataViews = namedtuple("DataViews", [name for name, _ in DATA_FIELDS])
+ModelViews = namedtuple("ModelViews", [name for name, _ in MODEL_FIELDS])
 #: Field numbers of the two layouts by name (DATA_INDEX.f_ext), for the kernels.
-DATA_INDEX = namedtuple("DataIndex", [name for name, _ in DATA_FIELDS])(*range(len(DATA_FIELDS)))
-MODEL_INDEX = namedtuple("ModelIndex", [name for name, _ in MODEL_FIELDS])(*range(len(MODEL_FIELDS)))
+DATA_INDEX = DataViews(*range(len(DATA_FIELDS)))
+MODEL_INDEX = ModelViews(*range(len(MODEL_FIELDS)))
 
 _FROZEN_ARRAYS = ("parent", "joint_placement", "joint_axis", "inertia", "actuated", "q_rest", "gravity",
                   "base_pose", "law_k", "law_mu", "law_r0")

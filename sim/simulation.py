@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from .dynamics import hybrid_step
-from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, output_layout,
-                    pack_outputs, wrench_sum_world)
+from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, normalize_quaternion,
+                    output_layout, pack_outputs, wrench_sum_world)
 from .integrators import (INTEGRATORS, JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, dopri5_advance, passive_branches,
                           passive_jacobian, rk4_step, rosw_matrix, rosw_step)
 from .model import Data, Model
@@ -160,7 +160,7 @@ class Simulation:
         return dy
 
     def _normalize(self, y: np.ndarray) -> np.ndarray:
-        y[3:7] /= math.sqrt(float(y[3:7] @ y[3:7]))
+        normalize_quaternion(y)
         return y
 
     def step(self) -> None:

@@ -39,7 +39,8 @@ COMPILE_ESTIMATE_S = 70
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
-                 ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"))
+                 ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
+                 ("sim.dynamics", "_recursions_packed"))
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,9 @@ def exercise(model, dt: float) -> None:
 
 
 def kernel_dispatchers() -> dict[str, object]:
-    """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules, the stepping
-    kernels bound to the force-kernel registry (sim.fused.bound_kernels) included."""
+    """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules, the registered
+    plug-in kernels (sim.plugins: "registry kind:name") and the stepping kernels bound to the registries
+    (sim.fused.bound_kernels) included."""
     from numba.core.registry import CPUDispatcher
 
     found = {}
@@ -119,10 +121,16 @@ def kernel_dispatchers() -> dict[str, object]:
         for attr, value in vars(module).items():
             if isinstance(value, CPUDispatcher) and value.py_func.__module__ == name:
                 found[f"{name}.{attr}"] = value
+    plugins = sys.modules.get("sim.plugins")
+    if plugins is not None:
+        for registry in (plugins.FORCE_KERNELS, plugins.MOTION_LAWS, plugins.JOINT_LAWS):
+            kernels, slots, _ = registry.table()
+            found.update({f"{registry.kind}:{name}": kernels[slot] for name, slot in slots.items()})
     fused = sys.modules.get("sim.fused")
     if fused is not None:
         for bound in fused._BOUND.values():
-            found.update({f"sim.fused.{attr}": value for attr, value in bound.items() if attr != "slots"})
+            found.update({f"sim.fused.{attr}": value for attr, value in bound.items()
+                          if isinstance(value, CPUDispatcher)})
     return found
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from sim import load_urdf
-from sim.fused import TrackingSpring, _motion_laws
+from sim.fused import TrackingSpring, bound_kernels
 from sim.laws import (Constant, ExternalMotion, Free, Polynomial, RampedSinusoid, ScaledMotion, Sinusoid, Spline,
                       ViscoElastic)
 from sim.simulation import Simulation
@@ -61,8 +61,8 @@ def _all_actuated_tree(tmp_path, laws, seed=1, base_mode="floating"):
 
 
 def test_kernel_law_values_equal_python_values_bitwise(tmp_path):
-    """The fused path's law table (FusedStepper.laws) evaluated by the kernel gives exactly the numbers of
-    each law's ``evaluate`` at times inside the ramp, at its end and after it."""
+    """The fused path's law table (FusedStepper.laws) evaluated by the stepper's kernel gives exactly the numbers
+    of each law's ``evaluate`` at times inside the ramp, at its end and after it."""
     external = ExternalMotion(0.3, -1.1, 4.0)
     laws = [RAMP, RampedSinusoid(0.2, 7.0, phase=-1.0, ramp_time=0.0),
             ScaledMotion(RAMP, 0.375), ScaledMotion(Sinusoid(0.4, 5.0, 0.2, 0.1), -1.3),
@@ -71,17 +71,15 @@ def test_kernel_law_values_equal_python_values_bitwise(tmp_path):
     sim = Simulation(_all_actuated_tree(tmp_path, laws), "rk4", 1e-3)
     assert sim.path == "fused", sim.fused_unsupported
     stepper = sim._fused
-    act_index, law_kind, law_par, poly, poly_len, _, _, _, law_scale = stepper.laws
-    assert list(law_scale) == [1.0, 1.0, 0.375, -1.3, 0.7, 3.0, 0.75]
-    n = len(laws)
+    assert list(stepper.laws.scale) == [1.0, 1.0, 0.375, -1.3, 0.7, 3.0, 0.75]
+    assert list(stepper.laws.act_index) == list(range(len(laws)))
+    motion_row = bound_kernels()["_motion_row"]
     for value in (0.3, -0.8):
-        external.set(value, 2.0 * value, -value)    # held rows read the live source law, not a copy
-        stepper._read_held()
+        external.set(value, 2.0 * value, -value)    # live rows read the source law's parameters at every call
+        stepper._read_live()
         for t in (0.0, 0.013, 0.25, RAMP.ramp_time - 1e-3, RAMP.ramp_time, 0.5005, 1.7):
-            q, qd, qdd = np.zeros(n), np.zeros(n), np.zeros(n)
-            _motion_laws(t, act_index, law_kind, law_par, poly, poly_len, law_scale, 0, q, qd, qdd)
             for k, law in enumerate(laws):
-                assert (q[k], qd[k], qdd[k]) == law.evaluate(t), (k, law, t)
+                assert motion_row(t, stepper.laws, k) == law.evaluate(t), (k, law, t)
 
 
 def test_scaled_motion_qualifies_only_with_a_qualifying_source(tmp_path):

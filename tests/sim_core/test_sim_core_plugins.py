@@ -7,8 +7,6 @@ and the kernels' views of the Data and Model buffers are the layouts of sim/mode
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,22 +20,10 @@ from sim.spatial import pose, spatial_inertia
 from sim.testing import assert_paths_agree
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN_FILE = Path(__file__).with_name("plugin_constant_force.py")
 #: Momentum theorem over the run: the integrators are exact for a constant acceleration, so only rounding is left.
 MOMENTUM_RTOL = 1e-12
 #: The force goes through the centre of mass and the body starts without rotation: it must not start rotating.
 NO_ROTATION = 1e-12
-
-
-def _load_plugin():
-    """Import the plug-in from its file (once per process, as any module: numba's cache finds it by its name)."""
-    module = sys.modules.get("plugin_constant_force")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("plugin_constant_force", PLUGIN_FILE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return module
 
 
 def _two_body_model(force_models=()):
@@ -67,11 +53,11 @@ def _centre_of_mass(model) -> np.ndarray:
     return moment / total
 
 
-def test_example_plugin_runs_compiled_and_in_python_and_obeys_the_momentum_theorem():
+def test_example_plugin_runs_compiled_and_in_python_and_obeys_the_momentum_theorem(constant_force_plugin):
     """The plug-in's force F through the centre of mass of a free rigid body turned and moving: after T the linear
     momentum has changed by F T on both paths (to rounding), the body has not started to rotate, and the fused
     path gives the Python path's numbers."""
-    plugin = _load_plugin()
+    plugin = constant_force_plugin
     force = np.array([0.3, -0.2, 0.5])                                   # N, world frame
     model = _two_body_model()
     centre = _centre_of_mass(model)
@@ -99,10 +85,9 @@ def test_example_plugin_runs_compiled_and_in_python_and_obeys_the_momentum_theor
         assert np.allclose(sim.data.g[0, :3, :3] @ sim.data.f_ext[0, :3], force, rtol=0, atol=1e-14)
 
 
-def test_the_core_does_not_name_the_plugin():
+def test_the_core_does_not_name_the_plugin(constant_force_plugin):
     """Adding the plug-in took no edit of sim/: no file there names it, and the fused stepper bound to the registry
     has a slot for it."""
-    _load_plugin()
     from sim.fused import bound_kernels
     for path in (ROOT / "sim").rglob("*.py"):
         text = path.read_text()
