@@ -31,6 +31,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -50,6 +51,8 @@ MAX_IDLE_S = 2e-3
 MAX_CATCH_UP_S = 0.5
 #: While the e-stop is latched, setpoints are NACKed at most this often, s (a 500 Hz host would flood the link).
 ESTOP_NACK_INTERVAL_S = 0.1
+#: ``--firmware`` given without a program: build the C host port (firmware_interface.c_firmware.build)
+BUILD_FIRMWARE = "build"
 #: NACK reasons a SETPOINTS frame can be refused with, as named in the applied log.
 SETPOINT_REFUSALS = {p.NACK_ESTOP_LATCHED: "estop_latched", p.NACK_CHANNEL_COUNT: "channel_count",
                      p.NACK_OUT_OF_RANGE: "out_of_range"}
@@ -353,17 +356,20 @@ class Emulator(PtyDevice):
         """Release the rig's e-stop button (thread- and signal-safe: handled by the loop)."""
         self._button_released.set()
 
-    def _send(self, frames: list[bytes], now: float) -> None:
+    def _line(self, frame: bytes) -> bytes | None:
+        """A frame as the injected line faults leave it: dropped (None), a bit flipped, or after a noise burst."""
         f = self.faults
+        frame = line_fault(frame, self.rng, f.drop_rate, f.corrupt_rate, f.counts, margin=1)  # not 0x00 ends
+        if frame is not None and f.burst_rate and self.rng.random() < f.burst_rate:
+            f.counts["bursts"] += 1
+            frame = self.rng.randbytes(f.burst_bytes) + frame
+        return frame
+
+    def _send(self, frames: list[bytes], now: float) -> None:
         for frame in frames:
             self.device.frames_tx += 1
-            frame = line_fault(frame, self.rng, f.drop_rate, f.corrupt_rate, f.counts, margin=1)  # not 0x00 ends
-            if frame is None:
-                continue
-            if f.burst_rate and self.rng.random() < f.burst_rate:
-                f.counts["bursts"] += 1
-                frame = self.rng.randbytes(f.burst_bytes) + frame
-            if not self.link.queue(frame, now):
+            frame = self._line(frame)
+            if frame is not None and not self.link.queue(frame, now):
                 self.device.tx_dropped += 1
 
     def _corrupt_rx(self, data: bytes) -> bytes:
@@ -437,6 +443,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stats", default=None, metavar="FILE",
                         help="also write the statistics as JSON to FILE, replaced whole every second and at exit")
     add_applied_log_argument(parser)
+    parser.add_argument("--firmware", nargs="?", const=BUILD_FIRMWARE, default=None, metavar="PROGRAM",
+                        help="run the rig's C firmware (firmware_interface/firmware/rig, docs/firmware.md) instead "
+                        "of the Python device logic: PROGRAM is a built host port (rig_host); without it, gcc "
+                        "builds one into ~/.cache/mms-hil")
     add_rt_priority(parser)
     dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
     dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
@@ -446,7 +456,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: options of `mms emulate` (their argparse names) that only one kind of rig takes, and what the other has instead
-SERIAL_ONLY = ("plant", "burst_rate", "burst_bytes", "rx_byte_error_rate", "disconnect_after")
+SERIAL_ONLY = ("plant", "firmware", "burst_rate", "burst_bytes", "rx_byte_error_rate", "disconnect_after")
 DYNAMIXEL_ONLY = ("missing_ids", "hw_error")
 NOT_FOR = {
     "dynamixel": (SERIAL_ONLY, "not an option of a Dynamixel bus (no plant, no serial-line noise; its faults: "
@@ -491,10 +501,16 @@ def run(args: argparse.Namespace) -> int:
     faults = Faults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate, burst_rate=args.burst_rate,
                     burst_bytes=max(1, args.burst_bytes), rx_byte_error_rate=args.rx_byte_error_rate,
                     disconnect_after_s=args.disconnect_after)
-    emulator = Emulator(rig, plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed,
-                        rt_priority=args.rt_priority,
-                        applied_log=open_applied_log(args.applied_log))
-    banner = (f"rig {rig.name!r} on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
+    options = dict(plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed,
+                   rt_priority=args.rt_priority, applied_log=open_applied_log(args.applied_log))
+    if args.firmware is None:
+        emulator = Emulator(rig, **options)
+    else:
+        from firmware_interface.c_firmware import FirmwareEmulator, build
+        program = build() if args.firmware == BUILD_FIRMWARE else Path(args.firmware)
+        emulator = FirmwareEmulator(rig, program, **options)
+    device = "python device" if args.firmware is None else "C firmware"
+    banner = (f"rig {rig.name!r} ({device}) on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
               f"telemetry {rig.telemetry_hz} Hz")
     return serve(emulator, "mms emulate", banner, duration_s=args.duration, stats_path=args.stats,
                  signals={signal.SIGUSR1: emulator.press_button, signal.SIGUSR2: emulator.release_button})
