@@ -134,7 +134,9 @@ class FirmwareProcess:
         self._sensors = struct.Struct(f"<{self.n_servo}f{self.n_sensor}i")
 
     def _write(self, data: bytes) -> None:
-        self.proc.stdin.write(data)
+        view = memoryview(data)
+        while view:                                   # an unbuffered pipe write may be partial (a signal)
+            view = view[self.proc.stdin.write(view):]
 
     def _read(self, n: int) -> bytes:
         out = b""

@@ -6,6 +6,7 @@
 * the issue's crashing sim/state payloads: the driver lives, holds, goes to neutral, and tracks again;
 * hw/status health, with the emulator's physics plant.
 In every case the applied log proves that no setpoint outside the rig's limits reached the firmware.
+The button test runs against the Python emulator and the rig's C firmware (`mms emulate --firmware`).
 """
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import signal
 import time
 
 import numpy as np
+import pytest
 
 from firmware_interface import protocol as p
+from firmware_interface.c_firmware import build
 from firmware_interface.pty_device import read_applied_log
 from firmware_interface.rigs.mcu import load_rig
 from hil.drive.inputs import SetpointLimits
@@ -24,10 +27,22 @@ from hil.drive.inputs import SetpointLimits
 JOINTS = ["stroke_r", "stroke_l"]
 
 
-def driver_with_log(stack, *extra):
-    """`mms drive --emulate` whose emulator writes an applied log; (driver, log path)."""
+@pytest.fixture(scope="module")
+def firmware_program(tmp_path_factory):
+    """The rig's C firmware, host port (docs/firmware.md), built once for this module."""
+    return build(tmp_path_factory.mktemp("rig_host"))
+
+
+@pytest.fixture(params=["python", "c"])
+def device(request) -> str:
+    """`mms emulate` options choosing the device logic: the Python emulator's or the C firmware's."""
+    return "" if request.param == "python" else f" --firmware {request.getfixturevalue('firmware_program')}"
+
+
+def driver_with_log(stack, *extra, device: str = ""):
+    """`mms drive --emulate` whose emulator (with the ``device`` options) writes an applied log; (driver, log)."""
     log = stack.tmp / f"applied-{time.monotonic_ns()}.jsonl"
-    drv = stack.driver("--emulate", "--emulator-args", f"--applied-log {log}", *extra)
+    drv = stack.driver("--emulate", "--emulator-args", f"--applied-log {log}{device}", *extra)
     drv.wait_status(lambda s: s["lifecycle"] == "inactive" and s["link"]["state"] == "up", "the link up")
     return drv, log
 
@@ -45,9 +60,9 @@ def applied_after(log, t_ns: int) -> list[dict]:
     return [r for r in read_applied_log(log) if r["result"] == "applied" and r["host_ns"] > t_ns]
 
 
-def test_a_held_button_cannot_be_reset_from_the_host_and_a_released_one_can(stack):
+def test_a_held_button_cannot_be_reset_from_the_host_and_a_released_one_can(stack, device):
     stack.sim(JOINTS, lambda t: [0.6 * math.sin(2 * math.pi * t), 0.3])
-    drv, log = driver_with_log(stack, "--allow-remote-reset")
+    drv, log = driver_with_log(stack, "--allow-remote-reset", device=device)
     assert drv.ctl("activate")["ok"]
     stack.wait_for(lambda: len(applied_after(log, 0)) > 50, what="setpoints applied")
     emulator_pid = drv.ctl("status")["link"]["emulator_pid"]

@@ -2,6 +2,10 @@
 
 Most tests start the command as a subprocess; the servo-dynamics test runs the Emulator class in a thread on
 a real pty (same code, no start-up cost). Every wait is a poll loop with a deadline.
+
+The tests of the device's behaviour run twice (the ``device`` fixture): against the Python device logic and
+against the rig's C firmware (``mms emulate --firmware``, docs/firmware.md), which the host cannot tell apart.
+The servo-dynamics test is the Python emulator's own: the C firmware adds the rig's rate limit to the outputs.
 """
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import serial
 from cobs import cobs
 
 from firmware_interface import protocol as p
+from firmware_interface.c_firmware import FirmwareEmulator, build
 from firmware_interface.emulator import Emulator
 from firmware_interface.link import DeviceLink
 from firmware_interface.rigs.mcu import load_rig
@@ -28,6 +34,25 @@ ROOT = Path(__file__).resolve().parents[2]
 FLAPPER = ROOT / "configs" / "rigs" / "flapper_rig.toml"
 RAYBOT = ROOT / "configs" / "rigs" / "raybot_rig.toml"
 START_TIMEOUT_S = 30.0       # generous: the machine is shared
+
+
+@pytest.fixture(scope="module")
+def firmware_program(tmp_path_factory) -> Path:
+    """The C firmware's host port, built once for this module."""
+    return build(tmp_path_factory.mktemp("rig_host"))
+
+
+@pytest.fixture(params=["python", "c"])
+def device(request) -> list[str]:
+    """The device logic behind the pty, as `mms emulate` options: the Python emulator's, or the C firmware's."""
+    return [] if request.param == "python" else ["--firmware", str(request.getfixturevalue("firmware_program"))]
+
+
+def make_emulator(rig_path: Path, device: list[str], **kwargs) -> Emulator:
+    """The emulator class that `mms emulate` runs with the ``device`` options."""
+    if device:
+        return FirmwareEmulator(load_rig(rig_path), Path(device[1]), **kwargs)
+    return Emulator(load_rig(rig_path), **kwargs)
 
 
 @contextlib.contextmanager
@@ -52,9 +77,9 @@ def emulate(rig: Path, *extra: str):
 
 
 @contextlib.contextmanager
-def threaded(rig_path: Path, **kwargs):
-    """The Emulator class in a thread on a real pty; yield (emulator, slave path)."""
-    emulator = Emulator(load_rig(rig_path), **kwargs)
+def threaded(rig_path: Path, device: list[str] = (), **kwargs):
+    """The emulator (``device``: as :func:`make_emulator`) in a thread on a real pty; yield (emulator, slave path)."""
+    emulator = make_emulator(rig_path, list(device), **kwargs)
     thread = threading.Thread(target=emulator.run, daemon=True)
     thread.start()
     try:
@@ -81,9 +106,9 @@ def collect(link: DeviceLink, duration_s: float, every=None, period_s: float = 0
 
 
 # ------------------------------------------------------------------------------------------------------ tests
-def test_hello_and_telemetry_at_the_configured_rate():
+def test_hello_and_telemetry_at_the_configured_rate(device):
     rig = load_rig(FLAPPER)
-    with emulate(FLAPPER) as (proc, path):
+    with emulate(FLAPPER, *device) as (proc, path):
         link = DeviceLink(path, rig.baud)
         # quiet until a host says HELLO: nothing piles up in the port before it is opened
         assert collect(link, 0.2) == []
@@ -179,10 +204,10 @@ def test_servo_dynamics_deadband_and_kinematic_sensors():
         link.close()
 
 
-def test_watchdog_sends_servos_to_neutral_and_reports_it():
+def test_watchdog_sends_servos_to_neutral_and_reports_it(device):
     rig = load_rig(RAYBOT)
     servo = rig.servos[0]
-    with emulate(RAYBOT) as (proc, path):
+    with emulate(RAYBOT, *device) as (proc, path):
         link = DeviceLink(path, rig.baud)
         assert link.request(p.Hello(), p.DeviceInfo, timeout_s=10) is not None
         sent_at = []
@@ -211,10 +236,10 @@ def test_watchdog_sends_servos_to_neutral_and_reports_it():
         link.close()
 
 
-def test_estop_latches_until_reset_and_the_button_reports_itself():
+def test_estop_latches_until_reset_and_the_button_reports_itself(device):
     rig = load_rig(RAYBOT)
     servo = rig.servos[0]
-    with emulate(RAYBOT) as (proc, path):
+    with emulate(RAYBOT, *device) as (proc, path):
         link = DeviceLink(path, rig.baud)
         assert link.request(p.Hello(), p.DeviceInfo, timeout_s=10) is not None
         send = lambda: link.send(p.Setpoints((servo.to_raw(0.5),)))
@@ -257,9 +282,9 @@ def test_estop_latches_until_reset_and_the_button_reports_itself():
         link.close()
 
 
-def test_bad_requests_are_nacked_and_bad_bytes_counted():
+def test_bad_requests_are_nacked_and_bad_bytes_counted(device):
     rig = load_rig(FLAPPER)
-    with threaded(FLAPPER) as (emulator, path):
+    with threaded(FLAPPER, device) as (emulator, path):
         link = DeviceLink(path, rig.baud)
         reply = link.request(p.Setpoints((1500.0,)), (p.Ack, p.Nack), timeout_s=5)
         assert reply.message.reason == p.NACK_CHANNEL_COUNT
@@ -289,11 +314,11 @@ def test_bad_requests_are_nacked_and_bad_bytes_counted():
         link.close()
 
 
-def test_fault_injection_and_unplug():
+def test_fault_injection_and_unplug(device):
     """Dropped and corrupted frames reach the host as sequence gaps and counted errors, never as bad data;
     --disconnect-after closes the port as an unplugged USB device does."""
     rig = load_rig(RAYBOT)
-    with emulate(RAYBOT, "--drop-rate", "0.2", "--corrupt-rate", "0.2", "--burst-rate", "0.1",
+    with emulate(RAYBOT, *device, "--drop-rate", "0.2", "--corrupt-rate", "0.2", "--burst-rate", "0.1",
                  "--disconnect-after", "3", "--seed", "7") as (proc, path):
         link = DeviceLink(path, rig.baud)
         link.send(p.Hello())                            # starts the stream (its reply may be lost to the faults)
@@ -320,11 +345,11 @@ def test_fault_injection_and_unplug():
     link.port.close()
 
 
-def test_a_stopped_emulator_handles_the_backlog_the_host_wrote():
+def test_a_stopped_emulator_handles_the_backlog_the_host_wrote(device):
     """Frames the host wrote while the emulator was starved of CPU (here: its loop never ran) are handled at the
     stop, not lost uncounted: a real device reads its UART at wire speed and is never behind."""
     rig = load_rig(FLAPPER)
-    emulator = Emulator(load_rig(FLAPPER))
+    emulator = make_emulator(FLAPPER, device)
     link = DeviceLink(emulator.slave_path, rig.baud)
     frames = 40                            # ~0.7 kB: far more than the 10 ms of wire credit a paced read gets
     for _ in range(frames):
