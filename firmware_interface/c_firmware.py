@@ -56,11 +56,18 @@ def _gcc() -> str:
     return gcc
 
 
+def compile_c(sources, exe: Path, *flags: str) -> Path:
+    """Compile and link C ``sources`` with the firmware's warnings and include folders (tests, the board port)."""
+    subprocess.run([_gcc(), *WARNINGS, *flags, "-I", str(FIRMWARE), "-I", str(RIG_DIR), "-I", str(RIG_DIR / "board"),
+                    "-o", str(exe), *map(str, sources), "-lm"], check=True, capture_output=True)
+    return exe
+
+
 def build(out_dir: Path | None = None, *, sanitize: bool = False) -> Path:
     """The host port's program, compiled unless a build of the same sources and flags exists in ``out_dir``
     (default: ``$XDG_CACHE_HOME/mms-hil``, else ``~/.cache/mms-hil``)."""
-    flags = [*WARNINGS, "-O2", "-I", str(FIRMWARE), "-I", str(RIG_DIR), *(SANITIZE if sanitize else ())]
-    digest = hashlib.sha256(" ".join(flags).encode())
+    flags = ["-O2", *(SANITIZE if sanitize else ())]
+    digest = hashlib.sha256(" ".join([*WARNINGS, *flags]).encode())
     for source in HOST_SOURCES + (RIG_DIR / "rig_fw.h", FIRMWARE / "mms_proto.h"):
         digest.update(source.read_bytes())
     if out_dir is None:
@@ -69,8 +76,7 @@ def build(out_dir: Path | None = None, *, sanitize: bool = False) -> Path:
     if not exe.exists():
         exe.parent.mkdir(parents=True, exist_ok=True)
         tmp = exe.with_name(f"{exe.name}.{os.getpid()}.tmp")
-        subprocess.run([_gcc(), *flags, "-o", str(tmp), *map(str, HOST_SOURCES), "-lm"], check=True,
-                       capture_output=True)
+        compile_c(HOST_SOURCES, tmp, *flags)
         os.replace(tmp, exe)                          # atomic: a concurrent build never runs half a file
     return exe
 

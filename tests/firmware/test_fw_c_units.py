@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from firmware_interface import protocol as p
-from firmware_interface.c_firmware import FIRMWARE, RIG_DIR, SANITIZE, WARNINGS, _gcc
+from firmware_interface.c_firmware import FIRMWARE, RIG_DIR, SANITIZE, compile_c
 
 HERE = Path(__file__).resolve().parent
 #: bounded: about 1.5 s with the sanitizers on the shared 2-core machine
@@ -27,11 +27,8 @@ TEST_MAX_PER_FRAME = (p.MAX_PAYLOAD_BYTES - 5) // (4 * (1 + TEST_RIG["channels"]
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
-    exe = tmp_path_factory.mktemp("rig_fw") / "test_rig_fw"
-    subprocess.run([_gcc(), *WARNINGS, "-g", "-O1", *SANITIZE, "-I", str(FIRMWARE), "-I", str(RIG_DIR),
-                    "-o", str(exe), str(HERE / "test_rig_fw.c"), str(RIG_DIR / "rig_fw.c"),
-                    str(FIRMWARE / "mms_proto.c"), "-lm"], check=True, capture_output=True)
-    return exe
+    return compile_c([HERE / "test_rig_fw.c", RIG_DIR / "rig_fw.c", FIRMWARE / "mms_proto.c"],
+                     tmp_path_factory.mktemp("rig_fw") / "test_rig_fw", "-g", "-O1", *SANITIZE)
 
 
 def test_the_firmware_unit_tests_pass_under_sanitizers(program):
