@@ -81,6 +81,22 @@ def build(out_dir: Path | None = None, *, sanitize: bool = False) -> Path:
     return exe
 
 
+def host_program(path: Path | None) -> Path:
+    """``--firmware``'s program: ``path`` if it is an executable file, else a fresh :func:`build`; a one-line
+    ConfigError when neither can be had."""
+    from sim.config import ConfigError
+
+    if path is not None:
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ConfigError(None, "--firmware", f"{path} is not an executable file (a built rig_host)")
+        return path
+    try:
+        return build()
+    except subprocess.CalledProcessError as exc:
+        first = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[:1]
+        raise ConfigError(None, "--firmware", f"gcc could not build the host port: {' '.join(first)}") from None
+
+
 def config_table(rig: Rig) -> dict:
     """The firmware's table from the rig file: per servo channel (frame order) the raw limits, neutral and rate
     limit (``max_rate_rad_s`` at the horn times ``|gain|`` raw units per rad), and the power-up rates."""

@@ -506,8 +506,8 @@ def run(args: argparse.Namespace) -> int:
     if args.firmware is None:
         emulator = Emulator(rig, **options)
     else:
-        from firmware_interface.c_firmware import FirmwareEmulator, build
-        program = build() if args.firmware == BUILD_FIRMWARE else Path(args.firmware)
+        from firmware_interface.c_firmware import FirmwareEmulator, host_program
+        program = host_program(None if args.firmware == BUILD_FIRMWARE else Path(args.firmware))
         emulator = FirmwareEmulator(rig, program, **options)
     device = "python device" if args.firmware is None else "C firmware"
     banner = (f"rig {rig.name!r} ({device}) on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "

@@ -81,3 +81,12 @@ def test_the_c_firmware_and_the_python_device_count_the_same_session_alike(progr
     assert 0.5 < c_host["frames"] / python_host["frames"] < 2.0
     # the emulator statistics (stderr JSON of `mms emulate`) agree with the device's own counters
     assert c_device.stats()["watchdog_trips"] == python_device.stats()["watchdog_trips"] == 1
+
+
+def test_a_firmware_that_is_not_a_program_is_one_line(tmp_path, capsys):
+    from hil.cli import main
+
+    code = main(["emulate", "--rig", str(RAYBOT), "--duration", "0.3", "--firmware", str(tmp_path / "none")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == f"mms emulate: error: --firmware: {tmp_path / 'none'} is not an executable file (a built rig_host)"

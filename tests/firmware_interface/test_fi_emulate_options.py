@@ -19,6 +19,7 @@ GUARD_S = "0.3"
     ("flapper_dynamixel_rig.toml", ["--burst-bytes", "4"]),
     ("flapper_dynamixel_rig.toml", ["--rx-byte-error-rate", "0.001"]),
     ("flapper_dynamixel_rig.toml", ["--disconnect-after", "1"]),
+    ("flapper_dynamixel_rig.toml", ["--firmware", "rig_host"]),
     ("flapper_rig.toml", ["--missing-ids", "2"]),
     ("flapper_rig.toml", ["--hw-error", "0:1:32"]),
 ])
