@@ -119,20 +119,21 @@ def test_rosw_raybot_summary_matches_rk4_reference():
 
 
 #: docs/flapper.md "Time step": deviation of every strain and stroke torque from the RK4 1e-4 s reference over
-#: the last of 6 periods, measured 0.236 % (free flight) and 0.099 % (tethered) at 0.4 ms. The runs are
-#: deterministic (the same bits every run on one platform); the band allows for another platform's rounding.
-DOCUMENTED_DEVIATION = {"floating": 0.00236, "fixed": 0.00099}
+#: the last of 6 periods, measured 0.236 % (free flight) and 0.099 % (tethered) at 0.4 ms, 1.369 % (free flight) at
+#: 0.5 ms. The runs are deterministic (the same bits every run on one platform); the band allows for another
+#: platform's rounding.
+DOCUMENTED_DEVIATION = {("floating", 4e-4): 0.00236, ("fixed", 4e-4): 0.00099, ("floating", 5e-4): 0.01369}
 DEVIATION_BAND = 0.1
 
 
-@pytest.mark.parametrize("base", ["floating", "fixed"])
-def test_rosw_flapper_deviation_is_the_documented_one(base):
+@pytest.mark.parametrize("base, step", list(DOCUMENTED_DEVIATION))
+def test_rosw_flapper_deviation_is_the_documented_one(base, step):
     from scipy.interpolate import CubicSpline
 
     model = load_robot(ROOT / "configs/robots/flapper.toml").replace(base_mode=base)
     period = model.metadata["period_s"]
     runs = {}
-    for integrator, dt in (("rk4", 1e-4), ("rosw", 4e-4)):
+    for integrator, dt in (("rk4", 1e-4), ("rosw", step)):
         sim = Simulation(model, integrator, dt)
         first = sim.outputs()
         times, out = sim.record(int(round(6 * period / dt)), 1)
@@ -144,4 +145,4 @@ def test_rosw_flapper_deviation_is_the_documented_one(base):
     signals += [(tau_ref, tau_c, k) for k in model.metadata["stroke_joints"]]
     worst = max(np.abs(CubicSpline(t_c, cand[:, k])(t_ref[window]) - ref[window, k]).max()
                 / np.abs(ref[window, k]).max() for ref, cand, k in signals)
-    assert abs(worst - DOCUMENTED_DEVIATION[base]) <= DEVIATION_BAND * DOCUMENTED_DEVIATION[base], worst
+    assert abs(worst - DOCUMENTED_DEVIATION[base, step]) <= DEVIATION_BAND * DOCUMENTED_DEVIATION[base, step], worst
