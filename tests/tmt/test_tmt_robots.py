@@ -220,6 +220,7 @@ def test_clemens_projection_and_unstabilised_drift():
     ("biped", "initial", "q", [0.2, -0.4], "initial.q: got 2 values, expected 3"),
     ("flapper2link", "wing", "span", -1.0, "wing.span"),
     ("clemens", "run", "mode", "fly", "run.mode"),
+    ("clemens", "geometry", "link_length", 0.1, "no configuration closes"),       # legs too short to close
 ])
 def test_a_bad_tmt_robot_config_names_its_key_in_one_line(tmp_path, capsys, robot, table, key, value, says):
     from hil.cli import main as mms_main
