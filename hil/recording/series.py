@@ -28,6 +28,7 @@ import msgpack
 import numpy as np
 
 from hil.recording.mcap_io import RawRecording, gc_paused
+from hil.recording.template_decode import Template, decode_batch, template
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 _JOINT_ARRAYS = ("q", "qd", "qdd", "tau", "strain", "actuated")
@@ -244,6 +245,26 @@ class _TableBuilder:
         self.sample_ns.append(self.stamp_ns[-1])
         self.rows += len(payloads)
 
+    def add_columns(self, log_times: list[int], publish_times: list[int], shape: Template,
+                    columns: dict[str, Any]) -> None:
+        """What :meth:`add_batch` makes of a batch of payloads of one ``shape``, from their columns
+        (:func:`hil.recording.template_decode.decode_batch`): numbers as numpy blocks, other values repeated."""
+        row, count = self.rows, len(log_times)
+        for key in shape.keys:
+            if key in _TIME_KEYS or not self._wanted(key):
+                continue
+            if key in shape.numbers:
+                self.columns.setdefault(key, _Column()).add(row, columns[key])
+            else:
+                self._add_values(key, row, [columns[key]] * count)
+        stamps = columns.get("stamp_ns")
+        if not (isinstance(stamps, np.ndarray) and stamps.dtype.kind == "i"):
+            stamps = np.asarray(publish_times, dtype=np.int64)
+        self.log_time.append(np.asarray(log_times, dtype=np.int64))
+        self.stamp_ns.append(stamps)
+        self.sample_ns.append(stamps)
+        self.rows += count
+
     def _add_sample_batch(self, log_times: list[int], payloads: list[dict]) -> None:
         """Telemetry frames: one row per device sample. Per-sample keys (matrices with one row per sample,
         arrays with one value per sample) are stacked; per-frame scalars and strings are repeated."""
@@ -414,12 +435,21 @@ def build_tables(recording: RawRecording, topics: Iterable[str] | None = None, p
 
 
 def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> tuple[_TableBuilder, int]:
-    """Decode one topic's messages into a builder; returns it and the number of malformed payloads."""
+    """Decode one topic's messages into a builder; returns it and the number of malformed payloads.
+
+    A batch whose payloads all have the shape of its first one is decoded at once into columns
+    (:mod:`hil.recording.template_decode`); any other batch message by message (the reference path, the same
+    table either way). Telemetry frames take the reference path."""
     builder = _TableBuilder(topic, keys)
     malformed = 0
     for start in range(0, len(messages), _BATCH):
+        batch = messages[start:start + _BATCH]
+        if topic != TOPIC_HW_TELEMETRY and _fill_by_shape(builder, batch):
+            if bar is not None:
+                bar.update(len(batch))
+            continue
         log_times, publish_times, payloads = [], [], []
-        for log_time, publish_time, data in messages[start:start + _BATCH]:
+        for log_time, publish_time, data in batch:
             payload = decode_payload(data)
             if payload is None:
                 malformed += 1
@@ -431,6 +461,18 @@ def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> 
         if bar is not None:
             bar.update(min(_BATCH, len(messages) - start))
     return builder, malformed
+
+
+def _fill_by_shape(builder: _TableBuilder, batch: list) -> bool:
+    """Add ``batch`` (messages) to ``builder`` through the columnar decode; False (nothing added) when its
+    payloads do not all share the first one's shape."""
+    first = decode_payload(batch[0][2])
+    shape = template(batch[0][2], first) if first is not None else None
+    columns = decode_batch(shape, [data for _, _, data in batch]) if shape is not None else None
+    if columns is None:
+        return False
+    builder.add_columns([m[0] for m in batch], [m[1] for m in batch], shape, columns)
+    return True
 
 
 #: (recording, keys, max_messages) of the decode in progress: forked workers inherit it (nothing is pickled in)
