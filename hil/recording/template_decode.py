@@ -77,14 +77,34 @@ class Template:
     data: bytes
     keys: list[str]
     constants: dict[str, object]
-    numbers: dict[str, tuple[list[_Leaf], bool]]   # key -> (its leaves, True when the value is a list)
+    numbers: dict[str, tuple[list[_Leaf], tuple[int, ...]]]   # key -> (its leaves, the value's array shape)
     structure: np.ndarray                            # (length,) bool: the bytes every message must share
 
 
-def template(data: bytes, payload: dict) -> Template | None:
+def _is_number(value) -> bool:
+    return type(value) in (int, float)
+
+
+def _array_shape(value, leaves: int, matrices: bool) -> tuple[int, ...] | None:
+    """The shape of the numbers ``value`` holds, if it is a number ``()``, a list of numbers ``(n,)`` or, with
+    ``matrices``, a list of equal, non-empty lists of numbers ``(rows, columns)``; else None."""
+    if _is_number(value):
+        return ()
+    if not isinstance(value, list) or not value:
+        return None
+    if all(_is_number(v) for v in value):
+        return (len(value),)
+    if matrices and all(isinstance(v, list) and v and all(_is_number(x) for x in v) for v in value):
+        columns = len(value[0])
+        if all(len(v) == columns for v in value) and len(value) * columns == leaves:
+            return (len(value), columns)
+    return None
+
+
+def template(data: bytes, payload: dict, matrices: bool = False) -> Template | None:
     """The shape of ``data``, which decodes (``msgpack.unpackb``) to the map ``payload``; None when it has values
-    this module does not column (numbers inside nested maps or lists of lists, numbers of mixed types in a list,
-    non-string or repeated keys)."""
+    this module does not column (numbers inside nested maps, lists of lists unless ``matrices``, numbers of mixed
+    types in a list, non-string or repeated keys)."""
     data = bytes(data)
     tag = data[0]
     if 0x80 <= tag <= 0x8f:
@@ -115,14 +135,13 @@ def template(data: bytes, payload: dict) -> Template | None:
                 constants[key] = payload[key]
                 continue
             value = payload[key]
-            flat_list = isinstance(value, list) and len(value) == len(value_leaves) and all(
-                type(v) in (int, float) for v in value)
-            scalar = type(value) in (int, float) and value_leaves[0].offset == start
             kinds = {_kind(leaf.code) for leaf in value_leaves}
             codes = {leaf.code for leaf in value_leaves}
-            if not (flat_list or scalar) or len(kinds) != 1 or (len(codes) != 1 and not codes <= _FIXINTS):
+            array_shape = _array_shape(value, len(value_leaves), matrices)
+            if (array_shape is None or (array_shape == () and value_leaves[0].offset != start) or len(kinds) != 1
+                    or (len(codes) != 1 and not codes <= _FIXINTS)):
                 return None
-            numbers[key] = (value_leaves, flat_list)
+            numbers[key] = (value_leaves, array_shape)
             leaves += value_leaves
     except (_Shape, IndexError, struct.error):
         return None
@@ -143,17 +162,18 @@ def _kind(code: str) -> str:
 
 def decode_batch(shape: Template, messages: list) -> dict[str, object] | None:
     """``messages`` (k bytes-like payloads) decoded as ``shape``: per key of the template, its constant value or
-    its numbers as a (k,) array (a number) or (k, n) array (a list of n numbers), int64 for integers and float64
+    its numbers as a (k,) array (a number), (k, n) array (a list of n numbers) or (k, rows, columns) array (a
+    matrix), int64 for integers and float64
     for floats (the arrays ``np.asarray`` makes of the decoded values); None unless every message has the shape."""
     length = len(shape.data)
     if any(len(message) != length for message in messages):
         return None
     rows = np.frombuffer(b"".join(messages), dtype=np.uint8).reshape(len(messages), length)
     template_bytes = np.frombuffer(shape.data, dtype=np.uint8)
-    if not (rows[:, shape.structure] == template_bytes[shape.structure]).all():
+    if ((rows != template_bytes) & shape.structure).any():
         return None
     columns: dict[str, object] = dict(shape.constants)
-    for key, (leaves, is_list) in shape.numbers.items():
+    for key, (leaves, array_shape) in shape.numbers.items():
         code = leaves[0].code
         offsets = np.array([leaf.offset for leaf in leaves])
         if code in _FIXINTS:     # a one-byte integer, positive (0x00-0x7f) or negative (0xe0-0xff) in any message
@@ -169,6 +189,6 @@ def decode_batch(shape: Template, messages: list) -> dict[str, object] | None:
             if code == ">u8" and (values > _INT64_MAX).any():
                 return None   # np.asarray of such ints is not int64: leave them to the reference path
             values = values.astype(np.float64 if values.dtype.kind == "f" else np.int64)
-        columns[key] = values if is_list else values[:, 0]
+        columns[key] = values.reshape((len(messages),) + array_shape)
     return columns
 

@@ -8,7 +8,7 @@ from mcap.reader import make_reader
 from hil.recording import series
 from hil.recording.mcap_io import RecordingWriter, read_recording
 from hil.recording.template_decode import decode_batch, template
-from sim.messages import TOPIC_HW_STATUS, TOPIC_SIM_STATE
+from sim.messages import TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
 
 N_JOINTS = 5
 #: more than one decode batch, with seq crossing the fixint / uint8 / uint16 boundaries (the payload grows)
@@ -30,6 +30,18 @@ def _status(k: int) -> dict:
             "link": {"frames_ok": k, "crc_errors": 0}}                    # numbers in a nested map
 
 
+def _telemetry(k: int, rng) -> dict:
+    """A frame of FRAME samples of 3 servos and a load cell (matrices, one row per sample)."""
+    stamp = 1_700_000_000_000_000_000 + k * 10_000_000
+    return {"v": 1, "seq": k, "stamp_ns": stamp + 1000, "host_ns": stamp,
+            "device_us": [70_000 + (k * FRAME + i) * 1000 for i in range(FRAME)],
+            "servo_names": ["a", "b", "c"], "servo_rad": rng.standard_normal((FRAME, 3)).tolist(),
+            "load_names": ["fx", "fy"], "load": rng.standard_normal((FRAME, 2)).tolist()}
+
+
+FRAME = 10
+
+
 def _write(path):
     rng = np.random.default_rng(3)
     writer = RecordingWriter(path, overwrite=True)
@@ -37,6 +49,8 @@ def _write(path):
         payload = _state(k, rng)
         writer.add(TOPIC_SIM_STATE, msgpack.packb(payload), payload["stamp_ns"] + 5, payload["stamp_ns"], k)
         if k % 10 == 0:
+            frame = _telemetry(k // 10, rng)
+            writer.add(TOPIC_HW_TELEMETRY, msgpack.packb(frame), frame["stamp_ns"] + 5, frame["stamp_ns"], k // 10)
             status = _status(k // 10)
             writer.add(TOPIC_HW_STATUS, msgpack.packb(status), status["stamp_ns"] + 5, status["stamp_ns"], k // 10)
     writer.close()
@@ -52,6 +66,9 @@ def test_the_columnar_decode_gives_the_per_message_tables(tmp_path, monkeypatch)
     shape = template(states[300][2], first)
     assert decode_batch(shape, [m[2] for m in states[300:900]]) is not None
     assert decode_batch(shape, [m[2] for m in states[0:200]]) is None            # seq 0-127 is one byte shorter
+    frames = recording.messages[TOPIC_HW_TELEMETRY]
+    frame_shape = template(frames[300][2], msgpack.unpackb(frames[300][2]), matrices=True)
+    assert decode_batch(frame_shape, [m[2] for m in frames[300:600]])["servo_rad"].shape == (300, FRAME, 3)
     fast = series.build_tables(recording)
     monkeypatch.setattr(series, "_fill_by_shape", lambda builder, batch: False)  # the message-by-message path
     reference = series.build_tables(recording)
@@ -72,6 +89,8 @@ def test_the_columnar_decode_gives_the_per_message_tables(tmp_path, monkeypatch)
     np.testing.assert_array_equal(table.columns["seq"], np.arange(MESSAGES))
     np.testing.assert_array_equal(table.columns["flag"], [float(d["flag"]) for d in decoded])
     assert table.columns["seq"].dtype == np.int64 and table.text["mode"] == ["run"] * MESSAGES
+    samples = fast.tables[TOPIC_HW_TELEMETRY]
+    assert samples.rows == len(frames) * FRAME and samples.element_names["servo_rad"] == ["a", "b", "c"]
 
 
 def test_shapes_the_columnar_decode_leaves_to_the_reference_path():
