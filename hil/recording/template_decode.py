@@ -160,11 +160,12 @@ def _kind(code: str) -> str:
     return "i" if code in _FIXINTS else np.dtype(code).kind.replace("u", "i")
 
 
-def decode_batch(shape: Template, messages: list) -> dict[str, object] | None:
+def decode_batch(shape: Template, messages: list, keys: frozenset[str] | None = None) -> dict[str, object] | None:
     """``messages`` (k bytes-like payloads) decoded as ``shape``: per key of the template, its constant value or
     its numbers as a (k,) array (a number), (k, n) array (a list of n numbers) or (k, rows, columns) array (a
     matrix), int64 for integers and float64
-    for floats (the arrays ``np.asarray`` makes of the decoded values); None unless every message has the shape."""
+    for floats (the arrays ``np.asarray`` makes of the decoded values); None unless every message has the shape.
+    ``keys``: only these keys' numbers are read (the others are left out of the result)."""
     length = len(shape.data)
     if any(len(message) != length for message in messages):
         return None
@@ -174,6 +175,8 @@ def decode_batch(shape: Template, messages: list) -> dict[str, object] | None:
         return None
     columns: dict[str, object] = dict(shape.constants)
     for key, (leaves, array_shape) in shape.numbers.items():
+        if keys is not None and key not in keys:
+            continue
         code = leaves[0].code
         offsets = np.array([leaf.offset for leaf in leaves])
         if code in _FIXINTS:     # a one-byte integer, positive (0x00-0x7f) or negative (0xe0-0xff) in any message

@@ -105,3 +105,20 @@ def test_shapes_the_columnar_decode_leaves_to_the_reference_path():
     columns = decode_batch(shape, [data, msgpack.packb({"seq": 2, "x": [-3.0, 1e300]})])
     np.testing.assert_array_equal(columns["x"], [[0.5, 1.5], [-3.0, 1e300]])
     np.testing.assert_array_equal(columns["seq"], [1, 2])
+
+
+def test_the_recorder_reads_seq_and_stamp_by_shape_as_one_by_one():
+    """The recorder's write path: runs of one shape give the seq and stamp_ns a whole decode gives; other messages
+    (a short run, a run whose shape changes, a malformed payload) are left to the one-by-one decode."""
+    from hil.recording.recorder import SHAPE_GROUP_MIN_MESSAGES, _seq_and_stamp, _seqs_and_stamps_by_shape
+
+    rng = np.random.default_rng(5)
+    states = [_state(1000 + k, rng) for k in range(3 * SHAPE_GROUP_MIN_MESSAGES)]
+    pending = [([TOPIC_SIM_STATE.encode(), msgpack.packb(p)], 0) for p in states]
+    flipped = [dict(_state(2000 + k, rng), flag=k == 3) for k in range(SHAPE_GROUP_MIN_MESSAGES)]
+    pending += [([b"other", msgpack.packb(p)], 0) for p in flipped]                   # the shape changes
+    pending += [([b"short", msgpack.packb(_state(5, rng))], 0), ([b"bad", b"\xc1"], 0), ([b"one frame"], 0)]
+    known = _seqs_and_stamps_by_shape(pending)
+    assert sorted(known) == list(range(len(states)))
+    assert known == {i: _seq_and_stamp(pending[i][0][1]) for i in known}
+    assert known[0] == (1000, states[0]["stamp_ns"])
