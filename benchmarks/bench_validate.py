@@ -1,4 +1,4 @@
-"""Validation speed: `mms validate` of a 10 min, 1 kHz, 64-channel run (issue 8 target: <= 30 s).
+"""Validation speed: `mms validate` of a 10 min, 1 kHz, 64-channel run (bar <= 15 s, goal <= 5 s on 2 cores).
 
 The run is synthesised as `mms record` writes it (hil.recording.mcap_io.RecordingWriter): sim/state at 1 kHz for a
 32-joint robot, and hw/telemetry at 1 kHz in frames of 10 samples carrying 64 measured channels -- 32 servo
@@ -36,7 +36,8 @@ RATE_HZ = 1000.0
 FRAME = 10
 N_JOINTS, N_STRAIN = 32, 26
 WRENCH = ["fx", "fy", "fz", "mx", "my", "mz"]
-TARGET_S = 30.0
+#: the bar for the 10-minute run, s (the goal is 5 s)
+TARGET_S = 15.0
 
 
 def synthesise(path: Path, minutes: float, seed: int = 0) -> int:

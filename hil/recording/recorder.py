@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import numpy as np
 import zmq
 
 from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
+from hil.recording.template_decode import decode_batch, template
 from firmware_interface.rigs.host import sensor_rig_path
 from sim.cli_options import add_network, add_quiet, add_rig, add_robot, add_start
 from sim.config import ConfigError, resolve_config
@@ -64,6 +66,9 @@ DRAIN_QUIET_S = 0.05
 STOP_DRAIN_S = 2.0
 #: messages received between two looks at the clock within a receive turn
 RECEIVE_CLOCK_EVERY = 512
+#: queued messages of one topic and payload length read together by shape (fewer: decoded one by one, the
+#: batch set-up would cost more than it saves)
+SHAPE_GROUP_MIN_MESSAGES = 32
 DEFAULT_RUN_DIR = Path("runs")
 RECORDING_SUFFIX = ".mcap"
 
@@ -126,6 +131,49 @@ class Session:
                                    "gaps": self.seq.gaps.get(topic, 0),
                                    "restarts": self.seq.restarts.get(topic, 0)}
                            for topic, s in sorted(self.stats.items())}}
+
+
+def _seq_and_stamp(payload: bytes) -> tuple[int, int]:
+    """A payload's ``seq`` and ``stamp_ns`` (0 when absent); raises on a payload that is not a map with both
+    non-negative integers."""
+    decoded = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    seq = decoded["seq"]
+    stamp = decoded.get("stamp_ns", 0)
+    if not (isinstance(seq, int) and isinstance(stamp, int) and seq >= 0 and stamp >= 0):
+        raise ValueError("seq and stamp_ns must be non-negative integers")
+    return seq, stamp
+
+
+_CLOCK_KEYS = frozenset(("seq", "stamp_ns"))
+
+
+def _seqs_and_stamps_by_shape(pending: list[tuple[list[bytes], int]]) -> dict[int, tuple[int, int]]:
+    """``seq`` and ``stamp_ns`` of the queued messages that arrive in runs of one shape, read from all of them at
+    once (:mod:`hil.recording.template_decode`; decoding each payload whole is most of the writing's cost): index
+    in ``pending`` -> (seq, stamp_ns). Messages left out are decoded one by one (:func:`_seq_and_stamp`)."""
+    groups: dict[tuple[bytes, int], list[int]] = {}
+    for index, (frames, _log_time) in enumerate(pending):
+        if len(frames) == 2:
+            groups.setdefault((frames[0], len(frames[1])), []).append(index)
+    known: dict[int, tuple[int, int]] = {}
+    for indices in groups.values():
+        if len(indices) < SHAPE_GROUP_MIN_MESSAGES:
+            continue
+        payloads = [pending[i][0][1] for i in indices]
+        try:
+            first = msgpack.unpackb(payloads[0], raw=False, strict_map_key=False)
+        except Exception:   # a malformed first message: the group is decoded one by one
+            continue
+        shape = template(payloads[0], first) if isinstance(first, dict) else None
+        columns = decode_batch(shape, payloads, _CLOCK_KEYS) if shape is not None else None
+        if columns is None:
+            continue
+        seqs, stamps = columns.get("seq"), columns.get("stamp_ns", np.zeros(len(indices), dtype=np.int64))
+        if not all(isinstance(c, np.ndarray) and c.dtype.kind == "i" and c.ndim == 1 and (c >= 0).all()
+                   for c in (seqs, stamps)):
+            continue
+        known.update(zip(indices, zip(seqs.tolist(), stamps.tolist())))
+    return known
 
 
 class Recorder:
@@ -240,18 +288,14 @@ class Recorder:
             self.dropped_while_idle += len(pending)
             return len(pending)
         writer, stats, seq_tracker = session.writer, session.stats, session.seq
-        unpack = msgpack.unpackb
-        for frames, log_time in pending:
+        known = _seqs_and_stamps_by_shape(pending)
+        for index, (frames, log_time) in enumerate(pending):
             if len(frames) != 2:
                 session.malformed += 1
                 continue
             try:
                 topic = frames[0].decode("ascii")
-                payload = unpack(frames[1], raw=False, strict_map_key=False)
-                seq = payload["seq"]
-                stamp = payload.get("stamp_ns", 0)
-                if not (isinstance(seq, int) and isinstance(stamp, int) and seq >= 0 and stamp >= 0):
-                    raise ValueError("seq and stamp_ns must be non-negative integers")
+                seq, stamp = known[index] if index in known else _seq_and_stamp(frames[1])
             except Exception:  # anything undecodable is one malformed message, never a crash
                 session.malformed += 1
                 continue

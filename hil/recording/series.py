@@ -28,6 +28,7 @@ import msgpack
 import numpy as np
 
 from hil.recording.mcap_io import RawRecording, gc_paused
+from hil.recording.template_decode import Template, decode_batch, template
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 _JOINT_ARRAYS = ("q", "qd", "qdd", "tau", "strain", "actuated")
@@ -244,6 +245,26 @@ class _TableBuilder:
         self.sample_ns.append(self.stamp_ns[-1])
         self.rows += len(payloads)
 
+    def add_columns(self, log_times: list[int], publish_times: list[int], shape: Template,
+                    columns: dict[str, Any]) -> None:
+        """What :meth:`add_batch` makes of a batch of payloads of one ``shape``, from their columns
+        (:func:`hil.recording.template_decode.decode_batch`): numbers as numpy blocks, other values repeated."""
+        row, count = self.rows, len(log_times)
+        for key in shape.keys:
+            if key in _TIME_KEYS or not self._wanted(key):
+                continue
+            if key in shape.numbers:
+                self.columns.setdefault(key, _Column()).add(row, columns[key])
+            else:
+                self._add_values(key, row, [columns[key]] * count)
+        stamps = columns.get("stamp_ns")
+        if not (isinstance(stamps, np.ndarray) and stamps.dtype.kind == "i"):
+            stamps = np.asarray(publish_times, dtype=np.int64)
+        self.log_time.append(np.asarray(log_times, dtype=np.int64))
+        self.stamp_ns.append(stamps)
+        self.sample_ns.append(stamps)
+        self.rows += count
+
     def _add_sample_batch(self, log_times: list[int], payloads: list[dict]) -> None:
         """Telemetry frames: one row per device sample. Per-sample keys (matrices with one row per sample,
         arrays with one value per sample) are stacked; per-frame scalars and strings are repeated."""
@@ -261,37 +282,73 @@ class _TableBuilder:
         back_ns = ((np.repeat(device_us[ends - 1], counts) - device_us) % _UINT32) * 1000
         host_ns = np.repeat(np.asarray([p.get("host_ns", p.get("stamp_ns", lt)) for lt, p in frames],
                                        dtype=np.int64), counts)
-        row = self.rows
         for key in dict.fromkeys(k for _, p in frames for k in p):
-            if key in _TIME_KEYS or not self._wanted(key):
-                continue
-            values = [p.get(key) for _, p in frames]
-            sample = next((v for v in values if v is not None), None)
-            if isinstance(sample, list) and sample and isinstance(sample[0], str):
-                self.names[key] = sample
-            elif isinstance(sample, list):
-                per_sample = [isinstance(v, list) and len(v) == n for v, n in zip(values, counts)]
-                if all(per_sample):
-                    block = _numeric_block(list(chain.from_iterable(values)))
-                    if block is not None:
-                        self.columns.setdefault(key, _Column()).add(row, block)
-                else:   # some frames do not carry one entry per sample: take the frames that do, one by one
-                    for v, ok, start in zip(values, per_sample, starts):
-                        block = _numeric_block(v) if ok else None
-                        if block is not None:
-                            self.columns.setdefault(key, _Column()).add(int(start), block)
-            elif isinstance(sample, (int, float)):
-                block = _numeric_block(values)
-                if block is not None and block.ndim == 1:
-                    self.columns.setdefault(key, _Column()).add(row, np.repeat(block, counts))
-            elif isinstance(sample, str):
-                self._text(key, row, [v if isinstance(v, str) else ""
-                                      for v, n in zip(values, counts) for _ in range(n)])
+            if key not in _TIME_KEYS and self._wanted(key):
+                self._add_frame_values(key, [p.get(key) for _, p in frames], counts, starts)
         stamps = np.asarray([p.get("stamp_ns", 0) for _, p in frames], dtype=np.int64)
-        self.log_time.append(np.repeat(np.asarray([lt for lt, _ in frames], dtype=np.int64), counts) - back_ns)
+        self._add_sample_clocks(np.asarray([lt for lt, _ in frames], dtype=np.int64), stamps, host_ns, back_ns,
+                                counts)
+
+    def _add_frame_values(self, key: str, values: list, counts: np.ndarray, starts: np.ndarray) -> None:
+        """One payload key of telemetry frames (``values``: one per frame of ``counts`` samples starting at rows
+        ``starts``): name lists kept, per-sample values stacked, per-frame scalars and strings repeated."""
+        row = self.rows
+        sample = next((v for v in values if v is not None), None)
+        if isinstance(sample, list) and sample and isinstance(sample[0], str):
+            self.names[key] = sample
+        elif isinstance(sample, list):
+            per_sample = [isinstance(v, list) and len(v) == n for v, n in zip(values, counts)]
+            if all(per_sample):
+                block = _numeric_block(list(chain.from_iterable(values)))
+                if block is not None:
+                    self.columns.setdefault(key, _Column()).add(row, block)
+            else:   # some frames do not carry one entry per sample: take the frames that do, one by one
+                for v, ok, start in zip(values, per_sample, starts):
+                    block = _numeric_block(v) if ok else None
+                    if block is not None:
+                        self.columns.setdefault(key, _Column()).add(int(start), block)
+        elif isinstance(sample, (int, float)):
+            block = _numeric_block(values)
+            if block is not None and block.ndim == 1:
+                self.columns.setdefault(key, _Column()).add(row, np.repeat(block, counts))
+        elif isinstance(sample, str):
+            self._text(key, row, [v if isinstance(v, str) else ""
+                                  for v, n in zip(values, counts) for _ in range(n)])
+
+    def _add_sample_clocks(self, log_times: np.ndarray, stamps: np.ndarray, host_ns: np.ndarray,
+                           back_ns: np.ndarray, counts: np.ndarray) -> None:
+        """The time columns of telemetry frames (per frame: ``log_times``, ``stamps``; per sample: ``host_ns``,
+        ``back_ns``, all ns) and the rows they add."""
+        self.log_time.append(np.repeat(log_times, counts) - back_ns)
         self.stamp_ns.append(np.repeat(stamps, counts))
         self.sample_ns.append(host_ns - back_ns)
-        self.rows += int(ends[-1])
+        self.rows += int(counts.sum())
+
+    def add_sample_columns(self, log_times: list[int], shape: Template, columns: dict[str, Any]) -> bool:
+        """What :meth:`_add_sample_batch` makes of telemetry frames of one ``shape``, from their columns; False
+        (nothing added) unless the frames carry integer ``device_us`` lists and integer ``host_ns`` and
+        ``stamp_ns`` (the clocks the rows are placed with)."""
+        clocks = [columns.get(key) for key in ("device_us", "host_ns", "stamp_ns")]
+        if not all(isinstance(c, np.ndarray) and c.dtype.kind == "i" for c in clocks) or clocks[0].ndim != 2:
+            return False
+        device_us, host, stamps = clocks
+        frames, samples = device_us.shape
+        counts = np.full(frames, samples)
+        starts = self.rows + np.arange(frames) * samples
+        back_ns = (((device_us[:, -1:] - device_us) % _UINT32) * 1000).reshape(-1)
+        for key in shape.keys:
+            if key in _TIME_KEYS or not self._wanted(key):
+                continue
+            values = columns[key]
+            if key not in shape.numbers:
+                self._add_frame_values(key, [values] * frames, counts, starts)
+            elif values.ndim == 1:
+                self.columns.setdefault(key, _Column()).add(self.rows, np.repeat(values, counts))
+            elif values.shape[1] == samples:   # one number or one row per sample
+                self.columns.setdefault(key, _Column()).add(self.rows, values.reshape((-1,) + values.shape[2:]))
+        self._add_sample_clocks(np.asarray(log_times, dtype=np.int64), stamps, np.repeat(host, counts), back_ns,
+                                counts)
+        return True
 
     def absorb(self, other: "_TableBuilder") -> None:
         """Append the rows of ``other`` (the next range of messages of the same topic) after these."""
@@ -414,12 +471,21 @@ def build_tables(recording: RawRecording, topics: Iterable[str] | None = None, p
 
 
 def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> tuple[_TableBuilder, int]:
-    """Decode one topic's messages into a builder; returns it and the number of malformed payloads."""
+    """Decode one topic's messages into a builder; returns it and the number of malformed payloads.
+
+    A batch whose payloads all have the shape of its first one is decoded at once into columns
+    (:mod:`hil.recording.template_decode`); any other batch message by message (the reference path, the same
+    table either way)."""
     builder = _TableBuilder(topic, keys)
     malformed = 0
     for start in range(0, len(messages), _BATCH):
+        batch = messages[start:start + _BATCH]
+        if _fill_by_shape(builder, batch):
+            if bar is not None:
+                bar.update(len(batch))
+            continue
         log_times, publish_times, payloads = [], [], []
-        for log_time, publish_time, data in messages[start:start + _BATCH]:
+        for log_time, publish_time, data in batch:
             payload = decode_payload(data)
             if payload is None:
                 malformed += 1
@@ -431,6 +497,21 @@ def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> 
         if bar is not None:
             bar.update(min(_BATCH, len(messages) - start))
     return builder, malformed
+
+
+def _fill_by_shape(builder: _TableBuilder, batch: list) -> bool:
+    """Add ``batch`` (messages) to ``builder`` through the columnar decode; False (nothing added) when its
+    payloads do not all share the first one's shape."""
+    telemetry = builder.topic == TOPIC_HW_TELEMETRY
+    first = decode_payload(batch[0][2])
+    shape = template(batch[0][2], first, matrices=telemetry) if first is not None else None
+    columns = decode_batch(shape, [data for _, _, data in batch]) if shape is not None else None
+    if columns is None:
+        return False
+    if telemetry:
+        return builder.add_sample_columns([m[0] for m in batch], shape, columns)
+    builder.add_columns([m[0] for m in batch], [m[1] for m in batch], shape, columns)
+    return True
 
 
 #: (recording, keys, max_messages) of the decode in progress: forked workers inherit it (nothing is pickled in)

@@ -259,6 +259,11 @@ def test_the_report_gives_units_and_the_figure_says_a_constant_channel(tmp_path,
     boxes += [ax.get_tightbbox(renderer) for ax in (figure.ax_time, figure.ax_phase, figure.ax_error)]
     for box in boxes:
         assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, box
+    # the fixed margins keep the panels' text apart: no panel's labels reach into the next, none into the title
+    title, panels = boxes[0], boxes[1:]
+    for left, right in zip(panels, panels[1:]):
+        assert left.x1 <= right.x0, (left, right)
+    assert all(panel.y1 <= title.y0 for panel in panels), (title, panels)
 
 
 def test_a_report_without_unused_values_does_not_explain_parentheses(tmp_path, run):

@@ -1,0 +1,124 @@
+"""The columnar decode (hil/recording/template_decode.py) gives the tables of the message-by-message decode."""
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+from mcap.reader import make_reader
+
+from hil.recording import series
+from hil.recording.mcap_io import RecordingWriter, read_recording
+from hil.recording.template_decode import decode_batch, template
+from sim.messages import TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
+
+N_JOINTS = 5
+#: more than one decode batch, with seq crossing the fixint / uint8 / uint16 boundaries (the payload grows)
+MESSAGES = 2 * series._BATCH + 300
+
+
+def _state(k: int, rng) -> dict:
+    names = [f"j{i}" for i in range(N_JOINTS)]
+    return {"v": 1, "seq": k, "t": k * 1e-3, "stamp_ns": 1_700_000_000_000_000_000 + k * 1_000_000,
+            "joint_names": names, "q": rng.standard_normal(N_JOINTS).tolist(),
+            "tau": rng.integers(-32, 32, N_JOINTS).tolist(),             # negative and positive fixints
+            "strain": [float(x) for x in rng.standard_normal(2)], "mode": "run",
+            "flag": bool(k % 997 == 0),                                   # a bool that flips now and then
+            "base_wrench": rng.standard_normal(6).tolist()}
+
+
+def _status(k: int) -> dict:
+    return {"v": 1, "seq": k, "stamp_ns": 1_700_000_000_000_000_000 + k * 10_000_000, "state": "active",
+            "link": {"frames_ok": k, "crc_errors": 0}}                    # numbers in a nested map
+
+
+def _telemetry(k: int, rng) -> dict:
+    """A frame of FRAME samples of 3 servos and a load cell (matrices, one row per sample)."""
+    stamp = 1_700_000_000_000_000_000 + k * 10_000_000
+    return {"v": 1, "seq": k, "stamp_ns": stamp + 1000, "host_ns": stamp,
+            "device_us": [70_000 + (k * FRAME + i) * 1000 for i in range(FRAME)],
+            "servo_names": ["a", "b", "c"], "servo_rad": rng.standard_normal((FRAME, 3)).tolist(),
+            "load_names": ["fx", "fy"], "load": rng.standard_normal((FRAME, 2)).tolist()}
+
+
+FRAME = 10
+
+
+def _write(path):
+    rng = np.random.default_rng(3)
+    writer = RecordingWriter(path, overwrite=True)
+    for k in range(MESSAGES):
+        payload = _state(k, rng)
+        writer.add(TOPIC_SIM_STATE, msgpack.packb(payload), payload["stamp_ns"] + 5, payload["stamp_ns"], k)
+        if k % 10 == 0:
+            frame = _telemetry(k // 10, rng)
+            writer.add(TOPIC_HW_TELEMETRY, msgpack.packb(frame), frame["stamp_ns"] + 5, frame["stamp_ns"], k // 10)
+            status = _status(k // 10)
+            writer.add(TOPIC_HW_STATUS, msgpack.packb(status), status["stamp_ns"] + 5, status["stamp_ns"], k // 10)
+    writer.close()
+
+
+def test_the_columnar_decode_gives_the_per_message_tables(tmp_path, monkeypatch):
+    path = tmp_path / "run.mcap"
+    _write(path)
+    recording = read_recording(path)
+    states = recording.messages[TOPIC_SIM_STATE]
+    # the fast path is taken: a batch of one shape decodes at once, one that changes shape does not
+    first = msgpack.unpackb(states[300][2])
+    shape = template(states[300][2], first)
+    assert decode_batch(shape, [m[2] for m in states[300:900]]) is not None
+    assert decode_batch(shape, [m[2] for m in states[0:200]]) is None            # seq 0-127 is one byte shorter
+    frames = recording.messages[TOPIC_HW_TELEMETRY]
+    frame_shape = template(frames[300][2], msgpack.unpackb(frames[300][2]), matrices=True)
+    assert decode_batch(frame_shape, [m[2] for m in frames[300:600]])["servo_rad"].shape == (300, FRAME, 3)
+    fast = series.build_tables(recording)
+    monkeypatch.setattr(series, "_fill_by_shape", lambda builder, batch: False)  # the message-by-message path
+    reference = series.build_tables(recording)
+    for topic, table in reference.tables.items():
+        mine = fast.tables[topic]
+        assert list(mine.columns) == list(table.columns) and mine.groups == table.groups
+        assert mine.element_names == table.element_names and mine.text == table.text
+        for name, values in table.columns.items():
+            assert mine.columns[name].dtype == values.dtype, name
+            np.testing.assert_array_equal(mine.columns[name], values, err_msg=name)
+    # and both are what a straightforward decode of each message read back by the mcap reader gives
+    with open(path, "rb") as handle:
+        decoded = [msgpack.unpackb(message.data) for _schema, _channel, message
+                   in make_reader(handle).iter_messages(topics=[TOPIC_SIM_STATE])]
+    table = fast.tables[TOPIC_SIM_STATE]
+    np.testing.assert_allclose(table.group("q"), np.array([d["q"] for d in decoded]), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(table.group("tau"), np.array([d["tau"] for d in decoded]))
+    np.testing.assert_array_equal(table.columns["seq"], np.arange(MESSAGES))
+    np.testing.assert_array_equal(table.columns["flag"], [float(d["flag"]) for d in decoded])
+    assert table.columns["seq"].dtype == np.int64 and table.text["mode"] == ["run"] * MESSAGES
+    samples = fast.tables[TOPIC_HW_TELEMETRY]
+    assert samples.rows == len(frames) * FRAME and samples.element_names["servo_rad"] == ["a", "b", "c"]
+
+
+def test_shapes_the_columnar_decode_leaves_to_the_reference_path():
+    """Numbers in nested maps, mixed number types in a list, and lists of lists: no template (decoded one by one)."""
+    for payload in (_status(3), {"seq": 1, "x": [1, 2.5]}, {"seq": 1, "m": [[1.0, 2.0], [3.0, 4.0]]}):
+        data = msgpack.packb(payload)
+        assert template(data, msgpack.unpackb(data)) is None, payload
+    data = msgpack.packb({"seq": 1, "x": [0.5, 1.5]})
+    shape = template(data, msgpack.unpackb(data))
+    other = msgpack.packb({"seq": 1, "y": [0.5, 1.5]})                      # same length, another key
+    assert decode_batch(shape, [data, other]) is None
+    columns = decode_batch(shape, [data, msgpack.packb({"seq": 2, "x": [-3.0, 1e300]})])
+    np.testing.assert_array_equal(columns["x"], [[0.5, 1.5], [-3.0, 1e300]])
+    np.testing.assert_array_equal(columns["seq"], [1, 2])
+
+
+def test_the_recorder_reads_seq_and_stamp_by_shape_as_one_by_one():
+    """The recorder's write path: runs of one shape give the seq and stamp_ns a whole decode gives; other messages
+    (a short run, a run whose shape changes, a malformed payload) are left to the one-by-one decode."""
+    from hil.recording.recorder import SHAPE_GROUP_MIN_MESSAGES, _seq_and_stamp, _seqs_and_stamps_by_shape
+
+    rng = np.random.default_rng(5)
+    states = [_state(1000 + k, rng) for k in range(3 * SHAPE_GROUP_MIN_MESSAGES)]
+    pending = [([TOPIC_SIM_STATE.encode(), msgpack.packb(p)], 0) for p in states]
+    flipped = [dict(_state(2000 + k, rng), flag=k == 3) for k in range(SHAPE_GROUP_MIN_MESSAGES)]
+    pending += [([b"other", msgpack.packb(p)], 0) for p in flipped]                   # the shape changes
+    pending += [([b"short", msgpack.packb(_state(5, rng))], 0), ([b"bad", b"\xc1"], 0), ([b"one frame"], 0)]
+    known = _seqs_and_stamps_by_shape(pending)
+    assert sorted(known) == list(range(len(states)))
+    assert known == {i: _seq_and_stamp(pending[i][0][1]) for i in known}
+    assert known[0] == (1000, states[0]["stamp_ns"])
