@@ -125,6 +125,13 @@ def write_demo_robot(rig: DemoRig, path: Path) -> Path:
 DEMO_RT_PRIORITY = 10
 
 
+def stand_in_priority(priority: int) -> int:
+    """The real-time priority of the emulated firmware and its physics plant: one below the model server's and the
+    driver's (the loop under test), so that on two cores the stand-ins for the hardware, whose slices take longer,
+    never hold a core the server's or the driver's next deadline needs; 0 stays 0 (the normal scheduler)."""
+    return max(priority - 1, 1) if priority else 0
+
+
 def with_rt_priority(drive_args: tuple[str, ...], priority: int) -> list[str]:
     """``mms drive`` arguments whose emulators (and their physics plants) also run at ``priority``: they stand in
     for the rig's hardware and physics, which a busy host never delays."""
@@ -229,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
                                            "--autostart", *realtime,
-                                           *with_rt_priority(rig.drive_args, args.rt_priority)))
+                                           *with_rt_priority(rig.drive_args, stand_in_priority(args.rt_priority))))
         if args.gui:
             from hil.qt_preflight import dashboard_problem
 
