@@ -178,22 +178,12 @@ def test_a_burst_is_recorded_byte_for_byte_in_order_with_receipt_times(tmp_path,
     """The receive path queues a burst and writes it once the socket is drained: the file must hold exactly the
     bytes sent, in order, with non-decreasing receipt times inside the burst's span and the gaps counted."""
     context = zmq.Context()
-    pub = context.socket(zmq.PUB)
-    pub.setsockopt(zmq.SNDHWM, 0)
-    pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(network["sim_pub"])
+    pub = kit.burst_publisher(context, network)
     out = tmp_path / "burst.mcap"
     proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--quiet")
     sent: list[bytes] = []
     try:
-        def warmed_up():
-            pub.send_multipart([b"bench/warmup", msgpack.packb({"v": 1, "seq": 0, "stamp_ns": 1})])
-            try:
-                reply = kit.request(network["rec"], {"cmd": "status"}, timeout_s=2.0)
-            except zmq.Again:       # still starting (a busy machine): ask again
-                return False
-            return "bench/warmup" in reply.get("topics", {})
-        kit.wait_for(warmed_up, "the recorder subscribed")
+        kit.wait_subscribed(pub, network)
         skipped = 0
         first_ns = time.time_ns()
         for k in range(BURST_MESSAGES):

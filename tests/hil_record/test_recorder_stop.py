@@ -16,21 +16,11 @@ BACKLOG_MESSAGES = 15_000
 
 def test_a_recorder_stopped_behind_its_stream_writes_the_whole_backlog(tmp_path, network, kit):
     context = zmq.Context()
-    pub = context.socket(zmq.PUB)
-    pub.setsockopt(zmq.SNDHWM, 0)
-    pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(network["sim_pub"])
+    pub = kit.burst_publisher(context, network)
     out = tmp_path / "stop.mcap"
     proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--quiet")
     try:
-        def subscribed():
-            pub.send_multipart([b"bench/warmup", msgpack.packb({"v": 1, "seq": 0, "stamp_ns": 1})])
-            try:
-                reply = kit.request(network["rec"], {"cmd": "status"}, timeout_s=2.0)
-            except zmq.Again:       # still starting (a busy machine): ask again
-                return False
-            return "bench/warmup" in reply.get("topics", {})
-        kit.wait_for(subscribed, "the recorder subscribed")
+        kit.wait_subscribed(pub, network)
         proc.send_signal(signal.SIGSTOP)            # the recorder falls behind: everything queues for it
         for seq in range(BACKLOG_MESSAGES):
             pub.send_multipart([b"hw/status", msgpack.packb({"v": 1, "seq": seq, "stamp_ns": seq + 1})])
