@@ -1,4 +1,5 @@
-"""``mms emulate``: a rig's firmware on a pseudo-terminal, byte-paced like a real UART.
+"""The rig microcontroller's firmware in Python on a pseudo-terminal, byte-paced like a real UART (what ``mms emulate``
+runs for a microcontroller rig; the command itself: firmware_interface/emulate_command.py).
 
 The emulator opens a pty (raw mode), prints the slave's path on the first line of stdout, and then behaves as
 the rig's microcontroller does (docs/protocol.md, docs/rigs.md):
@@ -23,27 +24,21 @@ with the Dynamixel bus emulator), so tests can run it in a thread on a real pty 
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from firmware_interface import protocol as p
 from firmware_interface.plant import make_plant
-from firmware_interface.pty_device import (AppliedLog, PtyDevice, add_applied_log_argument, line_fault,
-                                           open_applied_log, serve)
-from firmware_interface.rigs.mcu import Rig, load_rig
+from firmware_interface.pty_device import (AppliedLog, PtyDevice, line_fault)
+from firmware_interface.rigs.mcu import Rig
 from firmware_interface.rigs.schema import MAX_SAMPLE_RATE_HZ
-from sim.cli_options import add_rig, add_rt_priority
-from sim.processes import set_realtime_priority
 
 #: Most the loop sleeps without checking the port, s.
 MAX_IDLE_S = 2e-3
@@ -51,8 +46,6 @@ MAX_IDLE_S = 2e-3
 MAX_CATCH_UP_S = 0.5
 #: While the e-stop is latched, setpoints are NACKed at most this often, s (a 500 Hz host would flood the link).
 ESTOP_NACK_INTERVAL_S = 0.1
-#: ``--firmware`` given without a program: build the C host port (firmware_interface.c_firmware.build)
-BUILD_FIRMWARE = "build"
 #: NACK reasons a SETPOINTS frame can be refused with, as named in the applied log.
 SETPOINT_REFUSALS = {p.NACK_ESTOP_LATCHED: "estop_latched", p.NACK_CHANNEL_COUNT: "channel_count",
                      p.NACK_OUT_OF_RANGE: "out_of_range"}
@@ -419,98 +412,3 @@ class Emulator(PtyDevice):
                 "rx": d.decoder.counters.as_dict(), "faults": self.faults.counts, "plant": self.plant.status(),
                 "cpu_s": round(cpu.user + cpu.system, 3),
                 "children_cpu_s": round(cpu.children_user + cpu.children_system, 3)}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_rig(parser, required=True)
-    parser.add_argument("--baud", type=int, default=None, help="override the rig's baud rate (bit/s)")
-    parser.add_argument("--plant", choices=("kinematic", "physics"), default=None,
-                        help="override the rig's [emulator] plant")
-    parser.add_argument("--seed", type=int, default=None, help="random seed for noise and faults "
-                        "(default: the rig's [emulator] seed)")
-    parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds "
-                        "(default: run until SIGINT/SIGTERM)")
-    faults = parser.add_argument_group("fault injection (device -> host frames unless noted)")
-    faults.add_argument("--drop-rate", type=float, default=0.0, help="probability a frame is not sent")
-    faults.add_argument("--corrupt-rate", type=float, default=0.0, help="probability a frame gets one bit flipped")
-    faults.add_argument("--burst-rate", type=float, default=0.0,
-                        help="probability a burst of random bytes (line noise) precedes a frame")
-    faults.add_argument("--burst-bytes", type=int, default=16, help="length of a noise burst, bytes (default 16)")
-    faults.add_argument("--rx-byte-error-rate", type=float, default=0.0,
-                        help="host -> device: probability a received byte has one bit flipped")
-    faults.add_argument("--disconnect-after", type=float, default=None, metavar="S",
-                        help="close the port and exit after S seconds, as an unplugged USB device")
-    parser.add_argument("--stats", default=None, metavar="FILE",
-                        help="also write the statistics as JSON to FILE, replaced whole every second and at exit")
-    add_applied_log_argument(parser)
-    parser.add_argument("--firmware", nargs="?", const=BUILD_FIRMWARE, default=None, metavar="PROGRAM",
-                        help="run the rig's C firmware (firmware_interface/firmware/rig, docs/firmware.md) instead "
-                        "of the Python device logic: PROGRAM is a built host port (rig_host); without it, gcc "
-                        "builds one into ~/.cache/mms-hil")
-    add_rt_priority(parser)
-    dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
-    dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
-                     help="servo IDs that never answer (unplugged), comma-separated")
-    dxl.add_argument("--hw-error", action="append", default=[], metavar="T:ID:BITS",
-                     help="at T s latch Hardware Error Status BITS on servo ID (e.g. 1.0:2:32 = overload); repeatable")
-
-
-#: options of `mms emulate` (their argparse names) that only one kind of rig takes, and what the other has instead
-SERIAL_ONLY = ("plant", "firmware", "burst_rate", "burst_bytes", "rx_byte_error_rate", "disconnect_after")
-DYNAMIXEL_ONLY = ("missing_ids", "hw_error")
-NOT_FOR = {
-    "dynamixel": (SERIAL_ONLY, "not an option of a Dynamixel bus (no plant, no serial-line noise; its faults: "
-                               "--drop-rate, --corrupt-rate, --missing-ids, --hw-error)"),
-    "mcu": (DYNAMIXEL_ONLY, "a Dynamixel bus fault: this rig is a microcontroller (its faults: --drop-rate, "
-                            "--corrupt-rate, --burst-rate, --rx-byte-error-rate, --disconnect-after)"),
-}
-
-
-def refuse_foreign_options(args: argparse.Namespace, kind: str) -> None:
-    """One-line ConfigError for an option given (not at its default) that the rig's ``kind`` does not take."""
-    from sim.config import ConfigError
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    defaults = vars(parser.parse_args(["--rig", str(args.rig)]))
-    names, why = NOT_FOR[kind]
-    for name in names:
-        if getattr(args, name) != defaults[name]:
-            raise ConfigError(args.rig, "--" + name.replace("_", "-"), why)
-
-
-def _check_rate(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        from sim.config import ConfigError
-        raise ConfigError(None, f"--{name}", f"got {value}, expected a probability from 0 to 1")
-
-
-def run(args: argparse.Namespace) -> int:
-    from firmware_interface import dynamixel_emulator
-    from firmware_interface.rigs.dynamixel import rig_kind
-
-    kind = rig_kind(args.rig)
-    refuse_foreign_options(args, "dynamixel" if kind == "dynamixel" else "mcu")
-    # the firmware's loop, which stands in for a device a busy host never delays (its plant sets its own)
-    set_realtime_priority(args.rt_priority, "mms emulate")
-    if kind == "dynamixel":
-        return dynamixel_emulator.run(args)
-    for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):
-        _check_rate(name.replace("_", "-"), getattr(args, name))
-    rig = load_rig(args.rig)
-    faults = Faults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate, burst_rate=args.burst_rate,
-                    burst_bytes=max(1, args.burst_bytes), rx_byte_error_rate=args.rx_byte_error_rate,
-                    disconnect_after_s=args.disconnect_after)
-    options = dict(plant_kind=args.plant, baud=args.baud, faults=faults, seed=args.seed,
-                   rt_priority=args.rt_priority, applied_log=open_applied_log(args.applied_log))
-    if args.firmware is None:
-        emulator = Emulator(rig, **options)
-    else:
-        from firmware_interface.c_firmware import FirmwareEmulator, host_program
-        program = host_program(None if args.firmware == BUILD_FIRMWARE else Path(args.firmware))
-        emulator = FirmwareEmulator(rig, program, **options)
-    device = "python device" if args.firmware is None else "C firmware"
-    banner = (f"rig {rig.name!r} ({device}) on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
-              f"telemetry {rig.telemetry_hz} Hz")
-    return serve(emulator, "mms emulate", banner, duration_s=args.duration, stats_path=args.stats,
-                 signals={signal.SIGUSR1: emulator.press_button, signal.SIGUSR2: emulator.release_button})
