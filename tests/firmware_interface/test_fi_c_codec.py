@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -19,10 +18,9 @@ import pytest
 from cobs import cobs
 
 from firmware_interface import protocol as p
+from firmware_interface.c_firmware import FIRMWARE, compile_c
 from firmware_interface.vectors import VECTORS_PATH, to_json
 
-ROOT = Path(__file__).resolve().parents[2]
-FIRMWARE = ROOT / "firmware_interface" / "firmware"
 RANDOM_PACKETS = 400
 DIFFERENTIAL_FRAMES = 10_000
 #: the Python codec's ProtocolError kind of each C error code (mms_proto.h, enum mms_error)
@@ -32,13 +30,8 @@ C_ERROR_KIND = {-1: "framing_errors", -2: "oversize", -3: "malformed", -4: "crc_
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> Path:
-    gcc = shutil.which("gcc")
-    assert gcc, "gcc is needed to build the reference C codec"
-    exe = tmp_path_factory.mktemp("c_codec") / "vectors_check"
-    subprocess.run([gcc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-o", str(exe),
-                    str(FIRMWARE / "mms_proto.c"), str(FIRMWARE / "vectors_check.c")], check=True,
-                   capture_output=True, text=True)
-    return exe
+    return compile_c([FIRMWARE / "mms_proto.c", FIRMWARE / "vectors_check.c"],
+                     tmp_path_factory.mktemp("c_codec") / "vectors_check", "-O2")
 
 
 def run_harness(exe: Path, wires: list[str]) -> list[dict]:

@@ -8,15 +8,13 @@ sanitizer that cannot run would make the fuzz run pass vacuously).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FIRMWARE = ROOT / "firmware_interface" / "firmware"
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+from firmware_interface.c_firmware import FIRMWARE, SANITIZE, compile_c
+
 #: bounded: about 2 s with the sanitizers on the shared 2-core machine
 ITERATIONS = 200_000
 SEED = 20261123
@@ -29,25 +27,16 @@ int main(int argc, char **argv) { (void)argv; char *b = malloc(4); b[argc + 3] =
 """
 
 
-def _gcc() -> str:
-    gcc = shutil.which("gcc")
-    assert gcc, "gcc is needed to build the reference C codec"
-    return gcc
-
-
 @pytest.fixture(scope="module")
 def fuzzer(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("c_fuzz")
     canary = work / "canary.c"
     canary.write_text(CANARY)
-    subprocess.run([_gcc(), *SANITIZE, "-g", "-o", str(work / "canary"), str(canary)], check=True,
-                   capture_output=True)
+    compile_c([canary], work / "canary", *SANITIZE, "-g")
     caught = subprocess.run([str(work / "canary")], capture_output=True, text=True, timeout=60)
     assert caught.returncode != 0 and "AddressSanitizer: heap-buffer-overflow" in caught.stderr, caught.stderr
-    exe = work / "fuzz_codec"
-    subprocess.run([_gcc(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", *SANITIZE, "-o", str(exe),
-                    str(FIRMWARE / "mms_proto.c"), str(FIRMWARE / "fuzz_codec.c")], check=True, capture_output=True)
-    return exe
+    return compile_c([FIRMWARE / "mms_proto.c", FIRMWARE / "fuzz_codec.c"], work / "fuzz_codec", "-g", "-O1",
+                     *SANITIZE)
 
 
 def test_fuzzing_the_c_codec_under_sanitizers_finds_nothing(fuzzer):
