@@ -119,9 +119,10 @@ def write_demo_robot(rig: DemoRig, path: Path) -> Path:
     return path
 
 
-#: The SCHED_FIFO priority the demo asks for its model server and driver (the two loops paced to the wall clock):
-#: beside one busy program their deadline misses fell from 8 % to 0.2 % (docs/headroom.md). Without the
-#: permission each says so in one line and runs normally; `--rt-priority 0` turns it off.
+#: The SCHED_FIFO priority the demo asks for its model server and driver, the loop under test (the emulated
+#: firmware and its plant run one below: :func:`stand_in_priority`): `mms serve` beside a busy machine missed 0.2 %
+#: of its deadlines instead of 8 % (docs/headroom.md). Without the permission each process says so in one line and
+#: runs normally; `--rt-priority 0` turns it off.
 DEMO_RT_PRIORITY = 10
 
 
