@@ -205,6 +205,57 @@ def flight_table(model, duration, period, label):
     return rows
 
 
+def published_deviation(ref, ticks, q, tau, model, period):
+    """As :func:`deviation`, at the publish times themselves (on the reference's grid): no interpolation of the
+    candidate, so the figure is what a subscriber receives."""
+    t_ref, q_ref, tau_ref = ref
+    rows = np.searchsorted(t_ref, ticks - REFERENCE_DT / 2)
+    end = min(ticks[-1], t_ref[-1])
+    window = (ticks >= end - period - 1e-12) & (ticks <= end + 1e-12)
+    signals = [(q_ref, q, k, model.joint_names[k]) for k in np.flatnonzero(~model.actuated)]
+    signals += [(tau_ref, tau, k, f"torque {model.joint_names[k]}") for k in model.metadata["stroke_joints"]]
+    return max((np.abs(cand[window, k] - ref[rows[window], k]).max() / np.abs(ref[rows[window], k]).max(), name)
+               for ref, cand, k, name in signals)
+
+
+def serve_path_table(model, duration, period, publish_period=1e-3, rounds=15, ticks=200):
+    """The `mms serve` path: one call per published state. Dense output (``advance_to``, any step; the server's
+    path) at ROSW_DT against whole steps of a divisor of the publish period (``advance`` + ``outputs``, the
+    former path: 1/3 ms at 1 kHz), CPU time per simulated s, interleaved rounds (best of each, so a load change
+    hits both alike); and the published states' deviation from the RK4 1e-4 s reference over the last period."""
+    print(f"\n=== serve path: one state per {publish_period * 1e3:g} ms ===")
+    whole_dt = publish_period / math.ceil(publish_period / ROSW_DT)
+    t_r, q_r, tau_r, _, _, _ = simulation_run(model, "rk4", REFERENCE_DT, duration)
+    ticks_all = np.arange(1, int(round(duration / publish_period)) + 1) * publish_period
+    dense = Simulation(model, "rosw", ROSW_DT)
+    published = [dense.advance_to(t) for t in ticks_all]
+    err, where = published_deviation((t_r, q_r, tau_r), ticks_all, np.array([o["q"] for o in published]),
+                                     np.array([o["tau"] for o in published]), model, period)
+    runs = {"dense": Simulation(model, "rosw", ROSW_DT), "whole": Simulation(model, "rosw", whole_dt)}
+    for sim in runs.values():
+        sim.advance_to(2 * publish_period)
+        sim.advance(publish_period)
+        sim.outputs()
+    best = {name: math.inf for name in runs}
+    for _ in range(rounds):
+        for name, sim in runs.items():
+            sim.reset()
+            start = time.process_time()
+            if name == "dense":
+                for k in range(1, ticks + 1):
+                    sim.advance_to(k * publish_period)
+            else:
+                for _ in range(ticks):
+                    sim.advance(publish_period)
+                    sim.outputs()
+            best[name] = min(best[name], time.process_time() - start)
+    simulated = ticks * publish_period
+    print(f"dense output, rosw {ROSW_DT * 1e3:g} ms: {simulated / best['dense']:.2f}x real time per CPU s; "
+          f"published states within {100 * err:.3f} % of the reference ({where})")
+    print(f"whole steps, rosw {whole_dt * 1e3:.4g} ms: {simulated / best['whole']:.2f}x real time per CPU s")
+    print(f"dense / whole: {best['whole'] / best['dense']:.2f}x (best of {rounds} interleaved rounds of {ticks} states)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "robots" / "flapper.toml")
@@ -223,6 +274,7 @@ def main(argv=None) -> int:
 
     flight_table(model, duration, period, "free flight (floating base)")
     flight_table(model.replace(base_mode="fixed"), duration, period, "tethered (fixed base)")
+    serve_path_table(model, duration, period)
 
     # 3. evaluation time vs Pinocchio ABA
     import pinocchio as pin

@@ -55,7 +55,6 @@ IDLE_WAIT_S = 0.1                   # longest single wait of the loop when nothi
 COARSE_WAIT_MARGIN_S = 0.002        # zmq polls in whole ms: wake this early, then sleep the rest finely
 MAX_REQUESTS_PER_WAKE = 10          # a burst of requests cannot starve the publisher
 STEP_SAMPLES_PER_WINDOW = 200_000   # step-time samples kept per status window (the newest ones)
-STEP_COUNT_TOLERANCE = 1e-6         # of one dt: floor(period / dt) must not lose a step to rounding
 BEHIND_REPORT_INTERVAL_S = 10.0     # stderr reports of deadline misses at most this often
 STALL_REPORT_INTERVAL_S = 60.0      # "still stalled" stderr reminders at most this often
 PUB_LINGER_MS = 1000                # bounded wait for the last sim/status to leave at shutdown
@@ -84,27 +83,14 @@ def _simulation_defaults(config: dict[str, Any], path: Path) -> tuple[str | None
     return integrator, dt
 
 
-def publishable_dt(dt: float, period: float) -> float:
-    """The largest step not above ``dt`` (s) that divides the publish ``period`` (s) into whole steps, so that
-    consecutive sim/state messages are exactly one period apart in t (a config step such as the flapper's
-    0.4 ms would otherwise publish t in steps of 0.8 and 1.2 ms)."""
-    return period / math.ceil(period / dt * (1.0 - STEP_COUNT_TOLERANCE))
-
-
-def _new_simulation(model, config: dict[str, Any], path: Path, integrator: str | None, dt: float | None,
-                    period: float, log: Callable[[str], None]):
+def _new_simulation(model, config: dict[str, Any], path: Path, integrator: str | None, dt: float | None):
     """The simulation of ``model``: the server's options first, then the config's [simulation], then defaults.
-    A config step that does not divide the publish period is lowered to one that does (said on stderr); an
-    explicit ``--dt`` is kept as given."""
+    Any step works with any publish period: states are interpolated at the publish times (dense output,
+    Simulation.advance_to)."""
     from sim.simulation import Simulation
 
     config_integrator, config_dt = _simulation_defaults(config, path)
     integrator = integrator if integrator is not None else config_integrator
-    if dt is None and config_dt is not None and config_dt < period:
-        dt = publishable_dt(config_dt, period)
-        if not math.isclose(dt, config_dt, rel_tol=STEP_COUNT_TOLERANCE):
-            log(f"the config's dt = {config_dt:g} s does not divide the publish period {period:g} s: "
-                f"using {dt:.6g} s ({round(period / dt)} steps per state)")
     dt = dt if dt is not None else config_dt
     kwargs: dict[str, Any] = {}
     if integrator is not None:
@@ -157,7 +143,7 @@ class SimulationServer:
         self.max_lag_s = max_lag_s
         self.log = log
         self.model = _build_model(config, config_path)
-        self.simulation = _new_simulation(self.model, config, config_path, integrator, dt, self.period, log)
+        self.simulation = _new_simulation(self.model, config, config_path, integrator, dt)
         self.simulation.reset()
         self.warmup: dict[str, float] | None = None     # set by serve() before anything is published
         self.robot_name = self._robot_name()
@@ -176,7 +162,6 @@ class SimulationServer:
         self.names_due = True
         # schedule
         self.tick = 0
-        self.steps_done = 0
         self.anchor = self.clock()
         self.last_step_request = self.clock()
         self.deadline_misses = 0
@@ -211,8 +196,10 @@ class SimulationServer:
         return float(self.simulation.dt)
 
     @property
-    def steps_per_period(self) -> float:
-        return self.period / self.dt
+    def t(self) -> float:
+        """Simulated time (s) of the newest state prepared: ``tick`` periods (the simulation itself may be up to
+        one step ahead: its states are interpolated at the publish times)."""
+        return self.tick * self.period
 
     def _robot_name(self) -> str:
         robot = self.config.get("robot")
@@ -229,9 +216,11 @@ class SimulationServer:
     def _actuated(self) -> list[bool]:
         return [bool(flag) for flag in np.asarray(self.model.actuated).ravel()]
 
-    def _state_payload(self) -> dict[str, Any]:
-        outputs = self.simulation.outputs()
-        payload: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": self.state_seq, "t": float(self.simulation.t)}
+    def _state_payload(self, t: float | None = None, outputs: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """The sim/state message at ``t`` (s) from ``outputs`` (default: the simulation's current time and outputs)."""
+        if outputs is None:
+            t, outputs = self.simulation.t, self.simulation.outputs()
+        payload: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": self.state_seq, "t": float(t)}
         for key in STATE_ARRAYS:
             payload[key] = np.asarray(outputs[key], dtype=np.float64).ravel().tolist()
         return payload
@@ -248,15 +237,11 @@ class SimulationServer:
         except Exception as exc:
             raise ConfigError(self.config_path, None,
                               f"the simulation's outputs break the sim/state schema: {one_line(str(exc))}") from None
-        if self.dt > self.period * (1 + STEP_COUNT_TOLERANCE):
-            self.log(f"warning: dt {self.dt:g} s is longer than the publish period {self.period:g} s: "
-                     f"some sim/state messages will repeat the same t")
 
     def _replace_model(self, config: dict[str, Any]) -> None:
         """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
         model = _build_model(config, self.config_path)
-        simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option,
-                                     self.period, self.log)
+        simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
         warm_up(simulation, self.period, self.log)
         previous = (self.config, self.model, self.simulation)
         self.config, self.model, self.simulation = config, model, simulation
@@ -284,12 +269,12 @@ class SimulationServer:
                 socket.close()
 
     # ---------------------------------------------------------------- publishing
-    def _prepare_state(self) -> bool:
-        """Build the payload of the current state into ``pending`` (not sent, not stamped); False (and paused)
-        if the state is not finite: a diverged simulation is never published."""
-        payload = self._state_payload()
+    def _prepare_state(self, t: float | None = None, outputs: dict[str, np.ndarray] | None = None) -> bool:
+        """Build the payload of the state at ``t`` (default: the current one) into ``pending`` (not sent, not
+        stamped); False (and paused) if the state is not finite: a diverged simulation is never published."""
+        payload = self._state_payload(t, outputs)
         if not (np.isfinite(payload["q"]).all() and np.isfinite(payload["qd"]).all()):
-            self._fault(f"simulation diverged at t = {self.simulation.t:.6g} s (non-finite q or qd); "
+            self._fault(f"simulation diverged at t = {payload['t']:.6g} s (non-finite q or qd); "
                         f"reset or set a parameter")
             return False
         self.pending = payload
@@ -333,7 +318,7 @@ class SimulationServer:
         self._publish_status(now)
 
     def _status_payload(self, seq: int) -> dict[str, Any]:
-        payload = {"v": SCHEMA_VERSION, "seq": seq, "t": float(self.simulation.t), "stamp_ns": time.time_ns(),
+        payload = {"v": SCHEMA_VERSION, "seq": seq, "t": self.t, "stamp_ns": time.time_ns(),
                    "mode": self.mode, "state": self.state, "rtf": self.last_window["rtf"],
                    "step_us": dict(self.step_times.last), "deadline_misses": self.deadline_misses,
                    "state_rate_hz": self.last_window["state_rate_hz"], "robot": self.robot_name,
@@ -370,22 +355,20 @@ class SimulationServer:
             self.last_behind_report = now
 
     # ---------------------------------------------------------------- simulation
-    def _advance_one_period(self) -> None:
-        """Integrate the ``dt`` steps that fit up to ``t = (tick + 1) period``, timing each one."""
+    def _advance_one_period(self) -> dict[str, np.ndarray]:
+        """Integrate past ``t = (tick + 1) period`` in whole steps of dt, timing them; the outputs at that t
+        (interpolated between the two step ends around it: Simulation.advance_to)."""
         self.tick += 1
-        target = math.floor(self.tick * self.steps_per_period + STEP_COUNT_TOLERANCE)
-        simulation, record, now_ns = self.simulation, self.step_times.samples_ns.append, time.perf_counter_ns
+        simulation, t_publish = self.simulation, self.tick * self.period
         t_before = simulation.t
-        steps = target - self.steps_done
-        if steps > 0:
-            # one call for the whole period: the fused kernel pays its argument overhead once, not per step
-            start = now_ns()
-            taken = simulation.advance(steps * simulation.dt)
-            per_step_ns = (now_ns() - start) // max(taken, 1)
-            for _ in range(taken):
-                record(per_step_ns)
-            self.steps_done += taken
-        self.window_sim_time += simulation.t - t_before
+        # one call for the whole period: the fused kernel pays its argument overhead once, not per step
+        start = time.perf_counter_ns()
+        outputs = simulation.advance_to(t_publish)
+        elapsed_ns = time.perf_counter_ns() - start
+        taken = round((simulation.t - t_before) / simulation.dt)
+        self.step_times.samples_ns.extend([elapsed_ns // max(taken, 1)] * taken)
+        self.window_sim_time += self.period
+        return outputs
 
     def _tick(self) -> bool:
         """One publish period: integrate, publish. False when the simulation failed (then it is paused)."""
@@ -394,10 +377,10 @@ class SimulationServer:
     def _prepare_tick(self) -> bool:
         """Integrate one publish period and prepare its state. False when the simulation failed (then paused)."""
         try:
-            self._advance_one_period()
-            return self._prepare_state()
+            outputs = self._advance_one_period()
+            return self._prepare_state(self.t, outputs)
         except Exception as exc:  # a diverging or broken model must not kill the server: pause and say why
-            self._fault(f"simulation failed at t = {self.simulation.t:.6g} s: {type(exc).__name__}: {exc}")
+            self._fault(f"simulation failed at t = {self.t:.6g} s: {type(exc).__name__}: {exc}")
             return False
 
     def _fault(self, reason: str) -> None:
@@ -423,7 +406,6 @@ class SimulationServer:
         self.pending = None                  # a state prepared before the reset is never published
         self.simulation.reset()
         self.tick = 0
-        self.steps_done = 0
         self.names_due = True
         self._restart_clock()
         if self.state != IDLE:
@@ -531,7 +513,7 @@ class SimulationServer:
         except Exception as exc:  # a bug must cost one error reply, not the server
             self.log(f"internal error on a control request: {type(exc).__name__}: {exc}")
             return error_reply(f"internal error: {type(exc).__name__}: {exc}")
-        return {"ok": True, **reply, "state": self.state, "t": float(self.simulation.t),
+        return {"ok": True, **reply, "state": self.state, "t": self.t,
                 "seq": self.state_seq - 1}
 
     def _serve_control(self, timeout_ms: int) -> bool:
@@ -558,7 +540,7 @@ class SimulationServer:
                 self.stalled_since = self.last_step_request
                 self.last_stall_report = now
                 self.log(f"lockstep stalled: no step request for {self.stall_timeout_s:g} s "
-                         f"(t = {self.simulation.t:.6g} s); waiting for a step on the control socket")
+                         f"(t = {self.t:.6g} s); waiting for a step on the control socket")
                 self._set_state(STALLED, f"no step request for {self.stall_timeout_s:g} s")
             elif self.state == STALLED and now - self.last_stall_report >= STALL_REPORT_INTERVAL_S:
                 self.last_stall_report = now
@@ -613,7 +595,7 @@ class SimulationServer:
                 self.resyncs += 1
                 self.anchor = now - self.tick * self.period
                 if self.resyncs == 1:
-                    self.log(f"fell {lateness:.3f} s behind real time at t = {self.simulation.t:.6g} s: schedule "
+                    self.log(f"fell {lateness:.3f} s behind real time at t = {self.t:.6g} s: schedule "
                              f"re-anchored (each time it happens again is counted in the next report)")
 
     def _fast_period(self) -> None:
@@ -711,7 +693,7 @@ def run(args: argparse.Namespace) -> int:
         _log(f"{server.robot_name}: {len(model.joint_names)} joints ({int(np.sum(model.actuated))} actuated), "
              f"{args.mode} at {rate:g} Hz, dt {server.dt:g} s; PUB {pub_endpoint}, control {control_endpoint}")
         reason = server.serve(args.autostart)
-        _log(f"stopped ({reason}) at t = {server.simulation.t:.6g} s after {server.state_seq} states, "
+        _log(f"stopped ({reason}) at t = {server.t:.6g} s after {server.state_seq} states, "
              f"{server.deadline_misses} deadline misses")
     finally:
         for signum, handler in previous_handlers.items():

@@ -255,7 +255,7 @@ def test_step_needs_a_pause_in_realtime_and_then_single_steps(realtime):
 
 # ---------------------------------------------------------------------------------------------- the flapper
 FLAPPER = Path(__file__).resolve().parents[2] / "configs" / "robots" / "flapper.toml"
-FLAPPER_STEPS = 8               # publish periods of 1 ms (10 RK4 steps of 0.1 ms each)
+FLAPPER_STEPS = 8               # publish periods of 1 ms (ROSW steps of 0.4 ms: states interpolated at t)
 LAW_ATOL_RAD = 1e-12
 
 
