@@ -29,12 +29,13 @@ $(TESTING): $(RUNTIME)
 demo: $(RUNTIME)
 	$(BIN)/mms demo
 
-# The linter first: it takes seconds and its findings are cheaper to read than a failing suite.
+# The linter first: it takes seconds and its findings are cheaper to read than a failing suite. The 25 slowest
+# tests are listed at the end, so that a CI log shows where the suite's time goes.
 lint: $(TESTING)
 	$(BIN)/ruff check .
 
 test: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --durations=25
 
 bench: $(TESTING)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
