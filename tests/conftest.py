@@ -1,6 +1,7 @@
 """Fixtures shared by every test folder: a network file with free loopback ports, a
 :class:`hil.testing.Stack` of real processes and sockets (`mms drive`, `mms serve`, a sim/state publisher,
-collectors), stopped at teardown, and a Qt platform plugin whose system library is missing. A folder's own
+collectors), stopped at teardown, a Qt platform plugin whose system library is missing, and the device logic
+behind `mms emulate` (the Python device or the rig's C firmware, built once per session). A folder's own
 conftest.py may define its own ``network`` (tests/hil_record does)."""
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def network(tmp_path) -> Path:
     return write_network(tmp_path / "network.toml")
+
+
+@pytest.fixture(scope="session")
+def firmware_program(tmp_path_factory) -> Path:
+    """The rig's C firmware, host port (docs/firmware.md), compiled once for the whole session."""
+    from firmware_interface.c_firmware import build
+
+    return build(tmp_path_factory.mktemp("rig_host"))
+
+
+@pytest.fixture(params=["python", "c"])
+def emulate_device(request) -> list[str]:
+    """`mms emulate` options choosing the device logic behind the pty: the Python emulator's (none) or the rig's
+    C firmware's (``--firmware PROGRAM``). A test taking it runs against both: the host cannot tell them apart."""
+    return [] if request.param == "python" else ["--firmware", str(request.getfixturevalue("firmware_program"))]
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@
 * the issue's crashing sim/state payloads: the driver lives, holds, goes to neutral, and tracks again;
 * hw/status health, with the emulator's physics plant.
 In every case the applied log proves that no setpoint outside the rig's limits reached the firmware.
-The button test runs against the Python emulator and the rig's C firmware (`mms emulate --firmware`).
+The button test and the physics plant's health run against the Python emulator and the rig's C firmware
+(`mms emulate --firmware`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import numpy as np
 import pytest
 
 from firmware_interface import protocol as p
-from firmware_interface.c_firmware import build
 from firmware_interface.pty_device import read_applied_log
 from firmware_interface.rigs.mcu import load_rig
 from hil.drive.inputs import SetpointLimits
@@ -27,16 +27,11 @@ from hil.drive.inputs import SetpointLimits
 JOINTS = ["stroke_r", "stroke_l"]
 
 
-@pytest.fixture(scope="module")
-def firmware_program(tmp_path_factory):
-    """The rig's C firmware, host port (docs/firmware.md), built once for this module."""
-    return build(tmp_path_factory.mktemp("rig_host"))
-
-
-@pytest.fixture(params=["python", "c"])
-def device(request) -> str:
-    """`mms emulate` options choosing the device logic: the Python emulator's or the C firmware's."""
-    return "" if request.param == "python" else f" --firmware {request.getfixturevalue('firmware_program')}"
+@pytest.fixture
+def device(emulate_device) -> str:
+    """`mms emulate` options choosing the device logic (tests/conftest.py: the Python emulator's or the C
+    firmware's), as the text of `mms drive --emulator-args`."""
+    return "".join(f" {arg}" for arg in emulate_device)
 
 
 def driver_with_log(stack, *extra, device: str = ""):
@@ -133,8 +128,8 @@ def test_a_stream_of_crashing_states_holds_then_neutral_and_good_states_are_trac
 
 
 # ---- run health: the emulator's physics plant -----------------------------------------------------------------
-def test_hw_status_health_carries_the_emulators_physics_plant(stack):
-    drv = stack.driver("--emulate", "--emulator-args", "--plant physics")
+def test_hw_status_health_carries_the_emulators_physics_plant(stack, device):
+    drv = stack.driver("--emulate", "--emulator-args", f"--plant physics{device}")
     status = drv.wait_status(lambda s: "plant" in s["health"] and s["health"]["plant"]["rtf"] > 0,
                              "the plant's figures in hw/status", timeout_s=120)
     plant = status["health"]["plant"]
@@ -144,7 +139,7 @@ def test_hw_status_health_carries_the_emulators_physics_plant(stack):
     assert drv.collector.invalid == [] and drv.collector.count > 10       # every hw/* message schema-checked
     # a kinematic plant has no figures to report: no "plant" key
     assert drv.stop() == 0
-    kinematic = stack.driver("--emulate")
+    kinematic = stack.driver("--emulate", *(["--emulator-args", device] if device else []))
     status = kinematic.wait_status(lambda s: s["link"]["state"] == "up", "the link up")
     assert "plant" not in kinematic.wait_status(lambda s: s["stamp_ns"] > status["stamp_ns"] + 2 * 10**9,
                                                 "two seconds of status")["health"]

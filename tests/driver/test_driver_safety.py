@@ -1,7 +1,8 @@
 """The rig is always left safe: stale or bad simulator states, a killed emulator, the e-stop, signals.
 
 Real processes and sockets: `mms drive --emulate` (with its `mms emulate` child), a sim/state publisher in this
-process, `mms serve` for the killed-simulator case. Waits are polls with generous deadlines; the timing bounds
+process, `mms serve` for the killed-simulator case. The driver's watchdog, the e-stop latch and the link loss run
+against the Python emulator and the rig's C firmware (`mms emulate --firmware`) with the same assertions. Waits are polls with generous deadlines; the timing bounds
 are "not before" (exact, from the design) and "not much after" (generous, for a busy machine).
 """
 from __future__ import annotations
@@ -28,9 +29,14 @@ def track_commands(drv) -> list[dict]:
     return [c for c in drv.collector.get("hw/command") if c["mode"] == "track"]
 
 
-def start_tracking(stack, q=(0.5, -0.4), *extra):
+def emulator_args(device: list[str]) -> list[str]:
+    """`mms drive --emulate` options giving its emulator child the ``device`` options (tests/conftest.py)."""
+    return ["--emulator-args", " ".join(device)] if device else []
+
+
+def start_tracking(stack, q=(0.5, -0.4), *extra, device: list[str] = ()):
     sim = stack.sim(["stroke_r", "stroke_l"], lambda t: list(q))
-    drv = stack.driver("--emulate", *extra)
+    drv = stack.driver("--emulate", *emulator_args(device), *extra)
     drv.wait_status(lambda s: s["lifecycle"] == "inactive" and s["link"]["state"] == "up", "the link up")
     assert drv.ctl("activate")["ok"]
     stack.wait_for(lambda: len(track_commands(drv)) > 50, what="tracking")
@@ -45,10 +51,10 @@ def settle_at(drv, stack, target, what):
     stack.wait_for(arrived, what=what)
 
 
-def test_stale_and_bad_states_hold_then_ramp_to_neutral_then_resume(stack):
+def test_stale_and_bad_states_hold_then_ramp_to_neutral_then_resume(stack, emulate_device):
     rig = load_rig(stack.flapper_rig)
     neutral = np.array([s.neutral_rad for s in rig.servos])
-    sim, drv = start_tracking(stack)
+    sim, drv = start_tracking(stack, device=emulate_device)
     # NaN in a mapped joint: every such state is refused, so the driver sees no fresh state
     sim.override = lambda payload: {**payload, "q": [math.nan, payload["q"][1]]}
     drv.wait_status(lambda s: s["watchdog"] == "neutral", "hold, ramp, then neutral on NaN states")
@@ -100,9 +106,9 @@ def test_killed_simulator_leads_to_neutral(stack):
     settle_at(drv, stack, neutral, "the servos measured at neutral")
 
 
-def test_emulator_killed_and_restarted_reconnects_without_stale_setpoints(stack):
+def test_emulator_killed_and_restarted_reconnects_without_stale_setpoints(stack, emulate_device):
     rig = load_rig(stack.flapper_rig)
-    sim, drv = start_tracking(stack, (0.6, 0.5))
+    sim, drv = start_tracking(stack, (0.6, 0.5), device=emulate_device)
     before = drv.ctl("status")
     old_pid = before["link"]["emulator_pid"]
     assert stack.alive(old_pid)
@@ -136,10 +142,10 @@ def test_emulator_killed_and_restarted_reconnects_without_stale_setpoints(stack)
     assert all(c["sim_seq"] == -1 for c in after if c["mode"] == "hold")
 
 
-def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack):
+def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack, emulate_device):
     rig = load_rig(stack.flapper_rig)
     neutral = np.array([s.neutral_rad for s in rig.servos])
-    sim, drv = start_tracking(stack, (0.7, -0.6), "--allow-remote-reset")
+    sim, drv = start_tracking(stack, (0.7, -0.6), "--allow-remote-reset", device=emulate_device)
     reply = drv.ctl("estop")
     assert reply["ok"] and reply["latched"] and reply["device_told"]
     stopped_ns = time.time_ns()

@@ -11,7 +11,7 @@ import pytest
 from cobs import cobs
 
 from firmware_interface import protocol as p
-from firmware_interface.c_firmware import FirmwareEmulator, build
+from firmware_interface.c_firmware import FirmwareEmulator
 from firmware_interface.emulator import Emulator
 from firmware_interface.link import DeviceLink
 from firmware_interface.rigs.mcu import load_rig
@@ -24,9 +24,9 @@ SCRIPTED = ("frames_rx", "crc_errors", "framing_errors", "oversize", "malformed"
             "tx_dropped")
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory) -> Path:
-    return build(tmp_path_factory.mktemp("rig_host"))
+@pytest.fixture
+def program(firmware_program) -> Path:
+    return firmware_program                 # tests/conftest.py: built once per session
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ import serial
 from cobs import cobs
 
 from firmware_interface import protocol as p
-from firmware_interface.c_firmware import FirmwareEmulator, build
+from firmware_interface.c_firmware import FirmwareEmulator
 from firmware_interface.emulator import Emulator
 from firmware_interface.link import DeviceLink
 from firmware_interface.rigs.mcu import load_rig
@@ -36,16 +36,10 @@ RAYBOT = ROOT / "configs" / "rigs" / "raybot_rig.toml"
 START_TIMEOUT_S = 30.0       # generous: the machine is shared
 
 
-@pytest.fixture(scope="module")
-def firmware_program(tmp_path_factory) -> Path:
-    """The C firmware's host port, built once for this module."""
-    return build(tmp_path_factory.mktemp("rig_host"))
-
-
-@pytest.fixture(params=["python", "c"])
-def device(request) -> list[str]:
-    """The device logic behind the pty, as `mms emulate` options: the Python emulator's, or the C firmware's."""
-    return [] if request.param == "python" else ["--firmware", str(request.getfixturevalue("firmware_program"))]
+@pytest.fixture
+def device(emulate_device) -> list[str]:
+    """The device logic behind the pty, as `mms emulate` options (tests/conftest.py: both devices)."""
+    return emulate_device
 
 
 def make_emulator(rig_path: Path, device: list[str], **kwargs) -> Emulator:

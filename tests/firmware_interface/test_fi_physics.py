@@ -3,6 +3,7 @@
 A double pendulum (configs/robots/pendulum.toml, URDF) on a rig: a servo drives the shoulder, a "strain gauge"
 reads the passive elbow, a load cell the support wrench. Held at a servo angle, the readings must match the
 closed-form static equilibrium (elbow spring against gravity; the support carrying the weight and its moment).
+The plant tests run behind the Python device logic and behind the rig's C firmware (`mms emulate --firmware`).
 """
 from __future__ import annotations
 
@@ -112,12 +113,13 @@ def equilibrium(theta1: float) -> tuple[float, float, float]:
     return theta2, fz, my
 
 
-def test_physics_plant_matches_static_equilibrium(tmp_path):
+def test_physics_plant_matches_static_equilibrium(tmp_path, emulate_device):
     rig_path = tmp_path / "pendulum_rig.toml"
     rig_path.write_text(RIG)
     rig = load_rig(rig_path)
     servo = rig.servos[0]
-    proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(rig_path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(rig_path), *emulate_device],
+                            cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         path = proc.stdout.readline().strip()
@@ -174,7 +176,7 @@ WING_SPAN, WING_ROOT_CHORD, WING_THICKNESS = 70e-3, 31.5e-3, 0.1e-3   # m, quart
 FLAPPER_G = 9.81
 
 
-def test_flapper_rig_physics_plant():
+def test_flapper_rig_physics_plant(emulate_device):
     """The shipped flapper rig with the simulator behind it: at neutral the tether carries the robot's weight
     (ellipsoid thorax + two quarter-elliptic wing plates, closed form); flapping the two strokes mirror-
     symmetrically gives equal true root strains, so the left gauge reads its 2 % gain error against the right."""
@@ -185,8 +187,8 @@ def test_flapper_rig_physics_plant():
     fz_truth = rig.emulator.sensors["fz"]
     expected_fz = fz_truth.gain * (-mass * FLAPPER_G) + fz_truth.offset     # the tether pulled down
     proc = subprocess.Popen([sys.executable, "-m", "hil.cli", "emulate", "--rig", str(FLAPPER_RIG),
-                             "--plant", "physics"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--plant", "physics", *emulate_device], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         path = proc.stdout.readline().strip()
         assert path.startswith("/dev/"), proc.stderr.read()
