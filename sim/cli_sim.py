@@ -129,6 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "actuation period (up to a translation and a turn about the vertical; Newton shooting, "
                              "docs/periodic.md), then simulate from it; --summary adds the orbit's residual, Floquet "
                              "multipliers and initial state")
+    parser.add_argument("--segments", type=int, default=1, metavar="K",
+                        help="with --periodic: multiple shooting, the period cut into K parts joined by continuity "
+                             "conditions (default 1: single shooting); for orbits whose multipliers are too large "
+                             "for one period map (docs/periodic.md). dt is lowered so that each part is a whole "
+                             "number of steps")
     parser.add_argument("--trim", action="store_true",
                         help="with --periodic: also adjust the robot's trim parameters (flapper: stroke.offset_deg "
                              "and stroke.amplitude_deg) so that the orbit has no net translation: a hover")
@@ -351,6 +356,22 @@ def generic_plots(run: SimRun, out_dir: Path) -> list[Path]:
     return [path]
 
 
+def periodic_config(loaded):
+    """``--periodic``: the loaded robot (path, config, kind, module) with the robot's ``PERIODIC_CONFIG``
+    ({(table, key): value}; RayBot: no soft start of the tail beat) applied, said on stderr: shooting needs a drive
+    that repeats from t = 0."""
+    path, config, kind, module = loaded
+    changes = getattr(module, "PERIODIC_CONFIG", {})
+    if not changes:
+        return loaded
+    config = copy.deepcopy(config)
+    for (table, key), value in changes.items():
+        config.setdefault(table, {})[key] = value
+    print("mms sim: --periodic: " + ", ".join(f"{table}.{key} = {value:g}" for (table, key), value in changes.items())
+          + " (the drive must repeat from t = 0)", file=sys.stderr)
+    return path, config, kind, module
+
+
 def find_periodic(args: argparse.Namespace, model, config: dict, module, integrator: str, dt: float):
     """The periodic orbit of ``model`` (``--periodic``), or with ``--trim`` of the model rebuilt with the robot's
     trim parameters (``module.TRIM_KEYS``: (table, key) pairs of the config) adjusted for no net translation
@@ -368,15 +389,16 @@ def find_periodic(args: argparse.Namespace, model, config: dict, module, integra
     if period is None:
         raise ConfigError(args.config, None, "--periodic needs a robot with an actuation period (this one has none)")
     log = None if args.quiet else (lambda line: print(f"mms sim: periodic orbit: {line}", file=sys.stderr, flush=True))
-    steps = math.ceil(period / dt * (1.0 - DT_SLACK))
+    segments = args.segments
+    steps = segments * math.ceil(period / dt / segments * (1.0 - DT_SLACK))
     if abs(steps * dt - period) > DT_SLACK * period:
         print(f"mms sim: --periodic: dt {dt:g} s lowered to {period / steps:.6g} s, a whole fraction "
               f"(1/{steps}) of the period {period:g} s", file=sys.stderr)
         dt = period / steps
     if not args.trim:
         orbit = periodic_orbit(Simulation(model, integrator, dt, jacobian_every=PERIODIC_JACOBIAN_EVERY), period,
-                               log=log)
-        return model, config, dt, orbit.shooting.x, orbit.summary()
+                               log=log, segments=segments)
+        return model, config, dt, orbit.shooting.x, {**orbit.summary(), "periodic_segments": segments}
     keys = getattr(module, "TRIM_KEYS", None)
     if keys is None:
         raise ConfigError(args.config, None, "--trim: this robot kind names no trim parameters")
@@ -408,6 +430,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(None, "--record-every", f"got {args.record_every}, expected an integer >= 1")
     if args.trim and not args.periodic:
         raise ConfigError(None, "--trim", "applies only with --periodic")
+    if args.segments != 1 and not args.periodic:
+        raise ConfigError(None, "--segments", "applies only with --periodic")
+    if args.segments < 1:
+        raise ConfigError(None, "--segments", f"got {args.segments}, expected an integer >= 1")
+    if args.segments != 1 and args.trim:
+        raise ConfigError(None, "--segments", "multiple shooting is not available with --trim (single shooting only)")
     loaded = load_config(args)
     path, config, kind, module = loaded
     engine = getattr(module, "simulate_offline", None)
@@ -415,6 +443,8 @@ def run(args: argparse.Namespace) -> int:
         if args.periodic:
             raise ConfigError(path, None, f"--periodic applies to rigid-tree robots, not to robot kind {kind!r}")
         return write_outputs(args, engine(config, path, args, not args.quiet), module, None)
+    if args.periodic:
+        loaded = periodic_config(loaded)
     model, config, module, options, integrator, dt, duration = prepare(args, loaded)
     options["record_every"] = args.record_every
     initial_state, orbit_summary = None, None

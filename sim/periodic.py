@@ -102,12 +102,13 @@ def central_jacobian(function: Callable[[np.ndarray], np.ndarray], x: np.ndarray
 
 def levenberg_marquardt(residual: Callable[[np.ndarray], np.ndarray], z0: np.ndarray,
                         weights: Callable[[np.ndarray], np.ndarray], *, tolerance: float = RESIDUAL_TOLERANCE,
-                        max_iterations: int = MAX_ITERATIONS, log: Callable[[str], None] | None = None
-                        ) -> SolveResult:
+                        max_iterations: int = MAX_ITERATIONS, log: Callable[[str], None] | None = None,
+                        jacobian: Callable[[np.ndarray], np.ndarray] | None = None) -> SolveResult:
     """Solve residual(z) = 0 (as many equations as unknowns, or more) from the guess ``z0``.
 
     Each iteration weights the residual (``weights(z)``, held for the iteration), linearises it, A = d(w r)/dz
-    by central differences, and takes the Levenberg-Marquardt step (A^T A + lambda diag(A^T A)) dz = -A^T w r,
+    (by central differences of ``residual``, or ``jacobian(z)`` = dr/dz when given: a caller that knows the
+    Jacobian's structure computes it cheaper; its cost is the caller's to count), and takes the Levenberg-Marquardt step (A^T A + lambda diag(A^T A)) dz = -A^T w r,
     raising lambda until the weighted residual's norm decreases: far from a root (or along a nearly singular
     direction) the step shortens toward gradient descent, near it it becomes Newton's. Stops when the weighted
     max-norm is below ``tolerance``."""
@@ -126,9 +127,9 @@ def levenberg_marquardt(residual: Callable[[np.ndarray], np.ndarray], z0: np.nda
     while history[-1] > tolerance and iterations < max_iterations:
         iterations += 1
         w = weights(z)
-        jacobian = w[:, None] * central_jacobian(evaluate, z)
+        linear = w[:, None] * (central_jacobian(evaluate, z) if jacobian is None else jacobian(z))
         weighted = w * value
-        normal, gradient = jacobian.T @ jacobian, jacobian.T @ weighted
+        normal, gradient = linear.T @ linear, linear.T @ weighted
         diagonal = np.maximum(np.diag(normal), np.finfo(float).tiny)
         if damping is None:
             damping = INITIAL_DAMPING * float(diagonal.max())
@@ -170,6 +171,69 @@ def newton_shooting(period_map: PeriodMap, x0: np.ndarray, *, tolerance: float =
     return ShootingResult(x=solved.z, residual=solved.residual, converged=solved.converged,
                           iterations=solved.iterations, history=solved.history, monodromy=monodromy,
                           multipliers=floquet_multipliers(monodromy), evaluations=solved.evaluations + 2 * solved.z.size)
+
+
+SegmentMap = Callable[[int, np.ndarray], np.ndarray]
+
+
+def multiple_shooting(segment_map: SegmentMap, x0: np.ndarray, segments: int, *,
+                      tolerance: float = RESIDUAL_TOLERANCE, max_iterations: int = MAX_ITERATIONS,
+                      log: Callable[[str], None] | None = None) -> ShootingResult:
+    """Solve F(x) = x by multiple shooting: the period cut into ``segments`` (K) equal parts, ``segment_map(k,
+    s)`` carrying the coordinates s (m,) from the start of part k to its end (F is their composition).
+
+    Unknowns: the coordinates s_0 .. s_{K-1} (K m,) at the start of every part; equations: the K continuity
+    conditions segment_map(k, s_k) = s_{k+1} (s_K = s_0: periodicity), weighted by :func:`coordinate_weights`
+    of s_{k+1}, solved by the same :func:`levenberg_marquardt`. Where single shooting fails because one
+    period amplifies errors too much (large multipliers: the period map's rounding alone exceeds the tolerance,
+    or Newton's linearisation holds only very near the orbit), each part amplifies them only by its K-th root.
+    The Jacobian is block-bidiagonal, built from the K part Jacobians (2 m part maps each, 2 m period maps
+    in all: as single shooting's); the monodromy matrix is their product. The guess s_k: the parts run in
+    sequence from ``x0`` (m,). ``ShootingResult.x`` is s_0; ``evaluations`` counts period maps (K part maps
+    each)."""
+    if segments < 1:
+        raise ValueError(f"multiple shooting needs at least one segment, got {segments}")
+    x0 = np.asarray(x0, dtype=float)
+    m = x0.size
+    starts = [x0]
+    for k in range(segments - 1):
+        starts.append(np.asarray(segment_map(k, starts[-1]), dtype=float))
+    part_maps = 0
+
+    def ends(z: np.ndarray) -> np.ndarray:
+        nonlocal part_maps
+        part_maps += segments
+        return np.concatenate([segment_map(k, z[k * m:(k + 1) * m]) for k in range(segments)])
+
+    def residual(z: np.ndarray) -> np.ndarray:
+        return ends(z) - np.roll(z, -m)
+
+    def weights(z: np.ndarray) -> np.ndarray:
+        return coordinate_weights(np.roll(z, -m))
+
+    def part_jacobians(z: np.ndarray) -> list[np.ndarray]:
+        nonlocal part_maps
+        part_maps += 2 * m * segments
+        return [central_jacobian(lambda s, k=k: segment_map(k, s), z[k * m:(k + 1) * m]) for k in range(segments)]
+
+    def jacobian(z: np.ndarray) -> np.ndarray:
+        """d(ends(z) - roll(z)) / dz: the part Jacobians on the diagonal, -I one block to the right (cyclic)."""
+        blocks = np.zeros((segments * m, segments * m))
+        for k, part in enumerate(part_jacobians(z)):
+            rows = slice(k * m, (k + 1) * m)
+            blocks[rows, k * m:(k + 1) * m] += part
+            following = (k + 1) % segments
+            blocks[rows, following * m:(following + 1) * m] -= np.eye(m)
+        return blocks
+
+    solved = levenberg_marquardt(residual, np.concatenate(starts), weights, tolerance=tolerance,
+                                 max_iterations=max_iterations, log=log, jacobian=jacobian)
+    monodromy = np.eye(m)
+    for part in part_jacobians(solved.z):
+        monodromy = part @ monodromy
+    return ShootingResult(x=solved.z[:m].copy(), residual=solved.residual, converged=solved.converged,
+                          iterations=solved.iterations, history=solved.history, monodromy=monodromy,
+                          multipliers=floquet_multipliers(monodromy), evaluations=math.ceil(part_maps / segments))
 
 
 # ----------------------------------------------------------------------------------------- base orientation
@@ -229,8 +293,8 @@ class ShootingCoordinates:
         y[13:] = x[-n_joint:] if n_joint else []
         return y
 
-    def start(self, x: np.ndarray) -> None:
-        """Put the simulation at t = 0 in the state of coordinates x."""
+    def start(self, x: np.ndarray, t: float = 0.0) -> None:
+        """Put the simulation at time ``t`` (s; the drive's phase) in the state of coordinates x."""
         y = self.to_state(x)
         model, n_p = self.sim.model, len(self.passive)
         q, qd = np.zeros(model.n), np.zeros(model.n)
@@ -240,6 +304,7 @@ class ShootingCoordinates:
         pose[:3, :3] = quat_to_matrix(y[3:7])
         pose[:3, 3] = y[0:3]
         self.sim.reset(q=q, qd=qd, base_pose=pose, base_twist=y[7:13] if self.floating else None)
+        self.sim.t = t
 
     def named(self, x: np.ndarray) -> dict[str, float]:
         return {name: float(value) for name, value in zip(self.names, x)}
@@ -301,23 +366,34 @@ def first_guess(sim, period: float, coordinates: ShootingCoordinates) -> np.ndar
 
 
 def periodic_orbit(sim, period: float, x0: np.ndarray | None = None, *, tolerance: float = RESIDUAL_TOLERANCE,
-                   max_iterations: int = MAX_ITERATIONS, log: Callable[[str], None] | None = None) -> PeriodicOrbit:
+                   max_iterations: int = MAX_ITERATIONS, log: Callable[[str], None] | None = None,
+                   segments: int = 1) -> PeriodicOrbit:
     """Find the periodic orbit of ``sim`` (a :class:`sim.simulation.Simulation`) for the drive period
     ``period`` (s; a whole number of the simulation's steps) from the guess ``x0`` (reduced coordinates;
-    default: the state after ``sim.reset()``, rest)."""
+    default: the state after ``sim.reset()``, rest). ``segments`` > 1: :func:`multiple_shooting` with the
+    period cut into that many parts (each a whole number of steps; the reduced coordinates drop the same
+    symmetries at every part's start, so each part starts at the origin, heading 0, at its own time)."""
     steps = period / sim.dt
     if abs(steps - round(steps)) > 1e-9 * steps:
         raise ValueError(f"the period {period:g} s is not a whole number of steps of dt = {sim.dt:g} s")
+    if segments < 1 or round(steps) % segments:
+        raise ValueError(f"the period's {round(steps)} steps do not split into {segments} equal segments")
     coordinates = ShootingCoordinates(sim)
     if x0 is None:
         x0 = first_guess(sim, period, coordinates)
+    part = period / segments
 
-    def period_map(x: np.ndarray) -> np.ndarray:
-        coordinates.start(x)
-        sim.advance(period)
+    def segment_map(k: int, x: np.ndarray) -> np.ndarray:
+        coordinates.start(x, k * part)
+        sim.advance(part)
         return coordinates.from_state(sim.y)
 
-    result = newton_shooting(period_map, x0, tolerance=tolerance, max_iterations=max_iterations, log=log)
+    if segments == 1:
+        result = newton_shooting(lambda x: segment_map(0, x), x0, tolerance=tolerance,
+                                 max_iterations=max_iterations, log=log)
+    else:
+        result = multiple_shooting(segment_map, x0, segments, tolerance=tolerance, max_iterations=max_iterations,
+                                   log=log)
     coordinates.start(result.x)
     start = sim.y.copy()
     sim.advance(period)

@@ -12,7 +12,7 @@ import scipy.linalg
 from sim.config import load_toml
 from sim.laws import ViscoElastic
 from sim.model import CallableBaseMotion, ModelBuilder
-from sim.periodic import ShootingCoordinates, newton_shooting, periodic_orbit, trimmed_orbit
+from sim.periodic import ShootingCoordinates, multiple_shooting, newton_shooting, periodic_orbit, trimmed_orbit
 from sim.robots import build_robot
 from sim.simulation import Simulation
 from sim.spatial import pose, spatial_inertia
@@ -24,27 +24,67 @@ MASS, DAMPING, STIFFNESS, FORCE, OMEGA = 0.3, 0.4, 12.0, 0.7, 4.0
 PERIOD = 2.0 * math.pi / OMEGA
 
 
-def oscillator_period_map(state: np.ndarray) -> np.ndarray:
-    """Exact period map: the forcing is the state (cos w t, sin w t) of a harmonic oscillator appended to
-    (x, v), so one matrix exponential carries the whole period."""
+def oscillator_flow(damping: float, stiffness: float, duration: float) -> np.ndarray:
+    """Exact flow over ``duration`` (4, 4): the forcing is the state (cos w t, sin w t) of a harmonic oscillator
+    appended to (x, v), so one matrix exponential carries the whole span."""
     A = np.array([[0.0, 1.0, 0.0, 0.0],
-                  [-STIFFNESS / MASS, -DAMPING / MASS, FORCE / MASS, 0.0],
+                  [-stiffness / MASS, -damping / MASS, FORCE / MASS, 0.0],
                   [0.0, 0.0, 0.0, -OMEGA],
                   [0.0, 0.0, OMEGA, 0.0]])
-    return (scipy.linalg.expm(A * PERIOD) @ np.array([state[0], state[1], 1.0, 0.0]))[:2]
+    return scipy.linalg.expm(A * duration)
+
+
+def oscillator_period_map(state: np.ndarray) -> np.ndarray:
+    return (oscillator_flow(DAMPING, STIFFNESS, PERIOD) @ np.array([state[0], state[1], 1.0, 0.0]))[:2]
+
+
+def oscillator_orbit(damping: float, stiffness: float) -> np.ndarray:
+    """(x, v) at t = 0 on the forced response x = Re(F / (k - m w^2 + i c w) e^{i w t})."""
+    response = FORCE / (stiffness - MASS * OMEGA ** 2 + 1j * damping * OMEGA)
+    return np.array([response.real, (1j * OMEGA * response).real])
 
 
 @pytest.mark.parametrize("guess", [(0.0, 0.0), (1.5, -3.0), (-20.0, 40.0)])
 def test_forced_damped_oscillator_orbit_and_multipliers_match_closed_form(guess):
     result = newton_shooting(oscillator_period_map, np.array(guess))
-    response = FORCE / (STIFFNESS - MASS * OMEGA ** 2 + 1j * DAMPING * OMEGA)   # x = Re(response e^{i w t})
-    expected = np.array([response.real, (1j * OMEGA * response).real])
     assert result.converged
-    np.testing.assert_allclose(result.x, expected, rtol=0.0, atol=1e-10)
+    np.testing.assert_allclose(result.x, oscillator_orbit(DAMPING, STIFFNESS), rtol=0.0, atol=1e-10)
     roots = np.roots([MASS, DAMPING, STIFFNESS])                                # free motion's exponents
     expected_multipliers = np.exp(roots * PERIOD)
     np.testing.assert_allclose(np.sort_complex(result.multipliers), np.sort_complex(expected_multipliers),
                                rtol=1e-8)
+
+
+# an anti-damped oscillator (negative damping, N s/m; stiffness N/m): its free motion grows by
+# exp(-c T / 2 m) = 1.0e10 per forcing period, so one period map amplifies its own rounding to ~1e-6
+UNSTABLE_DAMPING, UNSTABLE_STIFFNESS = -8.8, 100.0
+SEGMENTS = 12
+
+
+def test_multiple_shooting_finds_the_orbit_single_shooting_cannot():
+    """The forced response of the anti-damped oscillator is a periodic orbit (closed form) with multipliers of
+    modulus 1e10. Single shooting stalls: the period map's rounding alone (~1e-6) is far above the tolerance.
+    Cut into 12 parts, each amplifying by 1e10^(1/12) = 6.8, multiple shooting finds the orbit to 1e-10 and the
+    product of the parts' Jacobians gives the multipliers exp(lambda T) of the free motion to 1e-8."""
+    expected = oscillator_orbit(UNSTABLE_DAMPING, UNSTABLE_STIFFNESS)
+    period_flow = oscillator_flow(UNSTABLE_DAMPING, UNSTABLE_STIFFNESS, PERIOD)
+    single = newton_shooting(lambda s: (period_flow @ np.array([s[0], s[1], 1.0, 0.0]))[:2], np.zeros(2))
+    assert not single.converged and single.residual > 1e-4
+
+    part_flow = oscillator_flow(UNSTABLE_DAMPING, UNSTABLE_STIFFNESS, PERIOD / SEGMENTS)
+
+    def segment_map(k: int, s: np.ndarray) -> np.ndarray:
+        phase = OMEGA * k * PERIOD / SEGMENTS
+        return (part_flow @ np.array([s[0], s[1], math.cos(phase), math.sin(phase)]))[:2]
+
+    result = multiple_shooting(segment_map, np.zeros(2), SEGMENTS)
+    assert result.converged and result.residual < 1e-10
+    np.testing.assert_allclose(result.x, expected, rtol=0.0, atol=1e-10)
+    expected_multipliers = np.exp(np.roots([MASS, UNSTABLE_DAMPING, UNSTABLE_STIFFNESS]) * PERIOD)
+    assert np.abs(expected_multipliers).min() > 1e9
+    np.testing.assert_allclose(np.sort_complex(result.multipliers), np.sort_complex(expected_multipliers), rtol=1e-8)
+    # the period-map count is single shooting's per iteration: 2 m for the Jacobian plus the trial steps
+    assert result.evaluations < 10 * (2 * 2 + 4)
 
 
 # compound pendulum hinged on a base driven horizontally: x_base = a sin(w t)
@@ -87,6 +127,13 @@ def test_pendulum_driven_at_its_base_orbit_is_periodic_and_obeys_liouville():
     ShootingCoordinates(sim).start(orbit.shooting.x)
     sim.advance(10 * period)
     np.testing.assert_allclose(sim.y[13:], orbit.shooting.x, rtol=0.0, atol=1e-9)
+    # multiple shooting on the simulator (5 parts, each started at its own time of the drive): the same orbit
+    # and the same multipliers
+    segmented = periodic_orbit(sim, period, np.array([0.3, 0.0]), segments=5)
+    assert segmented.shooting.converged
+    np.testing.assert_allclose(segmented.shooting.x, orbit.shooting.x, rtol=0.0, atol=1e-10)
+    np.testing.assert_allclose(np.sort_complex(segmented.shooting.multipliers),
+                               np.sort_complex(orbit.shooting.multipliers), rtol=1e-8)
 
 
 def test_tethered_flapper_orbit_is_the_limit_of_a_long_run():
@@ -172,3 +219,16 @@ def test_mms_sim_periodic_starts_on_the_orbit_and_reports_it(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "hil.cli", "sim", str(FLAPPER), "--trim", "--no-plots"],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--trim" in refused.stderr and "--periodic" in refused.stderr
+
+
+@pytest.mark.parametrize("options, complaint", [
+    (["--segments", "3"], "applies only with --periodic"),
+    (["--periodic", "--segments", "0"], "expected an integer >= 1"),
+    (["--periodic", "--trim", "--segments", "3"], "not available with --trim"),
+])
+def test_mms_sim_segments_are_refused_where_they_do_not_apply(options, complaint, capsys):
+    from hil.cli import main
+
+    assert main(["sim", str(FLAPPER), "--no-plots", "--quiet", *options]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--segments" in lines[0] and complaint in lines[0], lines
