@@ -605,6 +605,11 @@ def swim_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
     return figures
 
 
+#: `mms sim --periodic`: config values set for the solve and for the run from its orbit (sim/cli_sim.py:
+#: periodic_config): the tail beat's soft start makes the first beats differ from the later ones, and a periodic
+#: orbit needs a drive that repeats from t = 0.
+PERIODIC_CONFIG = {("tail_drive", "ramp_cycles"): 0.0}
+
 #: steady level swimming: the disc's path climbs or sinks at most this steeply (deg from the horizontal) ...
 MAX_CLIMB_DEG = 30.0
 #: ... or its depth changes by at most this many body lengths over the steady window (a beat's heave is far less)

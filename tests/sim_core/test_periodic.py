@@ -232,3 +232,59 @@ def test_mms_sim_segments_are_refused_where_they_do_not_apply(options, complaint
     assert main(["sim", str(FLAPPER), "--no-plots", "--quiet", *options]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--segments" in lines[0] and complaint in lines[0], lines
+
+
+RAYBOT = FLAPPER.with_name("raybot.toml")
+#: RayBot's steady swim as `mms sim raybot --periodic` found it (RK4, the period / 167; residual 9.2e-15),
+#: full precision: docs/periodic.md's RayBot section
+RAYBOT_ORBIT = {"roll_rad": 0.013763397281649171, "pitch_rad": 0.14177972666015656, "vx_m_s": 0.23717855902004942,
+                "vy_m_s": 0.006074463855273972, "vz_m_s": 0.02667065492207621, "wx_rad_s": -0.0014425170565912364,
+                "wy_rad_s": 0.0032602761207343083, "wz_rad_s": -0.5861956844626445,
+                "q:caudal": -0.38577562755987366, "qd:caudal": 1.630532210982295}
+RAYBOT_STEPS_PER_BEAT = 167
+
+
+def test_raybot_steady_swim_through_mms_sims_set_up_is_the_documented_orbit(capsys):
+    """`mms sim raybot --periodic`'s set-up (its config with the tail beat's soft start off, said on stderr) and
+    the orbit it found, without the solve (benchmarks/bench_periodic.py --raybot runs it): one period from the
+    documented state returns to it and moves at the documented mean velocity with no net turn; the monodromy's
+    multipliers are the documented ones (a stable swim); three beats from it swim at the documented speed and
+    Strouhal number. Deterministic figures: the bands allow for another platform's rounding."""
+    from sim.cli_options import make_parser
+    from sim.cli_sim import add_arguments, load_config, periodic_config, prepare
+    from sim.periodic import central_jacobian, floquet_multipliers, yaw_pitch_roll
+    from sim.spatial import quat_to_matrix
+    from sim.swimming import swim_figures
+
+    parser = make_parser("mms sim")
+    add_arguments(parser)
+    args = parser.parse_args([str(RAYBOT), "--periodic"])
+    loaded = periodic_config(load_config(args))
+    assert "tail_drive.ramp_cycles = 0" in capsys.readouterr().err
+    model = prepare(args, loaded)[0]
+    period = model.metadata["period_s"]
+    sim = Simulation(model, "rk4", period / RAYBOT_STEPS_PER_BEAT)
+    coordinates = ShootingCoordinates(sim)
+    orbit = np.array([RAYBOT_ORBIT[name] for name in coordinates.names])
+
+    def period_map(x):
+        coordinates.start(x)
+        sim.advance(period)
+        return coordinates.from_state(sim.y)
+
+    coordinates.start(orbit)
+    sim.advance(period)
+    np.testing.assert_allclose(coordinates.from_state(sim.y), orbit, rtol=0.0, atol=1e-12)
+    velocity = (sim.y[0:3] - coordinates.origin[:3, 3]) / period
+    np.testing.assert_allclose(1e3 * velocity, [233.11, -14.85, -6.34], atol=0.01)                   # mm/s
+    assert abs(yaw_pitch_roll(quat_to_matrix(sim.y[3:7]))[0]) < 1e-8                              # no net turn
+    moduli = np.abs(floquet_multipliers(central_jacobian(period_map, orbit)))
+    assert moduli[0] == pytest.approx(0.6718, abs=1e-4) and moduli[2] == pytest.approx(0.5471, abs=1e-4)
+
+    coordinates.start(orbit)
+    first = sim.outputs()
+    t, out = sim.record(3 * RAYBOT_STEPS_PER_BEAT, 1)
+    arrays = {k: np.concatenate([np.asarray(first[k])[None], v]) for k, v in out.items()}
+    swim = swim_figures(model, np.concatenate([[0.0], t]), arrays, 1.0 / period)
+    assert swim["steady_speed_m_s"] == pytest.approx(0.2335, abs=1e-4)
+    assert swim["strouhal"] == pytest.approx(0.665, abs=1e-3)
