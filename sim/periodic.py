@@ -9,6 +9,8 @@ finds such an initial state:
   ``F(x) = x`` by Newton's method with a central-difference Jacobian and a backtracking (damped) step, and
   returns the monodromy matrix ``dF/dx`` at the solution and its eigenvalues, the Floquet multipliers (moduli
   < 1: small deviations from the orbit decay period after period; > 1: they grow).
+- :func:`multiple_shooting` solves the same problem with the period cut into K parts joined by continuity
+  conditions (same solver, block Jacobian), for orbits whose multipliers are too large for one period map.
 - :class:`ShootingCoordinates` maps a :class:`sim.simulation.Simulation`'s state to the reduced coordinates:
   for a floating base x = (roll, pitch, base twist (6), passive joint positions, passive joint velocities); the
   base position and heading are left out (they are the symmetries). For a fixed or imposed base x = (passive
@@ -108,10 +110,10 @@ def levenberg_marquardt(residual: Callable[[np.ndarray], np.ndarray], z0: np.nda
 
     Each iteration weights the residual (``weights(z)``, held for the iteration), linearises it, A = d(w r)/dz
     (by central differences of ``residual``, or ``jacobian(z)`` = dr/dz when given: a caller that knows the
-    Jacobian's structure computes it cheaper; its cost is the caller's to count), and takes the Levenberg-Marquardt step (A^T A + lambda diag(A^T A)) dz = -A^T w r,
-    raising lambda until the weighted residual's norm decreases: far from a root (or along a nearly singular
-    direction) the step shortens toward gradient descent, near it it becomes Newton's. Stops when the weighted
-    max-norm is below ``tolerance``."""
+    Jacobian's structure computes it cheaper; its cost is the caller's to count), and takes the
+    Levenberg-Marquardt step (A^T A + lambda diag(A^T A)) dz = -A^T w r, raising lambda until the weighted
+    residual's norm decreases: far from a root (or along a nearly singular direction) the step shortens toward
+    gradient descent, near it it becomes Newton's. Stops when the weighted max-norm is below ``tolerance``."""
     z = np.array(z0, dtype=float)
     evaluations = 0
 
