@@ -75,10 +75,15 @@ def test_a_held_button_cannot_be_reset_from_the_host_and_a_released_one_can(stac
     assert not drv.ctl("activate")["ok"]
     status = drv.ctl("status")
     assert status["estop"] and status["lifecycle"] == "inactive" and status["device_flags"] & p.FLAG_ESTOP
-    # the rig stayed stopped: the driver sent the firmware nothing since (not even setpoints it would refuse)
+    # the rig stayed stopped: the driver sent the firmware nothing since it knew (not even setpoints it would
+    # refuse); a frame it sent before, still in the pty when the button was pressed (a loaded machine), reached
+    # the firmware after the press and was refused
     checked_ns = time.time_ns()
     assert drv.wait_status(lambda s: s["stamp_ns"] > checked_ns, "a later status")["estop"]
-    assert [r for r in read_applied_log(log) if r["host_ns"] > pressed_ns] == []
+    assert [c for c in drv.collector.get("hw/command") if c["stamp_ns"] > held["stamp_ns"]] == []
+    sent_before = {c["frame_seq"] for c in drv.collector.get("hw/command") if c["stamp_ns"] <= held["stamp_ns"]}
+    late = [r for r in read_applied_log(log) if r["host_ns"] > pressed_ns]
+    assert all(r["seq"] in sent_before and r["result"] == "refused" for r in late), late
     # released at the rig: the e-stop stays latched until a reset, which is now taken
     os.kill(emulator_pid, signal.SIGUSR2)
     released = drv.wait_status(lambda s: not s["device_flags"] & p.FLAG_BUTTON, "the button released")
