@@ -723,6 +723,8 @@ def fused_unsupported(model: Model, integrator: str) -> str | None:
     """Why ``model`` cannot take the fused path with ``integrator`` (one line), or None if it can."""
     if integrator not in FUSED_METHODS:
         return f"integrator {integrator!r} (the fused path is RK4 or ROSW)"
+    if model.flexible is not None:
+        return "modal (flexible) bodies run the Python path (sim/flexible.py)"
     if model.base_mode == "imposed" and type(model.base_motion) is not StaticBase:
         return f"imposed base motion {type(model.base_motion).__name__} is not a StaticBase"
     for k, law in model.motion_laws.items():

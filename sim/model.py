@@ -108,14 +108,15 @@ class Model:
     Other attributes: ``joint_names`` (n), ``body_names`` (N+1), ``joint_types`` (n), ``base_mode``,
     ``motion_laws`` {joint index: MotionLaw} (actuated joints), ``joint_laws`` {joint index: JointLaw}
     (passive joints), ``python_laws`` [(joint index, JointLaw)] (passive laws that are not viscoelastic),
-    ``force_models`` [ForceModel], ``base_motion`` (imposed base), ``frames`` {name: (body, (4, 4) pose in the
+    ``force_models`` [ForceModel], ``flexible`` (None, or the modal bodies: sim.flexible.FlexibleParts, whose
+    rigid inertia here is what they carry at their floating frame), ``base_motion`` (imposed base), ``frames`` {name: (body, (4, 4) pose in the
     body frame)} for every link (merged fixed links included), ``metadata`` dict.
     """
 
     def __init__(self, *, joint_names, body_names, parent, joint_placement, joint_axis, inertia, actuated,
                  q_rest=None, joint_types=None, base_mode="floating", gravity=(0.0, 0.0, -9.81),
                  motion_laws=None, joint_laws=None, force_models=None, base_motion=None, base_pose=None,
-                 frames=None, metadata=None):
+                 frames=None, metadata=None, flexible=None):
         parent = np.asarray(parent, dtype=np.int64).copy()
         n_bodies = parent.shape[0]
         n = n_bodies - 1
@@ -170,6 +171,13 @@ class Model:
         d["force_models"] = list(force_models or [])
         d["frames"] = dict(frames or {name: (j, np.eye(4)) for j, name in enumerate(self.body_names)})
         d["metadata"] = dict(metadata or {})
+        # Modal (flexible) bodies, a body kind of sim/flexible.py (FlexibleParts), checked against the tree there;
+        # None: every body is rigid.
+        if flexible is not None and not flexible.bodies:
+            flexible = None
+        if flexible is not None:
+            flexible.check(self)
+        d["flexible"] = flexible
         # The model's float arrays in one read-only buffer for the kernels (sim.dynamics._model_views).
         d["kernel_floats"] = np.concatenate([np.ravel(d[name]) for name, _ in MODEL_FIELDS])
         for name in _FROZEN_ARRAYS + ("kernel_floats",):
@@ -214,7 +222,7 @@ class Model:
                     actuated=self.actuated, q_rest=self.q_rest, joint_types=self.joint_types,
                     base_mode=self.base_mode, gravity=self.gravity, motion_laws=self.motion_laws,
                     joint_laws=self.joint_laws, force_models=self.force_models, base_motion=self.base_motion,
-                    base_pose=self.base_pose, frames=self.frames, metadata=self.metadata)
+                    base_pose=self.base_pose, frames=self.frames, metadata=self.metadata, flexible=self.flexible)
         if changes.get("base_mode", self.base_mode) != "imposed" and "base_motion" not in changes:
             args["base_motion"] = None
         args.update(changes)

@@ -3,7 +3,8 @@
 State vector y (flat, float64), in this order:
   base position p_0 (3,) m, world frame | base orientation unit quaternion (4,) (w, x, y, z), base -> world |
   base twist eta_0 (6,) = (V, Omega) in the base frame, m/s, rad/s | passive joint positions (n_p,) rad or m |
-  passive joint velocities (n_p,).
+  passive joint velocities (n_p,) | modal coordinates of the modal bodies (n_e,) | their rates (n_e,)
+  (sim/flexible.py; n_e = 0 for a rigid model).
 Actuated joints are not integrated: their (r, r_d, r_dd) come from their motion laws at every stage time.
 A fixed base stays at ``model.base_pose`` with zero twist; an imposed base follows ``model.base_motion``
 (the base part of y is then unused). The quaternion is renormalised after every step (and normalised when
@@ -16,6 +17,7 @@ import math
 import numpy as np
 
 from .dynamics import hybrid_step
+from .flexible import FlexData, flexible_step
 from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, normalize_quaternion,
                     output_layout, pack_outputs, wrench_sum_world)
 from .integrators import (INTEGRATORS, JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, dopri5_advance, passive_branches,
@@ -53,7 +55,11 @@ class Simulation:
         self.integrator = integrator
         self.dt = float(dt)
         self.rtol, self.atol = float(rtol), float(atol)
-        self.data = Data(model)
+        if model.flexible is not None and integrator == "rosw":
+            raise ValueError("integrator 'rosw': its Jacobian covers the passive joints, not the modal coordinates "
+                             "of the model's flexible bodies; use 'rk4' or 'rk45'")
+        self.data = FlexData(model) if model.flexible is not None else Data(model)
+        self._n_e = self.data.n_e if model.flexible is not None else 0
         n = model.n
         self.passive_index = np.flatnonzero(~model.actuated)      # (n_p,) joint indices
         self.actuated_index = np.flatnonzero(model.actuated)      # (n_a,)
@@ -88,6 +94,11 @@ class Simulation:
         for name, size in output_layout(n, self._n_p):
             self._output_slices.append((name, start, start + size))
             start += size
+        self._rigid_output_size = start
+        if self._n_e:   # modal coordinates and rates (n_e,) of the modal bodies, after the sim/state fields
+            for name in ("modal_q", "modal_qd"):
+                self._output_slices.append((name, start, start + self._n_e))
+                start += self._n_e
         self._output_size = start
         self._quat_slice = next(entry for entry in self._output_slices if entry[0] == "base_quat")
         # advance_to's two step ends ((t s, packed outputs), both) and the (t, y, tau) they were taken at
@@ -99,7 +110,7 @@ class Simulation:
         """t = 0; passive joints at q_rest (or ``q``, (n,), actuated entries ignored), zero velocities (or
         ``qd``); base at ``model.base_pose`` (or ``base_pose`` (4, 4)) with zero twist (or ``base_twist``)."""
         self.t = 0.0
-        self.y = np.zeros(13 + 2 * self._n_p)
+        self.y = np.zeros(13 + 2 * self._n_p + 2 * self._n_e)
         self.y[3] = 1.0
         self._adaptive = AdaptiveState(h=self.dt)
         self.set_state(q=self.model.q_rest if q is None else q, qd=qd,
@@ -113,7 +124,7 @@ class Simulation:
         if q is not None:
             self.y[13:13 + n_p] = np.asarray(q, dtype=float).reshape(self.model.n)[self.passive_index]
         if qd is not None:
-            self.y[13 + n_p:] = np.asarray(qd, dtype=float).reshape(self.model.n)[self.passive_index]
+            self.y[13 + n_p:13 + 2 * n_p] = np.asarray(qd, dtype=float).reshape(self.model.n)[self.passive_index]
         if base_pose is not None:
             g = np.asarray(base_pose, dtype=float).reshape(4, 4)
             self.y[0:3] = g[:3, 3]
@@ -155,12 +166,30 @@ class Simulation:
             pose, twist = self._fixed_pose, self._twist
         else:
             pose, twist, base_acc = model.base_motion.evaluate(t)
-        hybrid_step(model, data, t, pose, twist, data.q, data.qd, qdd, self.tau_applied, base_acc=base_acc)
+        dy = np.empty_like(y)
+        if self._n_e:
+            modal = 13 + 2 * self._n_p
+            qe, qed = y[modal:modal + self._n_e], y[modal + self._n_e:]
+            flexible_step(model, data, t, pose, twist, data.q, data.qd, qe, qed, qdd, self.tau_applied,
+                          base_acc=base_acc)
+            dy[modal:modal + self._n_e] = qed
+            dy[modal + self._n_e:] = data.qedd
+        else:
+            hybrid_step(model, data, t, pose, twist, data.q, data.qd, qdd, self.tau_applied, base_acc=base_acc)
         self.evaluations += 1
         self._data_from_fused = False
-        dy = np.empty_like(y)
         _state_derivative(y, self.passive_index, floating, data.base_acc, data.qdd, dy)
         return dy
+
+    def set_modal_state(self, qe=None, qed=None) -> None:
+        """Overwrite the modal coordinates / rates (n_e,) of the modal bodies (sim/flexible.py; body order,
+        ``self.data.offset[j]`` is body j's first)."""
+        modal = 13 + 2 * self._n_p
+        if qe is not None:
+            self.y[modal:modal + self._n_e] = np.asarray(qe, dtype=float).reshape(self._n_e)
+        if qed is not None:
+            self.y[modal + self._n_e:] = np.asarray(qed, dtype=float).reshape(self._n_e)
+        self._refresh[0] = self._refresh[1]
 
     def _normalize(self, y: np.ndarray) -> np.ndarray:
         normalize_quaternion(y)
@@ -222,7 +251,7 @@ class Simulation:
         """Fill the joint positions/velocities (n,) at the current time without evaluating the dynamics."""
         n_p, pi = self._n_p, self.passive_index
         self._q[pi] = self.y[13:13 + n_p]
-        self._qd[pi] = self.y[13 + n_p:]
+        self._qd[pi] = self.y[13 + n_p:13 + 2 * n_p]
         for k, law in self._laws:
             self._q[k], self._qd[k], self._qdd[k] = law.evaluate(self.t)
 
@@ -260,7 +289,10 @@ class Simulation:
         """The outputs at the current time into out (output size,) (layout: sim.fused.output_layout)."""
         if not (self._data_from_fused and self._fused.valid_at(self.t, self.y, self._tau_array())):
             self._evaluate(self.t, self.y)
-        pack_outputs(self.model.parent, self.data.buffer, self.model.q_rest, self.passive_index, out)
+        pack_outputs(self.model.parent, self.data.buffer, self.model.q_rest, self.passive_index,
+                     out[:self._rigid_output_size])
+        if self._n_e:
+            out[self._rigid_output_size:] = self.y[13 + 2 * self._n_p:]
 
     def _unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
         """{field: view} of packed outputs (..., output size) (last axis split by sim.fused.output_layout)."""
