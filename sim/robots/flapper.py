@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.aero import FITS, BladeAero, gauss_span_points
+from sim.flexible import MAX_MODES_PER_FAMILY
 from sim.config import BOOLEAN, ConfigError, integer, number, one_of, require, table
 from sim.laws import Sinusoid, ViscoElastic
 from sim.model import Model, ModelBuilder
@@ -52,6 +53,9 @@ MAX_QUADRATURE_POINTS = 64
 MAX_ADDED_MASS_COEFFICIENT = 10.0
 
 STIFFNESS_STATIONS = ("joint", "mid")
+#: ``wing.body``: "blades" (a chain of rigid blades, 2 joints per section) or "modal" (one modal body per wing with
+#: bending and torsion modes, sim/robots/flapper_modal.py; its ``[modes]`` table).
+WING_BODIES = ("blades", "modal")
 BASE_MODES = {"floating": "floating", "free": "floating", "fixed": "fixed", "tethered": "fixed"}
 
 #: Mirror of the right wing into the left: reflection y -> -y (world) and flip of the local y axis.
@@ -75,7 +79,8 @@ def config_schema(config: dict, path) -> dict:
         "wing": table({
             "sections": integer(1, MAX_SECTIONS), "span": length(), "root_chord": length(), "thickness": length(),
             "density": density(), "rest_pitch_deg": degrees(-180.0, 180.0),
-            "stiffness_station": one_of(*STIFFNESS_STATIONS), "root_lateral_offset": length(0.0)},
+            "stiffness_station": one_of(*STIFFNESS_STATIONS), "root_lateral_offset": length(0.0),
+            "body": one_of(*WING_BODIES)},
             ["sections", "span", "root_chord", "thickness", "density", "rest_pitch_deg"]),
         "thorax": table({"half_axis_x": length(), "half_axis_y": length(), "half_axis_z": length(),
                          "density": density(), "wing_root_offset": position()},
@@ -91,6 +96,10 @@ def config_schema(config: dict, path) -> dict:
                        "cp_fraction": number(0.0, 1.0, expected="a chord fraction in [0, 1]"),
                        "added_mass_coefficient": number(0.0, MAX_ADDED_MASS_COEFFICIENT),
                        "added_mass": BOOLEAN, "quadrature_points": integer(1, MAX_QUADRATURE_POINTS)}, ["rho_air"]),
+        "modes": table({"bending": integer(0, MAX_MODES_PER_FAMILY), "torsion": integer(0, MAX_MODES_PER_FAMILY),
+                        "sections": integer(1, MAX_QUADRATURE_POINTS),
+                        "damping_ratio": number(0.0, 1.0, expected="a modal damping ratio beta_d in [0, 1] s")},
+                       ["bending", "torsion", "sections"]),
         "simulation": SIMULATION,
     }, ["robot", "wing", "thorax", "stroke", "stiffness", "aero"])
 
@@ -157,6 +166,20 @@ def read_parameters(config: dict, path) -> dict:
                        check=_non_negative, expected="a number >= 0")
     p["added_mass"] = require(aero, "added_mass", bool, path=path, prefix="aero", default=True)
     p["nq"] = require(aero, "quadrature_points", int, path=path, prefix="aero", default=6)
+    p["wing_body"] = require(wing, "body", str, path=path, prefix="wing", default="blades",
+                             check=lambda v: v in WING_BODIES, expected=" or ".join(f'"{k}"' for k in WING_BODIES))
+    modes = config.get("modes")
+    if p["wing_body"] == "modal":
+        if not isinstance(modes, dict):
+            raise ConfigError(path, "modes", 'wing.body = "modal" needs a [modes] table (bending, torsion, sections)')
+        p["modes"] = {key: require(modes, key, int, path=path, prefix="modes") for key in ("bending", "torsion",
+                                                                                           "sections")}
+        if p["modes"]["bending"] + p["modes"]["torsion"] == 0:
+            raise ConfigError(path, "modes", "expected at least one bending or torsion mode")
+        p["modes"]["damping_ratio"] = require(modes, "damping_ratio", float, path=path, prefix="modes",
+                                              default=0.0, check=_non_negative, expected="a number >= 0 (s)")
+    elif modes is not None:
+        raise ConfigError(path, "modes", 'only for wing.body = "modal"')
     return p
 
 
@@ -256,6 +279,9 @@ def _mirror(body: dict) -> dict:
 def build(config: dict, path=None) -> Model:
     """The flapper Model of a parsed config table (configs/robots/flapper.toml); ConfigError on bad values."""
     p = read_parameters(config, path)
+    if p["wing_body"] == "modal":
+        from sim.robots import flapper_modal
+        return flapper_modal.build(p, path)
     M, S, C = p["M"], p["S"], p["C"]
     length = S / M
     omega = 2.0 * math.pi * p["f"]
@@ -375,6 +401,9 @@ def stable_dt(model: Model, integrator: str = "rk4") -> float | None:
     """`mms sim` hook: largest fixed time step (s) advised for ``integrator`` (None for adaptive ones):
     ``STABLE_STEP_SAFETY * RK4_STABILITY_BOUNDARY / stiffest_rate``, rounded down to a whole fraction of
     the stroke period so that periods hold whole numbers of steps."""
+    if model.flexible is not None:
+        from sim.robots import flapper_modal
+        return flapper_modal.stable_dt(model, integrator, RK4_STABILITY_BOUNDARY, STABLE_STEP_SAFETY)
     if integrator != "rk4":
         return None
     limit = STABLE_STEP_SAFETY * RK4_STABILITY_BOUNDARY / stiffest_rate(model)
@@ -468,7 +497,11 @@ def summarize(run) -> dict:
     tau = run.arrays["tau"][mask]
     stroke = md["stroke_joints"][0]
     _, phase_stroke = fundamental(t, q[:, stroke], omega)
-    twist, bend = tip_angles(model, q, "r")
+    if model.flexible is not None:
+        from sim.robots import flapper_modal
+        twist, bend = flapper_modal.tip_angles(model, run.arrays["modal_q"][mask])
+    else:
+        twist, bend = tip_angles(model, q, "r")
     twist_amp, twist_phase = fundamental(t, twist, omega)
     bend_amp, bend_phase = fundamental(t, bend, omega)
     power = tau[:, stroke] * qd[:, stroke]
