@@ -28,18 +28,19 @@ world poses, ``data.eta_sec[j]`` (n_s, 6) section twists) and add wrench densiti
 (N/m, N m/m; section frame, about the section origin) and added inertia densities ``data.M_sec[j]``
 (n_s, 6, 6); ``data.f_ext[j]`` still acts on the floating frame (no modal force).
 
-This is the Python path (numpy, vectorised over the sections); the fused numba stepper does not take modal bodies
-yet (``sim.fused.fused_unsupported`` says so).
+The recursions are compiled (numba, sim/flexible_kernels.py) and called from ``Simulation``'s Python-orchestrated
+path (the force models in between are Python); the fused stepper (whole steps in one call) does not take modal
+bodies yet (``sim.fused.fused_unsupported`` says so).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .dynamics import _ad_inv, _joint_pose
+from .flexible_kernels import flex_backward, flex_forward
 from .model import Data, Model
 
 #: Shape-function families of :func:`beam_modes`: "polynomial" (X/l)^p (p >= 2 bending, >= 1 torsion).
@@ -228,146 +229,111 @@ class FlexibleParts:
                                  f"[0, {length}] of {model.body_names[parent]!r}")
 
 
+# ----------------------------------------------------------------------------------------- packed form
+class Packed(NamedTuple):
+    """A model's modal bodies packed for the kernels (sim/flexible_kernels.py). Modal body m (0..n_m-1, in body
+    order) is body ``bodies[m]``; ``modal_of`` (N+1,) its m or -1 (rigid); ``mode0`` (n_m + 1,) its modes'
+    offset in q_e; ``sec0`` (n_m + 1,) its sections' offset; sections of all: ``X`` (n_S,) m, ``w`` (n_S,) m,
+    ``Psi`` (n_S, 6, ne_max), ``Ms`` (n_S, 6, 6); ``K``, ``D`` (n_m, ne_max, ne_max) (zero-padded); per child of
+    a modal body: ``Xa`` (N+1,) its section, ``psi_a`` (N+1, 6, ne_max) Psi there; ``placement`` (N+1, 4, 4):
+    the model's joint placements, a modal body's children's in their attachment section's rest frame."""
+    bodies: np.ndarray
+    modal_of: np.ndarray
+    mode0: np.ndarray
+    sec0: np.ndarray
+    X: np.ndarray
+    w: np.ndarray
+    Psi: np.ndarray
+    Ms: np.ndarray
+    K: np.ndarray
+    D: np.ndarray
+    Xa: np.ndarray
+    psi_a: np.ndarray
+    placement: np.ndarray
+
+
+_PACKED: dict = {}
+
+
+def packed(model: Model) -> Packed:
+    """The :class:`Packed` form of ``model.flexible`` (computed once per model)."""
+    cached = _PACKED.get(id(model))
+    if cached is not None and cached[0] is model:
+        return cached[1]
+    parts = model.flexible
+    order = sorted(parts.bodies)
+    nb = model.n_bodies
+    ne_max = max(1, max(parts.bodies[j].n_e for j in order))
+    modal_of = np.full(nb, -1, dtype=np.int64)
+    mode0, sec0 = np.zeros(len(order) + 1, dtype=np.int64), np.zeros(len(order) + 1, dtype=np.int64)
+    K, D = np.zeros((len(order), ne_max, ne_max)), np.zeros((len(order), ne_max, ne_max))
+    for m, j in enumerate(order):
+        body = parts.bodies[j]
+        modal_of[j] = m
+        mode0[m + 1], sec0[m + 1] = mode0[m] + body.n_e, sec0[m] + body.n_s
+        K[m, :body.n_e, :body.n_e], D[m, :body.n_e, :body.n_e] = body.K, body.D
+
+    def pad(Psi):
+        out = np.zeros(Psi.shape[:-1] + (ne_max,))
+        out[..., :Psi.shape[-1]] = Psi
+        return out
+
+    placement = np.array(model.joint_placement)
+    Xa, psi_a = np.zeros(nb), np.zeros((nb, 6, ne_max))
+    for j in range(1, nb):
+        i = int(model.parent[j])
+        if i in parts.bodies:
+            Xa[j] = float(parts.attachments.get(j, 0.0))
+            placement[j, 0, 3] -= Xa[j]   # the rest section frame is the floating frame translated by X_a e1
+            psi_a[j] = pad(np.asarray(parts.bodies[i].field(Xa[j]), dtype=float))
+    bodies = [parts.bodies[j] for j in order]
+    result = Packed(np.array(order, dtype=np.int64), modal_of, mode0, sec0, np.concatenate([b.X for b in bodies]),
+                    np.concatenate([b.w for b in bodies]), np.concatenate([pad(b.Psi) for b in bodies]),
+                    np.concatenate([b.M_s for b in bodies]), K, D, Xa, psi_a, placement)
+    _PACKED[id(model)] = (model, result)
+    return result
+
+
 # ----------------------------------------------------------------------------------------- workspace
 class FlexData(Data):
-    """:class:`sim.model.Data` plus the modal bodies' arrays (per modal body j, dicts by body index):
-    ``qe``, ``qed``, ``qedd`` (n_e total,) modal coordinates, rates, accelerations (body order, each body's
-    modes contiguous, ``offset[j]`` its first); ``g_sec[j]`` (n_s, 4, 4) world poses and ``eta_sec[j]`` (n_s, 6)
-    twists of the sections; ``f_sec[j]`` (n_s, 6) and ``M_sec[j]`` (n_s, 6, 6) the force plug-ins' wrench and
-    added-inertia densities (zeroed before they run)."""
+    """:class:`sim.model.Data` plus the modal bodies' arrays: ``qe``, ``qed``, ``qedd`` (n_e total,) modal
+    coordinates, rates, accelerations (body order, each body's modes contiguous, ``offset[j]`` body j's first);
+    per modal body j (dicts of views into the packed section arrays ``sec``): ``g_sec[j]`` (n_s, 4, 4) world poses
+    and ``eta_sec[j]`` (n_s, 6) twists of the sections; ``f_sec[j]`` (n_s, 6) and ``M_sec[j]`` (n_s, 6, 6) the
+    force plug-ins' wrench and added-inertia densities (zeroed before they run). ``work``: the kernels' other
+    arrays (section Ad and Jacobians, velocity products, S_j, C*, E*, Pe*, condensed Mt, Pt, E*^-1 C*, E*^-1 Pe*)."""
 
     def __init__(self, model: Model):
         super().__init__(model)
         parts = model.flexible
-        bodies = {} if parts is None else parts.bodies
-        offset, start = {}, 0
-        for j in sorted(bodies):
-            offset[j] = start
-            start += bodies[j].n_e
-        extra = dict(offset=offset, n_e=start, qe=np.zeros(start), qed=np.zeros(start), qedd=np.zeros(start),
-                     g_sec={j: np.zeros((b.n_s, 4, 4)) for j, b in bodies.items()},
-                     eta_sec={j: np.zeros((b.n_s, 6)) for j, b in bodies.items()},
-                     f_sec={j: np.zeros((b.n_s, 6)) for j, b in bodies.items()},
-                     M_sec={j: np.zeros((b.n_s, 6, 6)) for j, b in bodies.items()})
+        if parts is None:
+            extra = dict(offset={}, n_e=0, qe=np.zeros(0), qed=np.zeros(0), qedd=np.zeros(0), g_sec={}, eta_sec={},
+                         f_sec={}, M_sec={})
+        else:
+            pk = packed(model)
+            n_S, ne_max, nb = pk.X.shape[0], pk.Psi.shape[2], model.n_bodies
+            sec = dict(A=np.zeros((n_S, 6, 6)), J=np.zeros((n_S, 6, ne_max)), eta=np.zeros((n_S, 6)),
+                       nu=np.zeros((n_S, 6)), g=np.zeros((n_S, 4, 4)), f=np.zeros((n_S, 6)), M=np.zeros((n_S, 6, 6)))
+            work = dict(S=np.zeros((nb, 6, ne_max)), C=np.zeros((nb, ne_max, 6)), E=np.zeros((nb, ne_max, ne_max)),
+                        Pe=np.zeros((nb, ne_max)), Mt=np.zeros((nb, 6, 6)), Pt=np.zeros((nb, 6)),
+                        EinvC=np.zeros((nb, ne_max, 6)), EinvP=np.zeros((nb, ne_max)))
+            views = {j: slice(pk.sec0[m], pk.sec0[m + 1]) for m, j in enumerate(pk.bodies)}
+            n_e = int(pk.mode0[-1])
+            extra = dict(offset={int(j): int(pk.mode0[m]) for m, j in enumerate(pk.bodies)}, n_e=n_e,
+                         qe=np.zeros(n_e), qed=np.zeros(n_e), qedd=np.zeros(n_e), sec=sec, work=work,
+                         g_sec={j: sec["g"][v] for j, v in views.items()},
+                         eta_sec={j: sec["eta"][v] for j, v in views.items()},
+                         f_sec={j: sec["f"][v] for j, v in views.items()},
+                         M_sec={j: sec["M"][v] for j, v in views.items()})
         for name, value in extra.items():
             object.__setattr__(self, name, value)
 
 
-# ----------------------------------------------------------------------------------------- Lie algebra
-def _hat3(v: np.ndarray) -> np.ndarray:
-    """Skew matrices (..., 3, 3) of vectors (..., 3)."""
-    out = np.zeros(v.shape[:-1] + (3, 3))
-    out[..., 0, 1], out[..., 0, 2] = -v[..., 2], v[..., 1]
-    out[..., 1, 0], out[..., 1, 2] = v[..., 2], -v[..., 0]
-    out[..., 2, 0], out[..., 2, 1] = -v[..., 1], v[..., 0]
-    return out
-
-
-def _exp_so3(w: np.ndarray) -> np.ndarray:
-    """Rodrigues (..., 3, 3) of rotation vectors (..., 3) (series below the small-angle bound)."""
-    theta2 = np.einsum("...a,...a->...", w, w)
-    theta = np.sqrt(theta2)
-    small = theta < SMALL_ROTATION
-    safe = np.where(small, 1.0, theta)
-    a = np.where(small, 1.0 - theta2 / 6.0, np.sin(safe) / safe)
-    b = np.where(small, 0.5 - theta2 / 24.0, (1.0 - np.cos(safe)) / (safe * safe))
-    W = _hat3(w)
-    return np.eye(3) + a[..., None, None] * W + b[..., None, None] * (W @ W)
-
-
-#: Below this rotation (rad) Rodrigues' coefficients are taken from their series (sin x / x to O(x^4): exact in
-#: double precision there, and no 0/0).
-SMALL_ROTATION = 1e-4
-
-
-def _ad_inv_many(R: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Ad_{G^-1} (..., 6, 6) = [[R^T, -R^T hat(p)], [0, R^T]] of poses G = (R (..., 3, 3), p (..., 3))."""
-    Rt = np.swapaxes(R, -1, -2)
-    out = np.zeros(R.shape[:-2] + (6, 6))
-    out[..., :3, :3] = Rt
-    out[..., 3:, 3:] = Rt
-    out[..., :3, 3:] = -Rt @ _hat3(p)
-    return out
-
-
-def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a x b (..., 3) (np.cross's axis handling costs more than the product for these small arrays)."""
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
-    return np.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
-
-
-def _ad(eta: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """ad_eta x (..., 6) = (Omega x x_v + V x x_w, Omega x x_w)."""
-    V, W = eta[..., :3], eta[..., 3:]
-    return np.concatenate([_cross(W, x[..., :3]) + _cross(V, x[..., 3:]), _cross(W, x[..., 3:])], axis=-1)
-
-
-def _minus_coad(eta: np.ndarray, P: np.ndarray) -> np.ndarray:
-    """-ad^T_eta P (..., 6) = (Omega x P_f, V x P_f + Omega x P_m) for a momentum-like wrench P (..., 6)."""
-    V, W = eta[..., :3], eta[..., 3:]
-    return np.concatenate([_cross(W, P[..., :3]), _cross(V, P[..., :3]) + _cross(W, P[..., 3:])], axis=-1)
-
-
-def _nu(eta_s: np.ndarray, xi: np.ndarray) -> np.ndarray:
-    """Velocity-product acceleration of a section (..., 6): ad_{eta_s} xi - blkdiag(hat w, hat w) xi, where
-    xi = J q_d (..., 6) is its twist relative to the floating frame and w = xi's angular part."""
-    w = xi[..., 3:]
-    return _ad(eta_s, xi) - np.concatenate([_cross(w, xi[..., :3]), _cross(w, xi[..., 3:])], axis=-1)
-
-
-def section_poses(X, Psi: np.ndarray, qe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(R (..., 3, 3), p (..., 3)) of the sections at X (...) (m) whose field is Psi (..., 6, n_e), in the
-    floating frame, for modal coordinates qe (n_e,)."""
-    u = Psi @ qe
-    R = _exp_so3(u[..., 3:])
-    p = u[..., :3].copy()
-    p[..., 0] += X
-    return R, p
-
-
-def _section_jacobian(R: np.ndarray, Psi: np.ndarray) -> np.ndarray:
-    """J = blkdiag(R^T, R^T) Psi (..., 6, n_e): modal rates -> section twist in the section frame."""
-    Rt = np.swapaxes(R, -1, -2)
-    return np.concatenate([Rt @ Psi[..., :3, :], Rt @ Psi[..., 3:, :]], axis=-2)
-
-
-# ----------------------------------------------------------------------------------------- the recursions
-@dataclass
-class _Tree:
-    """Per-model constants of the recursion: the rest pose of each child in its attachment section's frame
-    (``placement`` (N+1, 4, 4)), its section X_a, and the attachment field Psi(X_a) (6, n_e of the parent)."""
-    placement: np.ndarray
-    X_a: np.ndarray
-    psi_a: dict
-
-
-_TREES: dict = {}
-
-
-def _tree(model: Model) -> _Tree:
-    key = id(model)
-    cached = _TREES.get(key)
-    if cached is not None and cached[0] is model:
-        return cached[1]
-    parts = model.flexible
-    placement = np.array(model.joint_placement)
-    X_a = np.zeros(model.n_bodies)
-    psi_a = {}
-    for j in range(1, model.n_bodies):
-        i = int(model.parent[j])
-        if i in parts.bodies:
-            X_a[j] = float(parts.attachments.get(j, 0.0))
-            placement[j, 0, 3] -= X_a[j]   # rest section frame = floating frame translated by X_a e1
-            psi_a[j] = np.asarray(parts.bodies[i].field(X_a[j]), dtype=float)
-    tree = _Tree(placement, X_a, psi_a)
-    _TREES[key] = (model, tree)
-    return tree
-
-
+# ----------------------------------------------------------------------------------------- one evaluation
 def flexible_step(model: Model, data: FlexData, t: float, base_pose, base_twist, q, qd, qe, qed, qdd_actuated,
                   tau_passive, *, base_acc=None, use_laws: bool = True) -> FlexData:
-    """One evaluation of the hybrid algorithm with modal bodies, in place on ``data`` (module docstring).
+    """One evaluation of the hybrid algorithm with modal bodies, in place on ``data`` (module docstring): the
+    compiled first forward recursion, the force models (Python), the compiled rest (sim/flexible_kernels.py).
 
     Inputs as :func:`sim.dynamics.hybrid_step`, plus ``qe``, ``qed`` (n_e total,) the modal coordinates and
     rates (``data.offset[j]``: body j's first). Results: ``data.base_acc``, ``data.qdd``, ``data.tau``,
@@ -375,193 +341,41 @@ def flexible_step(model: Model, data: FlexData, t: float, base_pose, base_twist,
     ``data.f_ext[j]`` of a modal body ends holding its sections' wrench densities integrated too (floating frame,
     for the outputs' ``ext_wrench``).
     """
-    parts = model.flexible
-    bodies = parts.bodies
-    tree = _tree(model)
-    nb, n = model.n_bodies, model.n
+    pk = packed(model)
+    sec, work = data.sec, data.work
+    mode = model._mode_code
     data.t = t
     data.q[:] = q
     data.qd[:] = qd
     data.qe[:] = qe
     data.qed[:] = qed
     data.base_pose[:] = base_pose
-    mode = model._mode_code
     data.base_twist[:] = 0.0 if mode == 1 else base_twist
-    tau = np.zeros(n)
-    tau[:] = tau_passive
+    tau = np.array(tau_passive, dtype=float)
     if use_laws:
         for k, law in model.python_laws:
             tau[k] += law.torque(t, q[k], qd[k])
-    axis = model.joint_axis
-
-    def modal(j):
-        o = data.offset[j]
-        return slice(o, o + bodies[j].n_e)
-
-    # ---- forward 1: poses, twists, velocity products (children hang on their parent's section G_a)
-    g, eta = data.g, data.eta
-    Ad = np.zeros((nb, 6, 6))                        # Ad_{(G_a P E)^-1}: parent floating frame -> child frame
-    S = [None] * nb                                  # B J_a (6, n_e parent): parent modal rates -> child twist
-    nu = np.zeros((nb, 6))                           # velocity-product acceleration of the child's frame
-    g[0] = base_pose
-    eta[0] = data.base_twist
-    PE = np.zeros((4, 4))
-    B = np.zeros((6, 6))
-    sec = {}
-    for j in range(nb):
-        if j > 0:
-            i = int(model.parent[j])
-            k = j - 1
-            _joint_pose(tree.placement[j], axis[j], q[k], PE)
-            _ad_inv(PE, B)
-            if i in bodies:
-                R_a, p_a = section_poses(tree.X_a[j], tree.psi_a[j], qe[modal(i)])
-                G_a = np.eye(4)
-                G_a[:3, :3], G_a[:3, 3] = R_a, p_a
-                A_a = _ad_inv_many(R_a, p_a)
-                J_a = _section_jacobian(R_a, tree.psi_a[j])
-                xi = J_a @ qed[modal(i)]
-                eta_a = A_a @ eta[i] + xi
-                Ad[j] = B @ A_a
-                S[j] = B @ J_a
-                nu_a = B @ _nu(eta_a, xi)
-                g[j] = g[i] @ G_a @ PE
-            else:
-                eta_a, nu_a = eta[i], 0.0
-                Ad[j] = B
-                g[j] = g[i] @ PE
-            data.Xj[j] = PE
-            data.AdJ[j] = Ad[j]
-            rd = axis[j] * qd[k]
-            eta[j] = B @ eta_a + rd
-            nu[j] = nu_a + _ad(eta[j], rd)
-            data.zeta[j] = nu[j]
-        if j in bodies:
-            body = bodies[j]
-            R, p = section_poses(body.X, body.Psi, qe[modal(j)])
-            A = _ad_inv_many(R, p)                               # (n_s, 6, 6)
-            J = _section_jacobian(R, body.Psi)                       # (n_s, 6, n_e)
-            xi = J @ qed[modal(j)]
-            eta_s = A @ eta[j] + xi
-            sec[j] = (R, A, J, eta_s, _nu(eta_s, xi))
-            data.g_sec[j][:, :3, :3] = g[j, :3, :3] @ R
-            data.g_sec[j][:, :3, 3] = p @ g[j, :3, :3].T + g[j, :3, 3]
-            data.g_sec[j][:, 3, 3] = 1.0
-            data.eta_sec[j][:] = eta_s
-
-    # ---- force models (rigid wrenches on the frames, densities on the sections)
+    flex_forward(model.parent, model.joint_axis, pk.placement, pk.modal_of, pk.mode0, pk.sec0, pk.X, pk.Psi, pk.Xa,
+                 pk.psi_a, data.q, data.qd, data.qe, data.qed, data.base_pose, data.base_twist, data.g, data.Xj,
+                 data.AdJ, data.eta, data.zeta, work["S"], sec["A"], sec["J"], sec["eta"], sec["nu"], sec["g"])
     data.f_ext.fill(0.0)
     data.f_gravity.fill(0.0)
     data.M_added.fill(0.0)
-    for j in bodies:
-        data.f_sec[j].fill(0.0)
-        data.M_sec[j].fill(0.0)
+    sec["f"].fill(0.0)
+    sec["M"].fill(0.0)
     for force_model in model.force_models:
         force_model.apply(model, data, t)
-
-    # ---- body sums: M*, Pi* (floating frame), C*, E*, Pe* (modes)
-    gravity = model.gravity
-    Mstar, Pistar = data.Mstar, data.Pistar
-    C, E, Pe = {}, {}, {}
-    for j in range(nb):
-        M = model.inertia[j] + data.M_added[j]
-        Mstar[j] = M
-        Pistar[j] = _minus_coad(eta[j], M @ eta[j]) - data.f_ext[j] - data.f_gravity[j]
-        Pistar[j] -= model.inertia[j][:, :3] @ (g[j, :3, :3].T @ gravity)
-        if j in bodies:
-            body = bodies[j]
-            R, A, J, eta_s, nu_s = sec[j]
-            M_s = body.M_s + data.M_sec[j]
-            g_sec = np.einsum("sba,b->sa", data.g_sec[j][:, :3, :3], gravity)     # R_ws^T g
-            F = data.f_sec[j] + np.einsum("sab,sb->sa", body.M_s[:, :, :3], g_sec)
-            h = (np.einsum("sab,sb->sa", M_s, nu_s) + _minus_coad(eta_s, np.einsum("sab,sb->sa", M_s, eta_s)) - F)
-            MA = M_s @ A
-            wA = body.w[:, None, None] * A
-            wJ = body.w[:, None, None] * J
-            Mstar[j] += np.einsum("sca,scb->ab", wA, MA)
-            Pistar[j] += np.einsum("sca,sc->a", wA, h)
-            C[j] = np.einsum("sci,scb->ib", wJ, MA)
-            E[j] = np.einsum("sci,scd,sdk->ik", wJ, M_s, J)
-            Pe[j] = np.einsum("sci,sc->i", wJ, h) + body.K @ qe[modal(j)] + body.D @ qed[modal(j)]
-
-    # ---- passive torques, backward recursion (condensing the modes)
-    actuated = model.actuated
-    qdd, qedd = data.qdd, data.qedd
-    for k in range(n):
-        if actuated[k]:
-            qdd[k] = qdd_actuated[k]
-        elif use_laws:
-            tau[k] += -model.law_k[k] * (q[k] - model.law_r0[k]) - model.law_mu[k] * qd[k]
-    Mt = np.zeros((nb, 6, 6))
-    Pt = np.zeros((nb, 6))
-    H = data.H
-    Einv_C, Einv_P = {}, {}
-
-    def condense(j):
-        if j in bodies and bodies[j].n_e > 0:
-            Einv_C[j] = np.linalg.solve(E[j], C[j])
-            Einv_P[j] = np.linalg.solve(E[j], Pe[j])
-            Mt[j] = Mstar[j] - C[j].T @ Einv_C[j]
-            Mt[j] = 0.5 * (Mt[j] + Mt[j].T)
-            Pt[j] = Pistar[j] - C[j].T @ Einv_P[j]
-        else:
-            Mt[j], Pt[j] = Mstar[j], Pistar[j]
-
-    for j in range(nb - 1, 0, -1):
-        condense(j)
-        i = int(model.parent[j])
-        k = j - 1
-        Aj = axis[j]
-        if actuated[k]:
-            K = Mt[j]
-            alpha = Pt[j] + Mt[j] @ (Aj * qdd[k] + nu[j])
-        else:
-            MA = Mt[j] @ Aj
-            H[j] = Aj @ MA
-            K = Mt[j] - np.outer(MA, MA) / H[j]
-            alpha = K @ nu[j] + MA * (tau[k] - Aj @ Pt[j]) / H[j] + Pt[j]
-        KAd = K @ Ad[j]
-        Mstar[i] += Ad[j].T @ KAd
-        Pistar[i] += Ad[j].T @ alpha
-        if i in bodies:
-            C[i] += S[j].T @ KAd
-            E[i] += S[j].T @ K @ S[j]
-            Pe[i] += S[j].T @ alpha
-    condense(0)
-
-    # ---- root
-    eta_d = data.eta_d
-    if mode == 0:
-        eta_d[0] = -np.linalg.solve(Mt[0], Pt[0])
-        data.base_wrench[:] = 0.0
+    if mode == 2:
+        acc_in = np.asarray(model.base_motion.evaluate(t)[2] if base_acc is None else base_acc, dtype=float)
     else:
-        eta_d[0] = 0.0 if mode == 1 else (model.base_motion.evaluate(t)[2] if base_acc is None else base_acc)
-        data.base_wrench[:] = Mt[0] @ eta_d[0] + Pt[0]
-    data.base_acc[:] = eta_d[0]
-    if 0 in bodies and bodies[0].n_e > 0:
-        qedd[modal(0)] = -(Einv_C[0] @ eta_d[0] + Einv_P[0])
-
-    # ---- forward 2
-    for j in range(1, nb):
-        i = int(model.parent[j])
-        k = j - 1
-        Aj = axis[j]
-        mu = Ad[j] @ eta_d[i] + nu[j]
-        if i in bodies:
-            mu = mu + S[j] @ qedd[modal(i)]
-        if actuated[k]:
-            eta_d[j] = mu + Aj * qdd[k]
-            tau[k] = Aj @ (Mt[j] @ eta_d[j] + Pt[j])
-        else:
-            qdd[k] = (tau[k] - Aj @ (Mt[j] @ mu + Pt[j])) / H[j]
-            eta_d[j] = mu + Aj * qdd[k]
-        if j in bodies and bodies[j].n_e > 0:
-            qedd[modal(j)] = -(Einv_C[j] @ eta_d[j] + Einv_P[j])
-    data.tau[:] = tau
-    # The outputs' ext_wrench sums data.f_ext: the sections' force densities join it now, moved to the floating
-    # frame (after the recursions, which took them per section).
-    for j in bodies:
-        data.f_ext[j] += np.einsum("s,sca,sc->a", bodies[j].w, sec[j][1], data.f_sec[j])
+        acc_in = np.zeros(6)
+    flex_backward(model.parent, model.joint_axis, model.inertia, model.actuated, model.law_k, model.law_mu,
+                  model.law_r0, pk.modal_of, pk.mode0, pk.sec0, pk.w, pk.Ms, pk.K, pk.D, model.gravity, mode, acc_in,
+                  data.q, data.qd, data.qe, data.qed, np.ascontiguousarray(qdd_actuated, dtype=float), tau,
+                  bool(use_laws), data.g, data.AdJ, data.eta, data.zeta, work["S"], data.f_ext, data.f_gravity,
+                  data.M_added, sec["A"], sec["J"], sec["eta"], sec["nu"], sec["g"], sec["f"], sec["M"], data.Mstar,
+                  data.Pistar, work["C"], work["E"], work["Pe"], work["Mt"], work["Pt"], work["EinvC"],
+                  work["EinvP"], data.H, data.eta_d, data.qdd, data.tau, data.qedd, data.base_acc, data.base_wrench)
     return data
 
 
@@ -598,6 +412,6 @@ def modal_momentum_world(model: Model, data: FlexData) -> np.ndarray:
         h = np.einsum("sab,sb->sa", body.M_s, data.eta_sec[j]) * body.w[:, None]
         R, p = data.g_sec[j][:, :3, :3], data.g_sec[j][:, :3, 3]
         lin = np.einsum("sab,sb->sa", R, h[:, :3])
-        ang = np.einsum("sab,sb->sa", R, h[:, 3:]) + _cross(p, lin)
+        ang = np.einsum("sab,sb->sa", R, h[:, 3:]) + np.cross(p, lin)
         total += np.concatenate([lin.sum(0), ang.sum(0)])
     return total

@@ -14,7 +14,10 @@ independent references, never by snapshots.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +29,11 @@ from sim.laws import ViscoElastic
 from sim.model import ModelBuilder
 from sim.simulation import Simulation
 from sim.spatial import exp_se3, pose, spatial_inertia, transform_inertia
+
+_SPEC = importlib.util.spec_from_file_location("ffa_numpy", Path(__file__).with_name("ffa_numpy.py"))
+_REFERENCE = sys.modules.setdefault("ffa_numpy", importlib.util.module_from_spec(_SPEC))
+_SPEC.loader.exec_module(_REFERENCE)
+numpy_step = _REFERENCE.numpy_step     # the numpy implementation the compiled kernels are checked against
 
 BEAM_LENGTH = 0.5          # m
 BEAM_SECTION = dict(rho_A=0.8, rho_I=(2e-4, 1e-4, 1e-4), EI_y=5.0, EI_z=7.0, GJ=3.0, centroid=(0.0, 0.01, 0.0))
@@ -64,6 +72,24 @@ def tree(seed: int, beam, *, rigid: bool = False, base_mode: str = "floating", a
     if rigid:
         return model
     return model.replace(flexible=FlexibleParts({2: beam}, {3: 0.5 * BEAM_LENGTH, 5: BEAM_LENGTH}))
+
+
+@pytest.mark.parametrize("base_mode", ["floating", "fixed"])
+def test_compiled_kernels_equal_the_numpy_implementation(base_mode):
+    """The compiled recursions (sim/flexible_kernels.py) = a numpy implementation of the same equations with other
+    data structures (tests/flexible/ffa_numpy.py), random tree, three mode families (padded to one size), 1e-12."""
+    beam = beam_modes(BEAM_LENGTH, **BEAM_SECTION, bending_y=2, bending_z=1, torsion=2, sections=8)
+    model = tree(5, beam, actuated_beam=False, base_mode=base_mode)
+    rng = np.random.default_rng(4)
+    n = model.n
+    q, qd, qdd, tau = (rng.normal(size=n) for _ in range(4))
+    qe, qed = rng.normal(size=beam.n_e) * 0.02, rng.normal(size=beam.n_e)
+    pose0, twist = exp_se3(rng.normal(size=6)), rng.normal(size=6)
+    compiled = flexible_step(model, FlexData(model), 0.0, pose0, twist, q, qd, qe, qed, qdd, tau)
+    reference = numpy_step(model, FlexData(model), 0.0, pose0, twist, q, qd, qe, qed, qdd, tau)
+    for name in ("base_acc", "qdd", "tau", "qedd", "base_wrench", "eta_d", "f_ext"):
+        a, b = getattr(compiled, name), getattr(reference, name)
+        assert np.abs(a - b).max() <= 1e-12 * (1.0 + np.abs(b).max()), name
 
 
 def test_no_modes_is_the_rigid_algorithm():
