@@ -330,6 +330,24 @@ class FlexData(Data):
 
 
 # ----------------------------------------------------------------------------------------- one evaluation
+def store_inputs(model: Model, data: FlexData, t, base_pose, base_twist, q, qd, qe, qed, tau_passive,
+                 use_laws: bool) -> np.ndarray:
+    """Copy an evaluation's inputs into ``data`` (a fixed base's twist held at zero); return the passive torques
+    (n,): ``tau_passive`` plus the Python joint laws' when ``use_laws`` (the viscoelastic law is the kernel's)."""
+    data.t = t
+    data.q[:] = q
+    data.qd[:] = qd
+    data.qe[:] = qe
+    data.qed[:] = qed
+    data.base_pose[:] = base_pose
+    data.base_twist[:] = 0.0 if model._mode_code == 1 else base_twist
+    tau = np.array(tau_passive, dtype=float)
+    if use_laws:
+        for k, law in model.python_laws:
+            tau[k] += law.torque(t, q[k], qd[k])
+    return tau
+
+
 def flexible_step(model: Model, data: FlexData, t: float, base_pose, base_twist, q, qd, qe, qed, qdd_actuated,
                   tau_passive, *, base_acc=None, use_laws: bool = True) -> FlexData:
     """One evaluation of the hybrid algorithm with modal bodies, in place on ``data`` (module docstring): the
@@ -344,17 +362,7 @@ def flexible_step(model: Model, data: FlexData, t: float, base_pose, base_twist,
     pk = packed(model)
     sec, work = data.sec, data.work
     mode = model._mode_code
-    data.t = t
-    data.q[:] = q
-    data.qd[:] = qd
-    data.qe[:] = qe
-    data.qed[:] = qed
-    data.base_pose[:] = base_pose
-    data.base_twist[:] = 0.0 if mode == 1 else base_twist
-    tau = np.array(tau_passive, dtype=float)
-    if use_laws:
-        for k, law in model.python_laws:
-            tau[k] += law.torque(t, q[k], qd[k])
+    tau = store_inputs(model, data, t, base_pose, base_twist, q, qd, qe, qed, tau_passive, use_laws)
     flex_forward(model.parent, model.joint_axis, pk.placement, pk.modal_of, pk.mode0, pk.sec0, pk.X, pk.Psi, pk.Xa,
                  pk.psi_a, data.q, data.qd, data.qe, data.qed, data.base_pose, data.base_twist, data.g, data.Xj,
                  data.AdJ, data.eta, data.zeta, work["S"], sec["A"], sec["J"], sec["eta"], sec["nu"], sec["g"])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.dynamics import _ad_inv, _joint_pose
-from sim.flexible import FlexData
+from sim.flexible import FlexData, store_inputs
 from sim.model import Model
 
 def _hat3(v: np.ndarray) -> np.ndarray:
@@ -136,19 +136,8 @@ def numpy_step(model: Model, data: FlexData, t: float, base_pose, base_twist, q,
     bodies = parts.bodies
     tree = _tree(model)
     nb, n = model.n_bodies, model.n
-    data.t = t
-    data.q[:] = q
-    data.qd[:] = qd
-    data.qe[:] = qe
-    data.qed[:] = qed
-    data.base_pose[:] = base_pose
     mode = model._mode_code
-    data.base_twist[:] = 0.0 if mode == 1 else base_twist
-    tau = np.zeros(n)
-    tau[:] = tau_passive
-    if use_laws:
-        for k, law in model.python_laws:
-            tau[k] += law.torque(t, q[k], qd[k])
+    tau = store_inputs(model, data, t, base_pose, base_twist, q, qd, qe, qed, tau_passive, use_laws)
     axis = model.joint_axis
 
     def modal(j):

@@ -81,3 +81,33 @@ def test_modes_table_on_a_blade_wing_is_refused():
     config["modes"] = {"bending": 1, "torsion": 1, "sections": 4}
     with pytest.raises(ConfigError, match="modes"):
         build_robot(config, RIGID)
+
+
+#: docs/flexible.md, the comparison table's modal columns (6 periods at 25 Hz, `mms sim`'s defaults: RK4 at 0.1 ms):
+#: tethered and free. Deterministic runs; the bands allow another platform's rounding (the free flight tumbles,
+#: which amplifies it, as docs/flapper.md's free-flight figures, tests/flapper/test_flapper_cli.py).
+TETHERED = {"peak_stroke_torque_Nm": 0.01560, "mean_power_per_wing_W": 0.410, "tip_twist_amplitude_deg": 66.2,
+            "tip_bend_amplitude_deg": 28.2, "mean_vertical_force_over_weight": 0.677}
+TETHERED_BAND = 0.005
+FREE = {"mean_vertical_force_over_weight": 0.990, "base_vertical_drift_m": -0.211, "base_max_abs_pitch_deg": 384.0}
+FREE_BAND = 0.05
+
+
+def _summary(base: str) -> dict:
+    from sim.cli_sim import simulate
+    from sim.robots.flapper import summarize
+
+    config = copy.deepcopy(load_toml(FLEXIBLE))
+    config["robot"]["base"] = base
+    model = build_robot(config, FLEXIBLE)
+    table = config["simulation"]
+    run = simulate(model, table["integrator"], table["dt"], table["periods"] * model.metadata["period_s"],
+                   progress=False)
+    return summarize(run)
+
+
+@pytest.mark.parametrize("base, expected, band", [("fixed", TETHERED, TETHERED_BAND), ("floating", FREE, FREE_BAND)])
+def test_documented_summary_of_the_modal_flapper(base, expected, band):
+    summary = _summary(base)
+    for key, value in expected.items():
+        assert summary[key] == pytest.approx(value, rel=band), key
