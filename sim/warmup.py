@@ -109,6 +109,8 @@ def exercise(model, dt: float) -> None:
         python.step()
         python.outputs()
     n = model.n
+    if model.flexible is not None:
+        return      # sim.hybrid_dynamics is the rigid algorithm; modal models ran sim/flexible.py's kernels above
     hybrid_dynamics(model, model.base_pose, np.zeros(6), model.q_rest, np.zeros(n), model.actuated, np.zeros(n),
                     np.zeros(n))
 

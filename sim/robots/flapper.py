@@ -281,7 +281,15 @@ def build(config: dict, path=None) -> Model:
     p = read_parameters(config, path)
     if p["wing_body"] == "modal":
         from sim.robots import flapper_modal
-        return flapper_modal.build(p, path)
+        root = _right_wing(p)[0]
+
+        def chord_at(X):
+            return chord(X, p["S"], p["C"])
+
+        wing = flapper_modal.wing_body(p, chord_at, lambda X: stiffness(X, p["S"], p["kt1"], p["kt2"]),
+                                       lambda X: stiffness(X, p["S"], p["kb1"], p["kb2"]))
+        return flapper_modal.build(p, path, thorax=thorax_inertia(p["ax"], p["ay"], p["az"], p["rho_t"]),
+                                   roots={"r": root, "l": _mirror(root)}, wing=wing, chord=chord_at)
     M, S, C = p["M"], p["S"], p["C"]
     length = S / M
     omega = 2.0 * math.pi * p["f"]

@@ -68,45 +68,42 @@ class SectionAero(ForceModel):
             data.M_sec[j] += added
 
 
-def wing_body(p: dict, k_scale: float = 1.0) -> ModalBody:
-    """The right wing as a modal body (docstring of the module) from the flapper's parameters ``p``."""
-    from sim.robots.flapper import chord, stiffness
-
-    S, C, e, rho_w = p["S"], p["C"], p["e"], p["rho_w"]
-    section_length = S / p["M"]
+def wing_body(p: dict, chord, twist_stiffness, bend_stiffness) -> ModalBody:
+    """The right wing as a modal body (docstring of the module) from the flapper's parameters ``p`` and its
+    chord(X) (m), and joint stiffnesses k_t(X), k_b(X) (N m/rad) along the span X (m) (sim/robots/flapper.py)."""
+    e, rho_w = p["e"], p["rho_w"]
+    section_length = p["S"] / p["M"]
 
     def strip(X):
-        return rho_w * e * chord(X, S, C)
+        return rho_w * e * chord(X)
 
     def rotary(X):
-        c = float(chord(X, S, C))
+        c = float(chord(X))
         return strip(X) / 12.0 * np.array([c * c + e * e, e * e, c * c])
 
-    return beam_modes(S, rho_A=strip, rho_I=rotary,
-                      EI_z=lambda X: k_scale * stiffness(X, S, p["kb1"], p["kb2"]) * section_length,
-                      GJ=lambda X: k_scale * stiffness(X, S, p["kt1"], p["kt2"]) * section_length,
-                      bending_z=p["modes"]["bending"], torsion=p["modes"]["torsion"],
-                      sections=p["modes"]["sections"], damping_ratio=p["modes"]["damping_ratio"],
-                      centroid=lambda X: np.array([0.0, -0.5 * float(chord(X, S, C)), 0.0]))
+    return beam_modes(p["S"], rho_A=strip, rho_I=rotary, EI_z=lambda X: bend_stiffness(X) * section_length,
+                      GJ=lambda X: twist_stiffness(X) * section_length, bending_z=p["modes"]["bending"],
+                      torsion=p["modes"]["torsion"], sections=p["modes"]["sections"],
+                      damping_ratio=p["modes"]["damping_ratio"],
+                      centroid=lambda X: np.array([0.0, -0.5 * float(chord(X)), 0.0]))
 
 
-def build(p: dict, path=None) -> Model:
-    """The flapper Model with modal wings from the flapper's checked parameters (sim.robots.flapper)."""
-    from sim.robots.flapper import _mirror, _pose, _right_wing, chord, thorax_inertia
-
+def build(p: dict, path, *, thorax: np.ndarray, roots: dict, wing: ModalBody, chord) -> Model:
+    """The flapper Model with modal wings from the flapper's checked parameters (sim/robots/flapper.py, which
+    gives the thorax's spatial inertia (6, 6), the stroke joints ``roots`` {"r", "l": {"R", "pos", "axis"}} in
+    the blade frame's convention, the wing and its chord(X) (m))."""
     omega = 2.0 * math.pi * p["f"]
-    builder = ModelBuilder("thorax", thorax_inertia(p["ax"], p["ay"], p["az"], p["rho_t"]),
-                           base_mode=p["base_mode"], gravity=(0.0, 0.0, -p["gravity"]))
-    root = _right_wing(p)[0]
-    wing = wing_body(p)
+    builder = ModelBuilder("thorax", thorax, base_mode=p["base_mode"], gravity=(0.0, 0.0, -p["gravity"]))
     bodies, strokes = [], []
-    for side, r in (("r", root), ("l", _mirror(root))):
+    for side, r in roots.items():
+        placement = np.eye(4)
+        placement[:3, :3], placement[:3, 3] = r["R"] @ BLADE_TO_MODAL, r["pos"]
         j = builder.add_body(f"wing_{side}", "thorax", joint_name=f"stroke_{side}", joint_type="revolute",
-                             axis=BLADE_TO_MODAL.T @ r["axis"], placement=_pose(r["R"] @ BLADE_TO_MODAL, r["pos"]),
-                             actuated=True, motion_law=Sinusoid(p["A"], omega, phase=-0.5 * math.pi, offset=p["phi0"]))
+                             axis=BLADE_TO_MODAL.T @ r["axis"], placement=placement, actuated=True,
+                             motion_law=Sinusoid(p["A"], omega, phase=-0.5 * math.pi, offset=p["phi0"]))
         bodies.append(j)
         strokes.append(j - 1)
-    chords = [chord(wing.X, p["S"], p["C"])] * 2
+    chords = [chord(wing.X)] * 2
     builder.add_force_model(SectionAero(bodies, chords, (1.0, -1.0), rho_air=p["rho_air"],
                                         cp_fraction=p["cp_fraction"], fit=p["fit"],
                                         added_mass_coefficient=p["k_a"], with_added_mass=p["added_mass"]))

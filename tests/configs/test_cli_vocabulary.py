@@ -80,8 +80,8 @@ def test_robots_and_rigs_take_the_same_names_and_help_everywhere(helps):
                    for option, text in options.items() if option in ("config", "--robot", "--sim")}
     rig_helps = {text.split(" or a rig TOML file")[0] for options in helps.values()
                  for option, text in options.items() if option == "--rig"}
-    assert robot_helps == {"robot: a shipped name (biped, clemens, dead-fish, earthworm, fish, flapper, flapper2link, "
-                           "inchworm, pendulum, raybot, snake2d, snake3d)"}
+    assert robot_helps == {"robot: a shipped name (biped, clemens, dead-fish, earthworm, fish, flapper, "
+                           "flapper-flexible, flapper2link, inchworm, pendulum, raybot, snake2d, snake3d)"}
     assert rig_helps == {"rig: a shipped name (flapper, flapper-dynamixel, raybot)"}
     assert {c for c, o in helps.items() if "--rig" in o} == {"emulate", "drive", "dash", "record", "validate", "demo"}
 
@@ -94,8 +94,8 @@ def test_a_name_and_its_path_resolve_to_the_same_file():
         assert resolve_config("rig", name).samefile(ROOT / "configs" / "rigs" / "flapper_dynamixel_rig.toml")
     assert shipped_config("network", "network").samefile(ROOT / "configs" / "network.toml")
     with pytest.raises(ConfigError, match=r"^flaper: file not found, and not a shipped robot name \(names: biped, clemens, "
-                                          r"dead-fish, earthworm, fish, flapper, flapper2link, inchworm, pendulum, "
-                                          r"raybot, snake2d, snake3d\); did you mean flapper or flapper2link\?$"):
+                                          r"dead-fish, earthworm, fish, flapper, flapper-flexible, flapper2link, "
+                                          r"inchworm, pendulum, raybot, snake2d, snake3d\); did you mean flapper or flapper2link\?$"):
         resolve_config("robot", "flaper")
     with pytest.raises(ConfigError, match="this is a rig file .*, not a robot file"):
         resolve_config("robot", str(ROOT / "configs" / "rigs" / "raybot_rig.toml"))
