@@ -80,6 +80,8 @@ OUTPUT_UNITS: dict[str, tuple[str, str]] = {
                               "(zero in free flight)"),
     "ext_wrench": ("N, N m", "total non-gravity external wrench (e.g. quasi-steady aerodynamics), world axes, "
                              "about O_0 (added-mass reactions are inside the dynamics, not in this field)"),
+    "modal_q": ("1 (modal units)", "modal coordinates of the flexible bodies (sim/flexible.py; models with them only)"),
+    "modal_qd": ("1/s", "modal coordinate rates"),
 }
 
 ROBOT_OPTIONS = ("tailbeat_frequency", "tailbeat_amplitude")

@@ -364,3 +364,32 @@ def test_bad_modal_bodies_are_refused_naming_the_part():
         model.replace(flexible=FlexibleParts({2: beam}, {1: 0.1}))
     with pytest.raises(ValueError, match="expected 0..8"):
         beam_modes(BEAM_LENGTH, **BEAM_SECTION, torsion=9)
+
+
+def test_torsion_wing_body_sums_closed_form():
+    """Boyer et al. 2017, Appendix 2's unit test: a torsion-only beam with I_2 = I_3 = I_rho / 2, at rest: M* has
+    mass mu0, first moment (mu_x0, 0, 0), I = diag(mu2, mu_xx0 + mu2/2, mu_xx0 + mu2/2); C* = (0,0,0, mu2_tau, 0,0)
+    per mode; E* = mu2_tautau; K_e = int G I_rho phi_t'^2 (exact integrals of (X/l)^p, constant sections)."""
+    l, rho_A, rho_Ir, GIr, modes = 0.3, 0.5, 2e-4, 0.8, 3
+    beam = beam_modes(l, rho_A=rho_A, rho_I=(rho_Ir, 0.5 * rho_Ir, 0.5 * rho_Ir), GJ=GIr, torsion=modes, sections=8)
+    b = ModelBuilder("base", spatial_inertia(1.0, [0, 0, 0], np.eye(3)), base_mode="fixed", gravity=(0, 0, 0))
+    b.add_body("wing", "base", axis=[0, 0, 1], actuated=True)
+    model = b.build().replace(flexible=FlexibleParts({1: beam}))
+    data = flexible_step(model, FlexData(model), 0.0, np.eye(4), np.zeros(6), np.zeros(1), np.zeros(1),
+                         np.zeros(modes), np.zeros(modes), np.zeros(1), np.zeros(1))
+    p = np.arange(1, modes + 1)
+    mu0, mu_x0, mu_xx0, mu2 = rho_A * l, rho_A * l ** 2 / 2, rho_A * l ** 3 / 3, rho_Ir * l
+    expected_M = np.zeros((6, 6))
+    expected_M[:3, :3] = mu0 * np.eye(3)
+    expected_M[3:, :3] = spatial_inertia(1.0, [mu_x0, 0, 0], np.zeros((3, 3)))[3:, :3]   # hat(first moment)
+    expected_M[:3, 3:] = expected_M[3:, :3].T
+    expected_M[3:, 3:] = np.diag([mu2, mu_xx0 + mu2 / 2, mu_xx0 + mu2 / 2])
+    expected_C = np.zeros((modes, 6))
+    expected_C[:, 3] = rho_Ir * l / (p + 1)
+    expected_E = rho_Ir * l / (p[:, None] + p[None, :] + 1)
+    expected_K = GIr * np.outer(p, p) / (l * (p[:, None] + p[None, :] - 1))
+    work = data.work
+    assert np.abs(data.Mstar[1] - expected_M).max() < 1e-14
+    assert np.abs(work["C"][1] - expected_C).max() < 1e-15
+    assert np.abs(work["E"][1] - expected_E).max() < 1e-15
+    assert np.abs(beam.K - expected_K).max() < 1e-12 * np.abs(expected_K).max()
