@@ -450,6 +450,9 @@ def run(args: argparse.Namespace) -> int:
     model, config, module, options, integrator, dt, duration = prepare(args, loaded)
     options["record_every"] = args.record_every
     initial_state, orbit_summary = None, None
+    if args.periodic and model.flexible is not None:
+        raise ConfigError(path, None, "--periodic does not cover modal (flexible) bodies yet: their modal coordinates "
+                                      "are not shooting coordinates (docs/flexible.md)")
     if args.periodic:
         model, config, dt, initial_state, orbit_summary = find_periodic(args, model, config, module, integrator, dt)
         options.update(periodic=True, dt=dt, trimmed_parameters=orbit_summary.get("trimmed_parameters"))

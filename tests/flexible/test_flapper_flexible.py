@@ -111,3 +111,15 @@ def test_documented_summary_of_the_modal_flapper(base, expected, band):
     summary = _summary(base)
     for key, value in expected.items():
         assert summary[key] == pytest.approx(value, rel=band), key
+
+
+def test_periodic_refuses_modal_wings_in_one_line():
+    """`mms sim --periodic` shoots on the joints and the base only: a modal model is refused, naming the option."""
+    import argparse
+
+    from sim.cli_sim import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(ConfigError, match=r"--periodic does not cover modal \(flexible\) bodies"):
+        run(parser.parse_args([str(FLEXIBLE), "--periodic", "--quiet", "--no-plots"]))
