@@ -32,13 +32,17 @@ REPLAY_MAX_SLEEP_S = 0.02
 DATA_TOPICS = (TOPIC_SIM_STATE, TOPIC_HW_TELEMETRY, TOPIC_HW_COMMAND)
 
 
+def recording_metadata(path: Path) -> dict[str, dict[str, str]]:
+    """The metadata records of the recording at ``path`` by name (the configs used: ``robot_config``, ...)."""
+    with path.open("rb") as handle:
+        return {record.name: dict(record.metadata) for record in make_reader(handle).iter_metadata()}
+
+
 def recording_maps(path: Path) -> list:
     """The channel maps of the rig stored in the recording at ``path`` (empty when it stores none)."""
     from firmware_interface.rigs.host import channel_maps, stored_rig
 
-    with path.open("rb") as handle:
-        metadata = {record.name: dict(record.metadata) for record in make_reader(handle).iter_metadata()}
-    rig = stored_rig(metadata)
+    rig = stored_rig(recording_metadata(path))
     return [] if rig is None else channel_maps(rig)
 
 

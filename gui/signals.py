@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gui.scene3d import base_pose
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, TOPICS, MalformedMessage, SeqTracker, decode)
 
@@ -167,6 +168,18 @@ class Batch:
     actuated: dict[str, bool] = field(default_factory=dict)  # joint name -> actuated, from the newest state
     #: measured (stream, channel) drawn in a simulated signal's unit -> its (simulated stream, channel) (rig maps)
     counterparts: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    #: the newest sim/state's pose (the 3-D view's input), None before the first
+    pose: "Pose | None" = None
+
+
+@dataclass(frozen=True)
+class Pose:
+    """The robot's configuration in one ``sim/state``: ``joint_names`` (n), ``q`` (n,) rad or m, ``base`` (4, 4) the
+    base's world pose, m, ``t`` simulation time, s."""
+    joint_names: tuple[str, ...]
+    q: np.ndarray
+    base: np.ndarray
+    t: float
 
 
 class MessageProcessor:
@@ -188,6 +201,7 @@ class MessageProcessor:
         self._device_clock = ClockAligner()
         self._last_device_s = -np.inf    # device time of the newest telemetry sample, s
         self._last_telemetry_time = -np.inf   # its place on the time axis, s
+        self._pose: Pose | None = None
 
     # ---- input -------------------------------------------------------------------------------------
     def feed_frames(self, frames: list[bytes], receive_ns: int | None = None) -> None:
@@ -263,7 +277,9 @@ class MessageProcessor:
             actuated = [False] * n
         actuated = np.asarray(actuated, dtype=bool)
         self._actuated = dict(zip(names, (bool(a) for a in actuated)))
-        float(payload["t"])   # required, numeric
+        t = float(payload["t"])   # required, numeric
+        position = _row(payload["base_pos"], 3)[0]
+        quaternion = _row(payload["base_quat"], 4)[0]
         times = self._seconds([stamp_ns])
         # strain (n_p,): q - q_rest of the passive joints, in joint order
         passive_names = tuple(name for name, is_actuated in zip(names, actuated) if not is_actuated)
@@ -281,6 +297,10 @@ class MessageProcessor:
             chunks.append(Chunk("sim.strain", passive_names, times, strain))
         if tip_names:
             chunks.append(Chunk("sim.tip", tuple(tip_names), times, tips))
+        # a pose the 3-D view cannot draw (not finite, a zero quaternion) leaves the previous one in place
+        if np.all(np.isfinite(q)) and np.all(np.isfinite(position)) and np.all(np.isfinite(quaternion)) \
+                and np.linalg.norm(quaternion) > 0.0:
+            self._pose = Pose(names, q, base_pose(position, quaternion), t)
         return chunks
 
     def _hw_telemetry(self, payload: dict[str, Any]) -> list[Chunk]:
@@ -349,7 +369,8 @@ class MessageProcessor:
                      restarts=dict(self.tracker.restarts), malformed=self.malformed,
                      latency_s=dict(self._latency), last_receipt=dict(self._receipt),
                      actuated=dict(self._actuated),
-                     counterparts={key: (stream, channel) for key, (_m, stream, channel) in self._maps.items()})
+                     counterparts={key: (stream, channel) for key, (_m, stream, channel) in self._maps.items()},
+                     pose=self._pose)
 
     def has_news(self) -> bool:
         """Whether anything was fed since the last :meth:`take_batch`."""

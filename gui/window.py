@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyqtgraph as pg
 from PyQt5.QtCore import QEvent, QObject, Qt, QThread, QTimer
 from PyQt5.QtGui import QColor, QFont, QIcon, QPixmap
@@ -25,8 +26,9 @@ from gui.decimate import WindowDecimator
 from gui.plots import PANELS, PlotPanel, assign_curves, stream_windows
 from gui.replay import ReplayWorker
 from gui.ringbuffer import StreamStore
-from gui.signals import Batch
-from sim.messages import TOPIC_HW_STATUS, TOPIC_SIM_STATUS, TOPICS
+from gui.signals import Batch, Pose
+from gui.view3d import ModelLoader, RobotView
+from sim.messages import TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATUS, TOPICS
 from sim.network import Endpoints
 
 NO_DATA, CONNECTED, STALE, DISCONNECTED = "no data", "connected", "stale", "disconnected"
@@ -39,6 +41,8 @@ RECORDER_POLL_MS = 1000
 #: the replay's seek slider moves in steps of this many seconds
 SEEK_STEP_S = 0.1
 _TABLE_COLUMNS = ("topic", "link", "rate (Hz)", "received", "seq gaps", "latency (ms)")
+#: the robot's model is asked for again at most this often while the poses do not fit the one drawn, s
+MODEL_RETRY_S = 2.0
 #: what the link line shows of a second device's link (hw/status link.sensor, docs/dynamixel.md)
 _SENSOR_LINK_KEYS = ("state", "port", "frames_ok", "crc_errors", "seq_gaps", "link_losses")
 
@@ -57,6 +61,9 @@ class DashboardOptions:
     record_path: str = "runs/dashboard.mcap"   # what Record asks for (while the recorder records, its own file)
     #: the rig's measured-channel maps (firmware_interface.rigs.host.channel_maps) to draw with; None: a replay takes the recording's
     maps: list | None = None
+    view3d: bool = True                # the 3-D pane of the robot (gui/view3d.py)
+    #: None: the 3-D pane draws if an OpenGL context can be created, else says why in one line; False: that line
+    opengl: bool | None = None
 
 
 def link_state(age_s: float | None, stale_after_s: float, disconnected_after_s: float) -> str:
@@ -116,6 +123,9 @@ class DashboardWindow(QMainWindow):
         self._counterparts: dict[tuple[str, str], tuple[str, str]] = {}
         self._recorder_asking = False      # a status request is out (the next one waits for its answer)
         self.recorder_path: str | None = None   # the file the recorder says it writes, None when it records nothing
+        self._model_asked = -math.inf      # time.monotonic() of the last request for the robot's model
+        self._model_loading = False        # a request or a build is under way
+        self._pose_drawn: Pose | None = None
 
         self._build_widgets()
         self._start_source()
@@ -127,6 +137,15 @@ class DashboardWindow(QMainWindow):
                                        options.endpoints.curve)
         self.recorder.replied.connect(self._on_recorder_reply)
         self.recorder.failed.connect(self._on_recorder_failure)
+        self.model_loader = ModelLoader(self)
+        self.model_loader.loaded.connect(self._on_model_loaded)
+        self.model_loader.failed.connect(self._on_model_failure)
+        self.sim_control = None
+        if self.robot_view is not None and options.replay is None:   # the simulator says which robot it runs
+            self.sim_control = ControlChannel(options.endpoints.sim_control, options.control_timeout_s, self,
+                                              options.endpoints.curve)
+            self.sim_control.replied.connect(self._on_sim_reply)
+            self.sim_control.failed.connect(self._on_sim_failure)
 
         self.frame_timer = QTimer(self)
         self.frame_timer.setTimerType(Qt.PreciseTimer)
@@ -272,12 +291,19 @@ class DashboardWindow(QMainWindow):
             item.setExpanded(True)
             self._panel_items[spec.key] = item
 
+        self.robot_view = RobotView(self.options.opengl) if self.options.view3d else None
+        right = self.channel_tree
+        if self.robot_view is not None:
+            right = QSplitter(Qt.Vertical)
+            right.addWidget(self.robot_view)
+            right.addWidget(self.channel_tree)
+            right.setSizes([500, 500])
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(left)
-        splitter.addWidget(self.channel_tree)
+        splitter.addWidget(right)
         splitter.setStretchFactor(0, 5)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([1300, 300])
+        splitter.setStretchFactor(1, 2 if self.robot_view is not None else 1)
+        splitter.setSizes([1150, 450] if self.robot_view is not None else [1300, 300])
         self.setCentralWidget(splitter)
         self.resize(1600, 1000)
 
@@ -402,7 +428,74 @@ class DashboardWindow(QMainWindow):
         # curve changed once more, after the paint had started, and Qt paints the whole view a second time (two
         # paints per frame, measured). Moving them now lets the one paint of this frame include it.
         self.graphics.scene().prepareForPaint()
+        self.refresh_robot()
         self.frames_drawn += 1
+
+    # ---- the 3-D view -----------------------------------------------------------------------------------
+    def refresh_robot(self) -> None:
+        """Pose the 3-D view by the newest sim/state (and the measured servo angles); ask for the model first when
+        the poses do not fit the one drawn (none yet, or the simulator runs another robot now)."""
+        view = self.robot_view
+        pose = None if self._batch is None else self._batch.pose
+        if view is None or view.gl is None or pose is None or pose is self._pose_drawn:
+            return     # nothing to draw on, nothing new to draw
+        model = view.model
+        if model is None or tuple(model.joint_names) != pose.joint_names:
+            self._ask_model()
+            return
+        self._pose_drawn = pose
+        view.set_pose(pose.base, pose.q, self._measured_q(pose))
+
+    def _measured_q(self, pose: Pose) -> np.ndarray | None:
+        """The simulated joint positions with the measured servo angles in place of the joints they drive (rig maps,
+        else servos named as joints), or None when nothing measured is connected or mapped."""
+        buffer = self.store.buffers.get("hw.servo")
+        if buffer is None or self.topic_link(TOPIC_HW_TELEMETRY) != CONNECTED:
+            return None
+        latest = buffer.latest()
+        index = {name: k for k, name in enumerate(pose.joint_names)}
+        measured = pose.q.copy()
+        found = False
+        for name, value in zip(self.store.names["hw.servo"], latest):
+            joint = self._counterparts.get(("hw.servo", name), ("sim.q", name))[1]
+            if joint in index and np.isfinite(value):
+                measured[index[joint]] = value
+                found = True
+        return measured if found else None
+
+    def _ask_model(self) -> None:
+        if self._model_loading or time.monotonic() - self._model_asked < MODEL_RETRY_S:
+            return
+        self._model_asked = time.monotonic()
+        self._model_loading = True
+        if self.sim_control is not None:
+            self.sim_control.request({"cmd": "get", "what": "config"})
+            return
+        from hil.validation.resim import load_config
+        from gui.replay import recording_metadata
+
+        replay = self.options.replay
+        self.model_loader.load(lambda: load_config("recorded", recording_metadata(replay)))
+
+    def _on_sim_reply(self, _request: dict, reply: dict) -> None:
+        config, path = reply.get("config"), reply.get("path")
+        if reply.get("ok") is not True or not isinstance(config, dict):
+            self._on_model_failure(f"the simulator gave no config: {reply.get('error', 'no error given')}")
+            return
+        self.model_loader.load(lambda: (config, Path(path) if isinstance(path, str) else None))
+
+    def _on_sim_failure(self, _request: dict, reason: str) -> None:
+        self._on_model_failure(f"cannot ask the simulator for its robot: {reason}")
+
+    def _on_model_loaded(self, model) -> None:
+        self._model_loading = False
+        self.robot_view.set_model(model)
+        self._pose_drawn = None
+        self.refresh_robot()
+
+    def _on_model_failure(self, reason: str) -> None:
+        self._model_loading = False
+        self.robot_view.show_problem(f"robot model: {reason}")
 
     def set_paused(self, paused: bool) -> None:
         """Freeze the plots (data keeps being buffered; the plots can be zoomed and panned meanwhile)."""
@@ -589,6 +682,8 @@ class DashboardWindow(QMainWindow):
         self.source_thread.wait()
         self.driver.shutdown()
         self.recorder.shutdown()
+        if self.sim_control is not None:
+            self.sim_control.shutdown()
 
     def closeEvent(self, event) -> None:
         self.shutdown()
