@@ -16,7 +16,14 @@ Plus the window cut + peak decimation alone (from scratch vs incremental), pyqtg
 where an OpenGL context can be created (the offscreen platform of a headless machine has none: then it says so),
 and with ``--profile`` the GUI thread's cProfile (CPU time) over ``--frames`` frames.
 
+The 3-D view (gui/view3d.py): its CPU per frame -- pose the robot from one sim/state (forward kinematics, the
+solids' transforms) and render the pane into its framebuffer, read back (``grabFramebuffer``) -- measured in a
+process of its own with an OpenGL context (``gui.view3d.HEADLESS_GL_ENV`` where this one has none: Mesa's llvmpipe,
+whose rasteriser threads count: process CPU time), for the flapper and RayBot, at the pane's size in the
+dashboard's window; added to the dashboard's frame above, it gives the frame rate with the 3-D view on.
+
 Usage: python benchmarks/bench_dashboard.py [--seconds 5] [--fps 60] [--runs 3] [--frames 200] [--profile]
+       [--view3d-frames 200]
 """
 from __future__ import annotations
 
@@ -25,13 +32,16 @@ import cProfile
 import io
 import os
 import pstats
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pyqtgraph as pg  # noqa: E402
-from PyQt5.QtCore import QTimer  # noqa: E402
+from PyQt5.QtCore import QCoreApplication, Qt, QTimer  # noqa: E402
 from PyQt5.QtGui import QOpenGLContext  # noqa: E402
 from PyQt5.QtWidgets import QApplication  # noqa: E402
 
@@ -49,6 +59,10 @@ TARGET_FPS = 60.0
 #: the goal's CPU budget: 60 frames/s within this share of one core (issue #25)
 CORE_SHARE_GOAL = 0.30
 WINDOW_SIZE = (1600, 1000)
+#: the 3-D view's target beside the curves (issue #23)
+VIEW3D_TARGET_FPS = 30.0
+ROBOTS = Path(__file__).resolve().parents[1] / "configs" / "robots"
+VIEW3D_ROBOTS = ("flapper", "raybot")
 
 
 def unused_endpoints() -> Endpoints:
@@ -253,6 +267,52 @@ def decimation_cost(n_channels: int = 32, frames: int = 200, bins: int = 1289) -
     return {name: 1e3 * float(np.median(values)) for name, values in costs.items()}
 
 
+def view3d_cost(frames: int) -> dict[str, dict[str, float]]:
+    """The 3-D view's CPU per frame (pose + render + read back), ms, per robot: process CPU time (llvmpipe renders
+    on threads of its own) and wall time, medians; run in this process (it must have an OpenGL context)."""
+    from gui.view3d import RobotView, freeze_scroll_bars
+    from sim.robots import load_robot
+
+    window = DashboardWindow(DashboardOptions(endpoints=unused_endpoints()))
+    window.resize(*WINDOW_SIZE)
+    freeze_scroll_bars(window)
+    window.grab()             # lays the window out (not shown: headless, no window surface): the pane's size
+    size = window.robot_view.gl.size()
+    window.shutdown()
+    results = {}
+    for name in VIEW3D_ROBOTS:
+        model = load_robot(ROBOTS / f"{name}.toml")
+        view = RobotView()
+        view.resize(size)
+        view.set_model(model)
+        base = np.eye(4)
+        view.set_pose(base, model.q_rest)
+        view.gl.grabFramebuffer()          # compiles the shaders, uploads the meshes: not a frame
+        cpu, wall = [], []
+        for i in range(frames):
+            q = model.q_rest + 0.3 * np.sin(2 * np.pi * i / TARGET_FPS + np.arange(model.n))
+            start_cpu, start_wall = time.process_time(), time.perf_counter()
+            view.set_pose(base, q)
+            view.gl.grabFramebuffer()
+            cpu.append(time.process_time() - start_cpu)
+            wall.append(time.perf_counter() - start_wall)
+        results[name] = {"cpu_ms": 1e3 * float(np.median(cpu)), "wall_ms": 1e3 * float(np.median(wall)),
+                         "bodies": len(view.shapes), "size": f"{size.width()}x{size.height()}"}
+    return results
+
+
+def view3d_cost_headless(frames: int) -> dict | None:
+    """:func:`view3d_cost` in a child process with ``HEADLESS_GL_ENV``; None when that has no OpenGL either."""
+    import json
+
+    from gui.view3d import HEADLESS_GL_ENV
+
+    child = subprocess.run([sys.executable, __file__, "--view3d-child", "--view3d-frames", str(frames)],
+                           env={**os.environ, **HEADLESS_GL_ENV}, capture_output=True, text=True)
+    lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if child.returncode == 0 and lines else None
+
+
 def spread(values: list[float]) -> str:
     return f"median {np.median(values):.2f}, {min(values):.2f}-{max(values):.2f}"
 
@@ -264,8 +324,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="repetitions of the CPU-per-frame measurement")
     parser.add_argument("--frames", type=int, default=200, help="frames per CPU-per-frame measurement")
     parser.add_argument("--profile", action="store_true", help="print the GUI thread's profile (CPU time)")
+    parser.add_argument("--view3d-frames", type=int, default=200, help="frames of the 3-D view's measurement")
+    parser.add_argument("--view3d-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)    # as gui/dashboard.py: pyqtgraph's shaders, once
     app = QApplication.instance() or QApplication([])
+    if args.view3d_child:
+        import json
+
+        print(json.dumps(view3d_cost(args.view3d_frames)))
+        return 0
     with open("/proc/loadavg") as file:
         load_before = file.read().split()[0]
     print(f"32 curves fed at {SAMPLE_RATE_HZ:.0f} Hz each, window {WINDOW_S:.0f} s ({WINDOW_S * SAMPLE_RATE_HZ:.0f} "
@@ -306,6 +374,15 @@ def main() -> int:
     else:
         print("OpenGL: not measured: no OpenGL context on this platform "
               f"({app.platformName()}); the raster figures above are the ones that apply here")
+    view3d = view3d_cost(args.view3d_frames) if opengl_available() else view3d_cost_headless(args.view3d_frames)
+    if view3d is None:
+        print("3-D view: not measured: no OpenGL context here, nor with Mesa's surfaceless EGL")
+    for name, cost in (view3d or {}).items():
+        total = dashboard_ms + cost["cpu_ms"]
+        print(f"3-D view, {name} ({cost['bodies']} bodies, {cost['size']} pane): {cost['cpu_ms']:.2f} ms CPU "
+              f"({cost['wall_ms']:.2f} ms wall) per frame, pose + render + read back; with the curves "
+              f"{total:.2f} ms -> {1e3 / total:.0f} frames/s on one free core; / {VIEW3D_TARGET_FPS:.0f} fps target: "
+              f"{1e3 / total / VIEW3D_TARGET_FPS:.2f}x; 3-D / curves CPU per frame: {cost['cpu_ms'] / dashboard_ms:.2f}")
     with open("/proc/loadavg") as file:
         print(f"load average (1 min) {load_before} before, {file.read().split()[0]} after, on {os.cpu_count()} "
               "cores: the frame rates depend on it, the CPU per frame much less")

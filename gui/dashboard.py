@@ -2,7 +2,7 @@
 
 Live: subscribes to ``sim/*`` (the simulator's PUB) and ``hw/*`` (the driver's PUB) from
 the network file (``--network``, default configs/network.toml). ``--replay runs/x.mcap`` plays a recording through the same plots instead.
-``--rig RIG`` draws each measured channel the rig maps in its simulated signal's unit and sign (a replay takes
+A 3-D view of the robot sits above the channel list (``--no-3d`` leaves it out). ``--rig RIG`` draws each measured channel the rig maps in its simulated signal's unit and sign (a replay takes
 the rig stored in the recording). ``--screenshot PATH --after SECONDS`` renders offscreen, saves a PNG after that
 long and exits.
 See docs/dashboard.md.
@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--after", type=_positive, default=3.0, metavar="SECONDS",
                         help="delay before the screenshot, s (default: 3)")
     parser.add_argument("--size", default="1600x1000", help="window size WxH in pixels (default: 1600x1000)")
+    parser.add_argument("--no-3d", dest="view3d", action="store_false",
+                        help="leave out the 3-D view of the robot (it needs OpenGL; docs/dashboard.md)")
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -77,8 +79,14 @@ def run(args: argparse.Namespace) -> int:
         from firmware_interface.rigs.host import channel_maps, load_host_rig
 
         maps = channel_maps(load_host_rig(args.rig))
-    if args.screenshot is not None:
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if args.screenshot is not None and "QT_QPA_PLATFORM" not in os.environ:
+        # without a display, Qt's offscreen platform has no OpenGL: render with Mesa's surfaceless EGL if it works
+        from gui.view3d import HEADLESS_GL_ENV, headless_gl_works
+
+        if args.view3d and not os.environ.get("DISPLAY") and headless_gl_works():
+            os.environ.update(HEADLESS_GL_ENV)
+        else:
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"
     from hil.qt_preflight import dashboard_problem
 
     problem = dashboard_problem()
@@ -86,20 +94,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"mms dash: error: {problem}", file=sys.stderr)
         return 2
 
-    from PyQt5.QtCore import QTimer
+    from PyQt5.QtCore import QCoreApplication, Qt, QTimer
     from PyQt5.QtWidgets import QApplication
 
     from gui.window import DashboardOptions, DashboardWindow
 
+    # pyqtgraph compiles the 3-D view's shaders once per process: a context made later must share them
+    QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
     app = QApplication.instance() or QApplication(sys.argv[:1])
     options = DashboardOptions(endpoints=endpoints, window_s=args.window, replay=args.replay,
                                replay_speed=args.speed, frame_rate_hz=args.fps,
                                stale_after_s=args.stale_after, disconnected_after_s=args.disconnected_after,
                                control_timeout_s=args.control_timeout, buffer_samples=args.buffer_samples,
-                               maps=maps)
+                               maps=maps, view3d=args.view3d)
     window = DashboardWindow(options)
     window.resize(width, height)
-    window.show()
+    from gui.view3d import freeze_scroll_bars, headless
+
+    if headless():
+        freeze_scroll_bars(window)    # never shown there (no window surface): grabbed as it is laid out
+    else:
+        window.show()
     outcome = {"code": 0}
 
     if args.screenshot is not None:

@@ -75,13 +75,15 @@ def _kind(semi: np.ndarray, is_base: bool) -> str:
 
 
 def _half_extents(kind: str, semi: np.ndarray) -> np.ndarray:
-    """The drawn solid's half extents with the same inertia as the ellipsoid of semi-axes ``semi``."""
+    """The drawn solid's half extents with the inertia of the ellipsoid of semi-axes ``semi`` (a tube: see below)."""
     if kind == PLATE:       # a box: I_x = m (b^2 + c^2) / 3
         return semi * np.sqrt(3.0 / 5.0)
-    if kind == TUBE:        # a cylinder along x: I_x = m r^2 / 2, I_y = m (r^2 / 4 + h^2 / 3)
+    if kind == TUBE:
+        # a cylinder along x, I_x = m r^2 / 2 and I_y = I_z = m (r^2 / 4 + h^2 / 3): the body's axial moment, and the
+        # mean of its two transverse ones (a cylinder has one)
         a, b, c = semi
         radius = np.sqrt(2.0 * (b * b + c * c) / 5.0)
-        half_length = np.sqrt(max(3.0 * ((a * a + c * c) / 5.0 - radius * radius / 4.0), 0.0))
+        half_length = np.sqrt(max(3.0 * ((2.0 * a * a + b * b + c * c) / 10.0 - radius * radius / 4.0), 0.0))
         return np.array([half_length, radius, radius])
     return semi
 

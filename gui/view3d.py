@@ -12,6 +12,9 @@ unshown window lays it out and renders the 3-D pane into it (the screenshot mode
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -35,7 +38,7 @@ BACKGROUND = (30, 30, 36)
 #: tessellation of the ellipsoids and tubes: enough for a smooth outline at the pane's size
 SPHERE_ROWS, SPHERE_COLUMNS, TUBE_COLUMNS = 12, 20, 16
 #: the camera's distance in robot sizes (the largest half extent of the shapes) at a reset
-CAMERA_DISTANCE_SIZES = 6.0
+CAMERA_DISTANCE_SIZES = 4.0
 
 
 def opengl_problem() -> str | None:
@@ -126,11 +129,13 @@ class RobotView(QWidget):
                                                       for item in self.ghost_items])
         reset = QPushButton("Reset view")
         reset.clicked.connect(self.reset_camera)
+        self.title.setWordWrap(True)
+        layout.addWidget(self.title)
         row = QHBoxLayout()
-        row.addWidget(self.title, 1)
         row.addWidget(self.follow_box)
         row.addWidget(self.ghost_box)
         row.addWidget(reset)
+        row.addStretch(1)
         layout.addLayout(row)
         layout.addWidget(self.gl, 1)
         self.gl.setToolTip("drag: orbit; ctrl + drag or middle drag: pan; wheel: zoom")
@@ -233,6 +238,25 @@ class ModelLoader(QObject):
             self.loaded.emit(build_robot(config, path))
         except Exception as exc:  # a bad config names itself (ConfigError); anything else must not end the GUI
             self.failed.emit(f"{type(exc).__name__}: {exc}")
+
+
+#: how long the probe of :func:`headless_gl_works` may take (a Python start, PyQt5, a context), s
+HEADLESS_PROBE_TIMEOUT_S = 60.0
+_PROBE = ("from PyQt5.QtWidgets import QApplication\n"
+          "app = QApplication([])\n"
+          "from gui.view3d import opengl_problem\n"
+          "raise SystemExit(opengl_problem() is not None)\n")
+
+
+def headless_gl_works() -> bool:
+    """Whether a process with :data:`HEADLESS_GL_ENV` gets an OpenGL context here, asked of a child process: eglfs
+    aborts the process that starts it where EGL is missing, so it is tried away from this one."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE], env={**os.environ, **HEADLESS_GL_ENV},
+                               capture_output=True, timeout=HEADLESS_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0
 
 
 def headless() -> bool:

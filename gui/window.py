@@ -141,11 +141,14 @@ class DashboardWindow(QMainWindow):
         self.model_loader.loaded.connect(self._on_model_loaded)
         self.model_loader.failed.connect(self._on_model_failure)
         self.sim_control = None
-        if self.robot_view is not None and options.replay is None:   # the simulator says which robot it runs
+        drawing = self.robot_view is not None and self.robot_view.gl is not None
+        if drawing and options.replay is None:   # the simulator says which robot it runs
             self.sim_control = ControlChannel(options.endpoints.sim_control, options.control_timeout_s, self,
                                               options.endpoints.curve)
             self.sim_control.replied.connect(self._on_sim_reply)
             self.sim_control.failed.connect(self._on_sim_failure)
+        if drawing:
+            self._ask_model()    # now: building it (numba, scipy imported) takes seconds the first data need not wait
 
         self.frame_timer = QTimer(self)
         self.frame_timer.setTimerType(Qt.PreciseTimer)
@@ -302,8 +305,8 @@ class DashboardWindow(QMainWindow):
         splitter.addWidget(left)
         splitter.addWidget(right)
         splitter.setStretchFactor(0, 5)
-        splitter.setStretchFactor(1, 2 if self.robot_view is not None else 1)
-        splitter.setSizes([1150, 450] if self.robot_view is not None else [1300, 300])
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([1300, 300])
         self.setCentralWidget(splitter)
         self.resize(1600, 1000)
 
@@ -495,6 +498,8 @@ class DashboardWindow(QMainWindow):
 
     def _on_model_failure(self, reason: str) -> None:
         self._model_loading = False
+        if self.options.replay is not None:
+            self._model_asked = math.inf    # a recording does not change: asking again would fail again
         self.robot_view.show_problem(f"robot model: {reason}")
 
     def set_paused(self, paused: bool) -> None:
