@@ -382,7 +382,8 @@ def main() -> int:
         print(f"3-D view, {name} ({cost['bodies']} bodies, {cost['size']} pane): {cost['cpu_ms']:.2f} ms CPU "
               f"({cost['wall_ms']:.2f} ms wall) per frame, pose + render + read back; with the curves "
               f"{total:.2f} ms -> {1e3 / total:.0f} frames/s on one free core; / {VIEW3D_TARGET_FPS:.0f} fps target: "
-              f"{1e3 / total / VIEW3D_TARGET_FPS:.2f}x; 3-D / curves CPU per frame: {cost['cpu_ms'] / dashboard_ms:.2f}")
+              f"{1e3 / total / VIEW3D_TARGET_FPS:.2f}x; 3-D / curves CPU per frame: "
+              f"{cost['cpu_ms'] / dashboard_ms:.2f}")
     with open("/proc/loadavg") as file:
         print(f"load average (1 min) {load_before} before, {file.read().split()[0]} after, on {os.cpu_count()} "
               "cores: the frame rates depend on it, the CPU per frame much less")

@@ -7,7 +7,8 @@ one) is drawn as a plate (a wing blade, a fin), a slender one (middle axis below
 longest) as a tube (a fin ray, a rod segment), the base and the rest as ellipsoids (a thorax, a disc). The
 flapper's thorax is built as an ellipsoid and its blades as thin plates, so there the drawn shapes are the
 modelled ones. Massless bodies (joint frames between sections) draw nothing; a body with mass but no rotational
-inertia (:data:`POINT_MASS_FRACTION`) is drawn as a small sphere (:data:`POINT_MASS_RADIUS_FRACTION` of the robot's size).
+inertia (:data:`POINT_MASS_FRACTION`) is drawn as a small sphere (:data:`POINT_MASS_RADIUS_FRACTION` of the robot's
+size).
 
 Poses: forward kinematics from the joint positions of ``sim/state`` (``q``) and its base pose (``base_pos``,
 ``base_quat``), with the model's joint placements and axes (``g_j = g_parent(j) placement_j exp(A_j q_j)``, as
@@ -17,11 +18,12 @@ then the tree is walked one depth level at a time (one batched product per level
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.model import Model
-from sim.spatial import inertia_parameters, quat_to_matrix
+if TYPE_CHECKING:   # sim's modules import numba (seconds): only the model's loader and the drawing need them
+    from sim.model import Model
 
 ELLIPSOID, PLATE, TUBE = "ellipsoid", "plate", "tube"
 #: a body whose smallest inertia-ellipsoid axis is below this fraction of its middle one is a plate (a blade is
@@ -88,8 +90,10 @@ def _half_extents(kind: str, semi: np.ndarray) -> np.ndarray:
     return semi
 
 
-def body_shapes(model: Model) -> list[Shape]:
+def body_shapes(model: "Model") -> list[Shape]:
     """The drawn solid of every body with mass (module docstring), in body order."""
+    from sim.spatial import inertia_parameters
+
     found = []
     for body in range(model.n_bodies):
         mass, com, inertia_com = inertia_parameters(model.inertia[body])
@@ -120,7 +124,7 @@ def robot_size(shapes: list[Shape]) -> float:
 class Kinematics:
     """Forward kinematics of a model's tree (the arrays it needs, and its depth levels)."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: "Model"):
         self.n = model.n
         self.parent = model.parent.copy()
         self.placement = model.joint_placement[1:].copy()   # (n, 4, 4)
@@ -162,6 +166,8 @@ class Kinematics:
 def base_pose(position, quaternion) -> np.ndarray:
     """The base's world pose (4, 4) from ``sim/state``'s ``base_pos`` (3,) m and ``base_quat`` (4,) (w, x, y, z),
     the quaternion normalised (a published one is unit up to rounding)."""
+    from sim.spatial import quat_to_matrix
+
     quat = np.asarray(quaternion, dtype=float)
     pose = np.eye(4)
     pose[:3, :3] = quat_to_matrix(quat / np.linalg.norm(quat))

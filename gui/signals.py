@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gui.scene3d import base_pose
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, TOPICS, MalformedMessage, SeqTracker, decode)
 
@@ -174,11 +173,12 @@ class Batch:
 
 @dataclass(frozen=True)
 class Pose:
-    """The robot's configuration in one ``sim/state``: ``joint_names`` (n), ``q`` (n,) rad or m, ``base`` (4, 4) the
-    base's world pose, m, ``t`` simulation time, s."""
+    """The robot's configuration in one ``sim/state``: ``joint_names`` (n), ``q`` (n,) rad or m, the base's world
+    pose ``base_pos`` (3,) m and ``base_quat`` (4,) (w, x, y, z, not zero), ``t`` simulation time, s."""
     joint_names: tuple[str, ...]
     q: np.ndarray
-    base: np.ndarray
+    base_pos: np.ndarray
+    base_quat: np.ndarray
     t: float
 
 
@@ -300,7 +300,7 @@ class MessageProcessor:
         # a pose the 3-D view cannot draw (not finite, a zero quaternion) leaves the previous one in place
         if np.all(np.isfinite(q)) and np.all(np.isfinite(position)) and np.all(np.isfinite(quaternion)) \
                 and np.linalg.norm(quaternion) > 0.0:
-            self._pose = Pose(names, q, base_pose(position, quaternion), t)
+            self._pose = Pose(names, q, position, quaternion, t)
         return chunks
 
     def _hw_telemetry(self, payload: dict[str, Any]) -> list[Chunk]:

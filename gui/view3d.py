@@ -24,7 +24,6 @@ from PyQt5.QtGui import QImage, QMatrix4x4, QOpenGLContext
 from PyQt5.QtWidgets import QAbstractScrollArea, QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from gui.scene3d import ELLIPSOID, PLATE, TUBE, Kinematics, Shape, body_shapes, robot_size
-from sim.model import Model
 
 #: environment of a process that renders OpenGL without a display: Qt's eglfs platform on Mesa's surfaceless EGL
 #: (llvmpipe); eglfs insists on opening a framebuffer device it never draws to, /dev/null serves; PyOpenGL (what
@@ -96,7 +95,7 @@ class RobotView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.problem = "turned off" if opengl is False else opengl_problem()
-        self.model: Model | None = None
+        self.model = None               # the sim.model.Model drawn
         self.kinematics: Kinematics | None = None
         self.shapes: list[Shape] = []
         self.items: list = []          # the simulated copy's mesh items, one per shape
@@ -141,7 +140,7 @@ class RobotView(QWidget):
         self.gl.setToolTip("drag: orbit; ctrl + drag or middle drag: pan; wheel: zoom")
 
     # ---- the robot -------------------------------------------------------------------------------------
-    def set_model(self, model: Model) -> None:
+    def set_model(self, model) -> None:
         """Draw this robot from now on (its solids built once; poses come with :meth:`set_pose`)."""
         self.model = model
         self.kinematics = Kinematics(model)

@@ -26,6 +26,7 @@ from gui.decimate import WindowDecimator
 from gui.plots import PANELS, PlotPanel, assign_curves, stream_windows
 from gui.replay import ReplayWorker
 from gui.ringbuffer import StreamStore
+from gui.scene3d import base_pose
 from gui.signals import Batch, Pose
 from gui.view3d import ModelLoader, RobotView
 from sim.messages import TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATUS, TOPICS
@@ -447,7 +448,7 @@ class DashboardWindow(QMainWindow):
             self._ask_model()
             return
         self._pose_drawn = pose
-        view.set_pose(pose.base, pose.q, self._measured_q(pose))
+        view.set_pose(base_pose(pose.base_pos, pose.base_quat), pose.q, self._measured_q(pose))
 
     def _measured_q(self, pose: Pose) -> np.ndarray | None:
         """The simulated joint positions with the measured servo angles in place of the joints they drive (rig maps,

@@ -54,6 +54,7 @@ SUBSET = (
     "tests/firmware_interface/test_fi_device.py",     # pyserial on a pseudo-terminal
     "tests/gui/test_dash_buffers.py",                 # gui data path
     "tests/gui/test_dash_replay.py",                  # PyQt5, pyqtgraph, pytest-qt
+    "tests/gui/test_view3d_gl.py",                    # PyOpenGL: the 3-D view drawn on Mesa's surfaceless EGL
 )
 
 #: ``name>=version`` or ``name==version`` (a pinned tool: its pin is its floor). Extras and markers are not used

@@ -96,7 +96,8 @@ def test_the_newest_drawable_pose_rides_on_the_batch():
     pose = processor.take_batch().pose
     assert pose.joint_names == ("j0", "j1") and pose.t == 0.0
     np.testing.assert_allclose(pose.q, [0.1, 0.2])
-    np.testing.assert_allclose(pose.base, [[0, -1, 0, 1], [1, 0, 0, 2], [0, 0, 1, 3], [0, 0, 0, 1]], atol=1e-15)
+    np.testing.assert_allclose(base_pose(pose.base_pos, pose.base_quat),
+                               [[0, -1, 0, 1], [1, 0, 0, 2], [0, 0, 1, 3], [0, 0, 0, 1]], atol=1e-15)
     # a state the view cannot draw keeps the previous pose (its curves still go to the plots)
     processor.feed(messages.TOPIC_SIM_STATE, state(1, [0.3, np.nan]))
     processor.feed(messages.TOPIC_SIM_STATE, state(2, [0.3, 0.4], base_quat=(0.0, 0.0, 0.0, 0.0)))
