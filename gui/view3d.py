@@ -20,7 +20,7 @@ import threading
 import numpy as np
 import pyqtgraph as pg
 from PyQt5.QtCore import QObject, Qt, pyqtSignal
-from PyQt5.QtGui import QImage, QMatrix4x4, QOpenGLContext
+from PyQt5.QtGui import QImage, QOpenGLContext
 from PyQt5.QtWidgets import QAbstractScrollArea, QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from gui.scene3d import ELLIPSOID, PLATE, TUBE, Kinematics, Shape, body_shapes, robot_size
@@ -79,10 +79,6 @@ def _unit_mesh(kind: str) -> tuple[np.ndarray, np.ndarray]:
     return corners, faces
 
 
-def _matrix(pose: np.ndarray) -> QMatrix4x4:
-    return QMatrix4x4(*pose.ravel().tolist())
-
-
 class RobotView(QWidget):
     """The 3-D pane: ``set_model`` once per robot, then ``set_pose`` per frame.
 
@@ -98,8 +94,8 @@ class RobotView(QWidget):
         self.model = None               # the sim.model.Model drawn
         self.kinematics: Kinematics | None = None
         self.shapes: list[Shape] = []
-        self.items: list = []          # the simulated copy's mesh items, one per shape
-        self.ghost_items: list = []    # the measured copy's
+        self.item = None               # the simulated copy's mesh (every solid in one)
+        self.ghost_item = None         # the measured copy's
         self.poses_set = 0             # how many poses were drawn since the model was set
         self.last_poses: np.ndarray | None = None        # (N+1, 4, 4) world poses of the simulated copy
         self.last_ghost_poses: np.ndarray | None = None  # ... of the measured one (None: nothing measured)
@@ -124,8 +120,8 @@ class RobotView(QWidget):
         self.ghost_box = QCheckBox("Measured")
         self.ghost_box.setChecked(True)
         self.ghost_box.setToolTip("the translucent copy posed by the measured servo angles")
-        self.ghost_box.toggled.connect(lambda shown: [item.setVisible(shown and self.last_ghost_poses is not None)
-                                                      for item in self.ghost_items])
+        self.ghost_box.toggled.connect(lambda shown: self.ghost_item is not None and self.ghost_item.setVisible(
+            shown and self.last_ghost_poses is not None))
         reset = QPushButton("Reset view")
         reset.clicked.connect(self.reset_camera)
         self.title.setWordWrap(True)
@@ -150,11 +146,29 @@ class RobotView(QWidget):
         self.last_poses = self.last_ghost_poses = None
         if self.gl is None:
             return
-        for item in self.items + self.ghost_items:
-            self.gl.removeItem(item)
-        self.items = [self._mesh_item(shape, COLOURS[shape.kind], "shaded", "opaque") for shape in self.shapes]
-        self.ghost_items = [self._mesh_item(shape, GHOST_COLOUR, "balloon", "translucent") for shape in self.shapes]
-        for item in self.items + self.ghost_items:
+        parts = [_unit_mesh(shape.kind) for shape in self.shapes]
+        sizes = [len(vertices) for vertices, _ in parts]
+        offsets = np.cumsum([0] + sizes[:-1])
+        # every solid in one mesh per copy, posed on the CPU (a few thousand vertices): one item to paint instead of
+        # one per body halves the view's frame (pyqtgraph's per-item work in Python dominated it)
+        self._vertices = np.vstack([vertices * shape.half_extents for (vertices, _), shape in zip(parts, self.shapes)]
+                                   if parts else np.zeros((0, 3)))
+        self._faces = np.vstack([faces + offset for (_, faces), offset in zip(parts, offsets)]
+                                if parts else np.zeros((0, 3), dtype=int))
+        self._vertex_solid = np.repeat(np.arange(len(parts)), sizes)
+        self._face_colours = np.vstack([np.tile(COLOURS[shape.kind], (len(faces), 1))
+                                        for (_, faces), shape in zip(parts, self.shapes)] if parts else np.zeros((0, 4)))
+        self._bodies = np.array([shape.body for shape in self.shapes], dtype=int)
+        self._solid_poses = np.stack([shape.pose for shape in self.shapes]) if parts else np.zeros((0, 4, 4))
+        for item in (self.item, self.ghost_item):
+            if item is not None:
+                self.gl.removeItem(item)
+        import pyqtgraph.opengl as gl
+
+        # flat shading: pyqtgraph's smooth normals are a Python loop over the vertices, too slow for every frame
+        self.item = gl.GLMeshItem(shader="shaded", smooth=False, glOptions="opaque")
+        self.ghost_item = gl.GLMeshItem(color=GHOST_COLOUR, shader="balloon", smooth=False, glOptions="translucent")
+        for item in (self.item, self.ghost_item):
             item.setVisible(False)   # until posed
             self.gl.addItem(item)
         spacing = 10 ** np.floor(np.log10(self._size))
@@ -162,14 +176,6 @@ class RobotView(QWidget):
         self.grid.setSpacing(spacing, spacing)
         self.title.setText(f"robot: {model.metadata.get('name', 'robot')}, {len(self.shapes)} bodies drawn")
         self.reset_camera()
-
-    def _mesh_item(self, shape: Shape, colour, shader: str, gl_options: str):
-        import pyqtgraph.opengl as gl
-
-        vertices, faces = _unit_mesh(shape.kind)
-        mesh = gl.MeshData(vertexes=vertices * shape.half_extents, faces=faces)
-        return gl.GLMeshItem(meshdata=mesh, color=colour, shader=shader, smooth=shape.kind != PLATE,
-                             glOptions=gl_options)
 
     def reset_camera(self) -> None:
         if self.gl is None:
@@ -192,21 +198,24 @@ class RobotView(QWidget):
         self.poses_set += 1
         if self.gl is None:
             return
-        self._place(self.items, self.last_poses, True)
-        self._place(self.ghost_items, self.last_ghost_poses, self.ghost_box.isChecked())
+        self._place(self.item, self.last_poses, True, self._face_colours)
+        self._place(self.ghost_item, self.last_ghost_poses, self.ghost_box.isChecked(), None)
         if self.follow_box.isChecked():
             self._centre(self.last_poses)
         self.gl.update()
 
-    def _place(self, items: list, poses: np.ndarray | None, shown: bool) -> None:
+    def _place(self, item, poses: np.ndarray | None, shown: bool, face_colours: np.ndarray | None) -> None:
+        """Pose one copy's mesh: each solid's vertices by its body's world pose (N+1, 4, 4) (None: hide it)."""
         if poses is None or not self.shapes:
-            for item in items:
-                item.setVisible(False)
+            item.setVisible(False)
             return
-        solids = poses[[shape.body for shape in self.shapes]] @ np.stack([shape.pose for shape in self.shapes])
-        for item, solid in zip(items, solids):
-            item.setTransform(_matrix(solid))
-            item.setVisible(shown)
+        solids = (poses[self._bodies] @ self._solid_poses)[self._vertex_solid]     # (vertices, 4, 4)
+        world = np.einsum("vij,vj->vi", solids[:, :3, :3], self._vertices) + solids[:, :3, 3]
+        if face_colours is None:
+            item.setMeshData(vertexes=world, faces=self._faces)
+        else:
+            item.setMeshData(vertexes=world, faces=self._faces, faceColors=face_colours)
+        item.setVisible(shown)
 
     def show_problem(self, text: str) -> None:
         """Say in the pane's line what keeps the robot from being drawn (its model could not be had)."""

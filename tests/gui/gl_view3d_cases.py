@@ -189,7 +189,7 @@ def test_the_flapper_is_drawn_where_the_published_state_puts_it(qtbot, simulator
     view = window.robot_view
     qtbot.waitUntil(lambda: view.poses_set >= 3, timeout=DEADLINE_MS)
     assert control.requests[0] == {"cmd": "get", "what": "config"}
-    assert view.model.joint_names == model.joint_names and len(view.items) == 9
+    assert view.model.joint_names == model.joint_names and len(view.shapes) == 9
     # the poses follow the stream: later states move the wings
     first, count = view.last_poses.copy(), view.poses_set
     qtbot.waitUntil(lambda: view.poses_set > count + 2 and not np.allclose(view.last_poses, first),
@@ -198,11 +198,11 @@ def test_the_flapper_is_drawn_where_the_published_state_puts_it(qtbot, simulator
     base = base_pose(pose.base_pos, pose.base_quat)
     np.testing.assert_allclose(view.last_poses, Kinematics(model).body_poses(base, pose.q), atol=1e-12)
     np.testing.assert_allclose(view.last_poses[0, :3, 3], [0.1, -0.2, 0.3])
-    assert view.last_ghost_poses is None and not any(item.visible() for item in view.ghost_items)
+    assert view.last_ghost_poses is None and not view.ghost_item.visible()
     # the frame at rest, base at the origin (a published pose may show the thin blades edge on to the camera), the
     # view following the base: the robot is drawn at the centre, thorax and wings
     view.set_pose(np.eye(4), model.q_rest)
-    frame, mask = robot_mask(view, view.items)
+    frame, mask = robot_mask(view, [view.item])
     height, width = mask.shape
     assert mask[height // 2 - 2:height // 2 + 3, width // 2 - 2:width // 2 + 3].all()
     assert mask.mean() > MIN_ROBOT_FRACTION
@@ -243,11 +243,11 @@ def test_raybot_with_a_ghost_posed_by_the_measured_servos(qtbot, simulator, publ
     np.testing.assert_allclose(ghost[0], view.last_poses[0])        # same base
     moved = [j for j in range(1, model.n_bodies) if model.actuated[j - 1]]
     assert not np.allclose(ghost[moved], view.last_poses[moved])
-    assert all(item.visible() for item in view.ghost_items)
-    _, mask = robot_mask(view, view.ghost_items)
+    assert view.ghost_item.visible()
+    _, mask = robot_mask(view, [view.ghost_item])
     assert mask.mean() > MIN_ROBOT_FRACTION / 10                  # the translucent copy shows
     view.ghost_box.setChecked(False)
-    assert not any(item.visible() for item in view.ghost_items)
+    assert not view.ghost_item.visible()
 
 
 def write_recording(path: Path, robot: Path, states: int = 150) -> None:
@@ -283,5 +283,5 @@ def test_a_replay_is_drawn_from_the_robot_stored_in_the_recording(qtbot, tmp_pat
     base = base_pose(window._pose_drawn.base_pos, window._pose_drawn.base_quat)
     np.testing.assert_allclose(view.last_poses, Kinematics(model).body_poses(base, joint_angles(model, 1.49)),
                                atol=1e-12)
-    _, mask = robot_mask(view, view.items)
+    _, mask = robot_mask(view, [view.item])
     assert mask.mean() > MIN_ROBOT_FRACTION
