@@ -46,11 +46,47 @@ def sim_values(t: float) -> dict[str, list[float]]:
     return {"q": q, "tau": tau, "strain": [v for v, a in zip(q, ACTUATED) if not a], "wrench": wrench}
 
 
-class RigPublisher:
+class PublisherThread:
+    """Runs the subclass's ``_run`` on a thread from ``start()`` until ``stop()``; ``error`` is what ended it early."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def publish(self) -> None:
+        """The publishing loop: until ``self._stop`` is set."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        try:
+            self.publish()
+        except BaseException as exc:  # reported by the test through .error
+            self.error = exc
+
+    @staticmethod
+    def pace(start: float, count: int, period: float) -> None:
+        """Sleep until ``count`` periods after ``start`` (monotonic s): pacing of a publisher, not a wait for a
+        condition."""
+        delay = start + count * period - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class RigPublisher(PublisherThread):
     """Publishes the five topics from a thread until stopped; ``counts`` says how many of each went out."""
 
     def __init__(self, endpoints: Endpoints, state_hz: float = 200.0, samples_per_telemetry: int = 4,
                  with_driver: bool = True, wrench_scale: float = 1.1, driver_error: str = ""):
+        super().__init__()
         self.endpoints = endpoints
         self.state_period = 1.0 / state_hz
         self.samples_per_telemetry = samples_per_telemetry
@@ -58,22 +94,11 @@ class RigPublisher:
         self.wrench_scale = wrench_scale     # measured load fx..mz = wrench_scale * simulated base wrench
         self.driver_error = driver_error     # hw/status "error" while the link is not up yet
         self.counts = {topic: 0 for topic in messages.TOPICS}
-        self._stop = threading.Event()
         self._driver_stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> "RigPublisher":
-        self._thread.start()
-        return self
 
     def stop_driver(self) -> None:
         """Close the driver's PUB socket (the hw/* topics go silent) while the simulator keeps publishing."""
         self._driver_stop.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
     def _send(self, socket, topic: str, payload: dict) -> None:
         payload = {"v": messages.SCHEMA_VERSION, "seq": self.counts[topic], "stamp_ns": time.time_ns(), **payload}
@@ -82,7 +107,7 @@ class RigPublisher:
         socket.send_multipart(messages.encode(topic, payload))
         self.counts[topic] += 1
 
-    def _run(self) -> None:
+    def publish(self) -> None:
         context = zmq.Context.instance()
         sim = context.socket(zmq.PUB)
         sim.setsockopt(zmq.LINGER, 0)
@@ -142,12 +167,7 @@ class RigPublisher:
                             "link": {"state": "up" if up else "down", "frames_ok": step // self.samples_per_telemetry,
                                      "crc_errors": 0, "seq_gaps": 0, "reconnects": 0}})
                 step += 1
-                # pacing of the publisher (not a wait for a condition): one state per period
-                delay = start + step * self.state_period - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-        except BaseException as exc:  # reported by the test through .error
-            self.error = exc
+                self.pace(start, step, self.state_period)
         finally:
             sim.close(linger=0)
             if driver is not None:

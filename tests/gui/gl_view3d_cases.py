@@ -10,7 +10,6 @@ the real robot builders. Frames are read back from the view's framebuffer and th
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from mcap.writer import Writer
 from PyQt5.QtCore import QCoreApplication, Qt
 from PyQt5.QtGui import QImage
 
+from tests.gui.conftest import PublisherThread
 from gui.scene3d import Kinematics, base_pose
 from gui.view3d import BACKGROUND, freeze_scroll_bars, headless
 from gui.window import DashboardOptions, DashboardWindow
@@ -62,25 +62,15 @@ def state_payload(model, seq: int, t: float, stamp_ns: int) -> dict:
             "ext_wrench": [0.0] * 6}
 
 
-class ModelPublisher:
+class ModelPublisher(PublisherThread):
     """Publishes a real model's sim/state and, with ``measured``, hw/telemetry with servos named as its actuated
     joints reading the simulated angle plus :data:`MEASURED_OFFSET_RAD`; from a thread until stopped."""
 
     def __init__(self, endpoints: Endpoints, model, measured: bool = False):
+        super().__init__()
         self.endpoints, self.model, self.measured = endpoints, model, measured
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.error: BaseException | None = None
 
-    def start(self) -> "ModelPublisher":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
+    def publish(self) -> None:
         context = zmq.Context.instance()
         sim, driver = context.socket(zmq.PUB), context.socket(zmq.PUB)
         try:
@@ -104,12 +94,7 @@ class ModelPublisher:
                                  "load_names": [], "load": [[]]}
                     driver.send_multipart(messages.encode(messages.TOPIC_HW_TELEMETRY, telemetry))
                 seq += 1
-                # pacing of the publisher (not a wait for a condition): one state per period
-                delay = start + seq / STATE_HZ - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-        except BaseException as exc:  # reported by the test through .error
-            self.error = exc
+                self.pace(start, seq, 1.0 / STATE_HZ)
         finally:
             sim.close(linger=0)
             driver.close(linger=0)
