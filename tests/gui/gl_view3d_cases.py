@@ -32,7 +32,8 @@ from sim.robots import load_robot
 
 # pyqtgraph compiles each shader once per process: every window's context must share them (set before the
 # QApplication, as gui/dashboard.py does); without it a second window's grid failed with "invalid value"
-QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
+if QCoreApplication.instance() is None:    # imported by test_view3d_gl.py too, whose Qt has long started
+    QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
 ROOT = Path(__file__).resolve().parents[2]
 FLAPPER = ROOT / "configs" / "robots" / "flapper.toml"
 RAYBOT = ROOT / "configs" / "robots" / "raybot.toml"
@@ -52,13 +53,17 @@ def joint_angles(model, t: float) -> np.ndarray:
     return model.q_rest + 0.3 * np.sin(2 * np.pi * 1.0 * t + np.arange(model.n))
 
 
+#: the base's pose in the published states: off the origin and turned about z
+BASE_POS, BASE_QUAT = [0.1, -0.2, 0.3], [np.cos(0.2), 0.0, 0.0, np.sin(0.2)]
+
+
 def state_payload(model, seq: int, t: float, stamp_ns: int) -> dict:
     n = model.n
     return {"v": messages.SCHEMA_VERSION, "seq": seq, "stamp_ns": stamp_ns, "t": t,
             "joint_names": model.joint_names, "actuated": model.actuated.tolist(),
             "q": joint_angles(model, t).tolist(), "qd": [0.0] * n, "qdd": [0.0] * n, "tau": [0.0] * n,
-            "strain": [0.0] * int((~model.actuated).sum()), "base_pos": [0.1, -0.2, 0.3],
-            "base_quat": [np.cos(0.2), 0.0, 0.0, np.sin(0.2)], "base_twist": [0.0] * 6, "base_wrench": [0.0] * 6,
+            "strain": [0.0] * int((~model.actuated).sum()), "base_pos": BASE_POS,
+            "base_quat": BASE_QUAT, "base_twist": [0.0] * 6, "base_wrench": [0.0] * 6,
             "ext_wrench": [0.0] * 6}
 
 
@@ -182,7 +187,7 @@ def test_the_flapper_is_drawn_where_the_published_state_puts_it(qtbot, simulator
     pose = window._pose_drawn
     base = base_pose(pose.base_pos, pose.base_quat)
     np.testing.assert_allclose(view.last_poses, Kinematics(model).body_poses(base, pose.q), atol=1e-12)
-    np.testing.assert_allclose(view.last_poses[0, :3, 3], [0.1, -0.2, 0.3])
+    np.testing.assert_allclose(view.last_poses[0, :3, 3], BASE_POS)
     assert view.last_ghost_poses is None and not view.ghost_item.visible()
     # the frame at rest, base at the origin (a published pose may show the thin blades edge on to the camera), the
     # view following the base: the robot is drawn at the centre, thorax and wings
