@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gui.scene3d import ELLIPSOID, PLATE, TUBE, Kinematics, base_pose, body_shapes
+from gui.scene3d import ELLIPSOID, PLATE, POINT_MASS_RADIUS_FRACTION, TUBE, Kinematics, base_pose, body_shapes
 from gui.signals import MessageProcessor
 from sim import messages
 from sim.dynamics import hybrid_dynamics
@@ -122,3 +122,21 @@ def test_without_opengl_the_pane_is_one_line_and_the_dashboard_runs(qtbot, make_
     # nothing is asked or computed for a pane that cannot draw
     assert simulator.requests == [] and view.model is None and view.poses_set == 0
     assert window.panels["torque"].curves
+
+
+def test_a_body_without_rotational_inertia_is_drawn_as_a_small_sphere():
+    from sim.model import Model
+    from sim.spatial import spatial_inertia
+
+    placement = np.tile(np.eye(4), (3, 1, 1))
+    placement[2, 0, 3] = 0.5
+    axis = np.array([[0.0] * 6, [0, 0, 0, 0, 0, 1.0], [0, 0, 0, 0, 0, 1.0]])
+    inertia = [spatial_inertia(1.0, np.zeros(3), np.diag([0.01, 0.02, 0.02])),
+               np.zeros((6, 6)),                                                     # a joint frame: nothing
+               spatial_inertia(0.2, [0.5, 0.0, 0.0], np.zeros((3, 3)))]              # a point mass 0.5 m out
+    model = Model(joint_names=["a", "b"], body_names=["base", "frame", "bob"], parent=[-1, 0, 1],
+                  joint_placement=placement, joint_axis=axis, inertia=inertia, actuated=[True, False])
+    base, bob = body_shapes(model)
+    assert (base.name, base.kind, bob.name, bob.kind) == ("base", ELLIPSOID, "bob", ELLIPSOID)
+    np.testing.assert_allclose(bob.half_extents, POINT_MASS_RADIUS_FRACTION * base.half_extents.max())
+    np.testing.assert_allclose(bob.pose[:3, 3], [0.5, 0.0, 0.0])
