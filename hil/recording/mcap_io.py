@@ -110,6 +110,18 @@ class RecordingWriter:
             self._channels[topic] = channel
         return channel
 
+    def add_json(self, topic: str, schema_name: str, schema: dict, data: bytes, log_time_ns: int,
+                 publish_time_ns: int) -> None:
+        """Append one JSON-encoded message (Foxglove's JSON encoding) on ``topic``, whose channel is registered on
+        first use with the JSON schema ``schema`` named ``schema_name`` (hil/foxglove/scene.py)."""
+        channel = self._channels.get(topic)
+        if channel is None:
+            schema_id = self._writer.register_schema(name=schema_name, encoding=SCHEMA_ENCODING,
+                                                     data=json.dumps(schema).encode())
+            channel = self._channels[topic] = self._writer.register_channel(topic=topic, message_encoding="json",
+                                                                            schema_id=schema_id)
+        self._writer.add_message(channel_id=channel, log_time=log_time_ns, data=data, publish_time=publish_time_ns)
+
     def add(self, topic: str, payload: bytes, log_time_ns: int, publish_time_ns: int, seq: int = 0) -> None:
         """Append one message; ``publish_time_ns`` is the payload's ``stamp_ns`` (0 if it had none)."""
         self._writer.add_message(channel_id=self.channel_id(topic), log_time=log_time_ns, data=payload,

@@ -1,0 +1,146 @@
+"""Recordings that Foxglove draws (hil/foxglove, docs/foxglove.md): `mms record --robot` writes the robot's poses and
+shapes as Foxglove's well-known JSON messages beside the project's topics, and `mms export --to foxglove` adds them
+to a recording made without. Files read back by the mcap package's reader; every Foxglove message validated against
+Foxglove's published JSON schema, and the bodies' world poses it implies compared with the simulator's own forward
+kinematics (sim.dynamics) at the recorded joint positions."""
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import jsonschema
+import msgpack
+import numpy as np
+from mcap.reader import make_reader
+
+from hil.cli import main as mms_main
+from hil.recording.mcap_io import RecordingWriter
+from sim.config import resolve_config
+from sim.dynamics import hybrid_dynamics
+from sim.model import Data
+from sim.robots import load_robot
+from sim.spatial import quat_to_matrix
+
+ROBOT = "pendulum"          # two joints, as the test publisher's states
+#: the published schemas, as Foxglove's repository generates them (the files the recorder registers are these)
+PUBLISHED = Path(__file__).resolve().parents[2] / "hil" / "foxglove" / "schemas"
+#: world poses from the transforms equal the simulator's forward kinematics to round-off (m, and rotation entries)
+POSE_TOLERANCE = 1e-12
+
+
+def _published(name: str) -> dict:
+    return json.loads((PUBLISHED / f"{name}.json").read_text())
+
+
+def _world_poses(transforms: list[dict]) -> dict[str, np.ndarray]:
+    world = {"world": np.eye(4)}
+    for transform in transforms:         # parents come first, as Foxglove's tree needs no particular order
+        r, p = transform["rotation"], transform["translation"]
+        g = np.eye(4)
+        g[:3, :3] = quat_to_matrix(np.array([r["w"], r["x"], r["y"], r["z"]]))
+        g[:3, 3] = [p["x"], p["y"], p["z"]]
+        world[transform["child_frame_id"]] = world[transform["parent_frame_id"]] @ g
+    return world
+
+
+def _check(path: Path, model) -> dict[str, int]:
+    """Read ``path`` back: every Foxglove message valid against the published schema, each pose message equal to the
+    forward kinematics of the sim/state it comes from (same stamp); returns messages per topic."""
+    validators = {name: jsonschema.Draft7Validator(_published(name.split(".")[1]))
+                  for name in ("foxglove.FrameTransforms", "foxglove.SceneUpdate")}
+    states, counts = {}, {}
+    poses = []
+    with open(path, "rb") as handle:
+        reader = make_reader(handle)
+        for schema, channel, message in reader.iter_messages(log_time_order=True):
+            counts[channel.topic] = counts.get(channel.topic, 0) + 1
+            if channel.message_encoding == "msgpack":
+                payload = msgpack.unpackb(message.data, raw=False)
+                if channel.topic == "sim/state":
+                    states[payload["stamp_ns"]] = payload
+                continue
+            assert channel.message_encoding == "json" and schema.encoding == "jsonschema"
+            assert json.loads(schema.data) == _published(schema.name.split(".")[1])
+            decoded = json.loads(message.data)
+            validators[schema.name].validate(decoded)
+            if schema.name == "foxglove.FrameTransforms":
+                poses.append((message.publish_time, decoded))
+            else:
+                assert {e["id"] for e in decoded["entities"]} == set(model.body_names)
+                assert all(e["cubes"] or e["spheres"] for e in decoded["entities"])
+    data = Data(model)
+    for stamp, decoded in poses:
+        state = states[stamp]
+        g0 = np.eye(4)
+        g0[:3, :3], g0[:3, 3] = quat_to_matrix(np.array(state["base_quat"])), state["base_pos"]
+        zeros = np.zeros(model.n)
+        hybrid_dynamics(model, g0, np.zeros(6), state["q"], zeros, model.actuated, zeros, zeros, data=data)
+        world = _world_poses(decoded["transforms"])
+        for body, name in enumerate(model.body_names):
+            assert np.abs(world[name] - data.g[body]).max() < POSE_TOLERANCE, name
+    return counts
+
+
+def test_record_writes_poses_and_scene_foxglove_can_draw(tmp_path, network, kit):
+    out = tmp_path / "run.mcap"
+    with kit.Publisher(network, rate_hz=500):
+        proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--robot", ROBOT,
+                       "--poses-rate", "0")
+        try:
+            kit.status_when(network["rec"], lambda r: r.get("recording") and r["foxglove"]["posed"] >= 200,
+                            "200 states posed")
+        finally:
+            _, stderr = kit.stop_process(proc, signal.SIGINT)
+    assert proc.returncode == 0, stderr
+    counts = _check(out, load_robot(resolve_config("robot", ROBOT)))
+    assert counts["foxglove/poses"] == counts["sim/state"]          # --poses-rate 0: one per state
+    assert 1 <= counts["foxglove/scene"] <= counts["sim/state"] // 100 + 1      # again once per second
+    with open(out, "rb") as handle:
+        stats = {m.name: m.metadata for m in make_reader(handle).iter_metadata()}["recorder_stats"]
+    assert json.loads(stats["foxglove"])["refused"] == {}
+
+
+def _old_recording(path: Path, kit, version: int = 1, states: int = 300) -> list[dict]:
+    """A recording without Foxglove channels (as every recording before them): sim/state at 1 kHz and sim/status."""
+    rng = np.random.default_rng(5)
+    robot = resolve_config("robot", ROBOT)
+    writer = RecordingWriter(path)
+    writer.add_metadata("robot_config", {"path": str(robot), "text": robot.read_text()})
+    payloads = []
+    base = 1_700_000_000_000_000_000
+    for k in range(states):
+        payload = kit.sim_state(k, k * 1e-3, rng.uniform(-2.0, 2.0, 2).tolist())
+        payload["v"], payload["stamp_ns"] = version, base + k * 1_000_000
+        payloads.append(payload)
+        writer.add("sim/state", msgpack.packb(payload), payload["stamp_ns"] + 1000, payload["stamp_ns"], k)
+        if k % 100 == 0:
+            status = kit.sim_status(k // 100, k * 1e-3)
+            writer.add("sim/status", msgpack.packb(status), payload["stamp_ns"] + 500, status["stamp_ns"], k // 100)
+    writer.close()
+    return payloads
+
+
+def test_export_to_foxglove_adds_poses_to_an_old_recording(tmp_path, kit):
+    run = tmp_path / "old.mcap"
+    payloads = _old_recording(run, kit)
+    assert mms_main(["export", str(run), "--to", "foxglove", "--out", str(tmp_path / "fox"), "--poses-rate", "200",
+                     "--quiet"]) == 0
+    path = tmp_path / "fox" / "old.foxglove.mcap"
+    counts = _check(path, load_robot(resolve_config("robot", ROBOT)))
+    # the recording's own messages copied as they were, bytes and sequence; states 1 ms apart posed every 5 ms
+    with open(path, "rb") as handle:
+        copied = [(m.sequence, msgpack.unpackb(m.data, raw=False)) for _s, c, m in
+                  make_reader(handle).iter_messages(topics=["sim/state"])]
+    assert copied == [(p["seq"], p) for p in payloads]
+    assert counts["sim/status"] == 3 and counts["foxglove/poses"] == len(payloads) // 5
+
+
+def test_export_refuses_an_unknown_schema_version_in_one_line(tmp_path, kit, capsys):
+    run = tmp_path / "future.mcap"
+    _old_recording(run, kit, version=2, states=20)
+    assert mms_main(["export", str(run), "--to", "foxglove", "--out", str(tmp_path / "fox"), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"mms export: error: {run}: no poses: sim/state schema version 2 is not supported "
+                     "(this mms reads version 1)"]
+    assert not (tmp_path / "fox" / "future.foxglove.mcap").exists()
