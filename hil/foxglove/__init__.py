@@ -1,2 +1,2 @@
-"""Foxglove and PlotJuggler: the robot's poses as Foxglove's well-known messages (scene.py), written into
-recordings (hil/recording) and served live (bridge.py); docs/foxglove.md."""
+"""The robot's poses and shapes as Foxglove's well-known messages (scene.py, Foxglove's published JSON schemas in
+schemas/): written into recordings (hil/recording) and served live (hil/bridge); docs/foxglove.md."""

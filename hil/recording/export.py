@@ -303,12 +303,12 @@ def export_foxglove(recording: RawRecording, path: Path, robot: Path | None, pos
     """The recording with Foxglove's poses and shapes (module docstring); RecordingError when the robot is unknown,
     does not build, or every state is refused (the first line of the reason: an unknown schema version ...)."""
     from hil.foxglove.scene import pose_stream, schema
-    from hil.recording.mcap_io import MESSAGE_ENCODING, RecordingWriter
-    from hil.validation.resim import load_config
+    from hil.recording.mcap_io import MESSAGE_ENCODING, RecordingWriter, stored_robot_config
     from sim.config import load_toml
 
     try:
-        config, config_path = (load_toml(robot), robot) if robot else load_config("recorded", recording.metadata)
+        config, config_path = (load_toml(robot), robot) if robot else stored_robot_config(recording.metadata,
+                                                                                           "robot_config")
         stream = pose_stream(config, config_path, poses_rate_hz)
     except ConfigError as exc:
         raise RecordingError(f"{recording.path}: no poses: {str(exc).splitlines()[0]}") from None

@@ -74,6 +74,23 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+def stored_robot_config(metadata: dict[str, dict[str, str]], key: str) -> tuple[dict, Path]:
+    """The robot config a recording holds (its ``robot_config`` metadata record), parsed, and the path it was read
+    from; a one-line ConfigError naming ``key`` (the option that asked for it) when there is none or it is not
+    TOML."""
+    import tomllib
+
+    from sim.config import ConfigError
+
+    stored = metadata.get("robot_config")
+    if not stored or not stored.get("text"):
+        raise ConfigError(None, key, "recorded: the recording holds no robot config (mms record --robot)")
+    try:
+        return tomllib.loads(stored["text"]), Path(stored.get("path", "robot.toml"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(stored.get("path"), None, f"the recorded robot config is not TOML: {exc}") from None
+
+
 class RecordingWriter:
     """Appends ZeroMQ messages to an MCAP file, one channel per topic, crash-tolerant.
 

@@ -6,7 +6,7 @@ kinematics (sim.dynamics) at the recorded joint positions."""
 from __future__ import annotations
 
 import json
-import signal
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -16,9 +16,11 @@ from mcap.reader import make_reader
 
 from hil.cli import main as mms_main
 from hil.recording.mcap_io import RecordingWriter
+from hil.recording.recorder import Recorder
 from sim.config import resolve_config
 from sim.dynamics import hybrid_dynamics
 from sim.model import Data
+from sim.network import load_endpoints
 from sim.robots import load_robot
 from sim.spatial import quat_to_matrix
 
@@ -83,16 +85,21 @@ def _check(path: Path, model) -> dict[str, int]:
 
 
 def test_record_writes_poses_and_scene_foxglove_can_draw(tmp_path, network, kit):
+    """The recorder runs in a thread of the test (its sockets and file are the real ones; a subprocess would add
+    seconds of imports to the suite)."""
     out = tmp_path / "run.mcap"
+    recorder = Recorder(load_endpoints(network["path"]), robot=resolve_config("robot", ROBOT), progress=False,
+                        run_dir=tmp_path, poses_rate_hz=0.0)
+    recorder.start(out)
+    thread = threading.Thread(target=recorder.run, daemon=True)
     with kit.Publisher(network, rate_hz=500):
-        proc = kit.mms("record", "--network", network["path"], "--out", str(out), "--robot", ROBOT,
-                       "--poses-rate", "0")
+        thread.start()
         try:
-            kit.status_when(network["rec"], lambda r: r.get("recording") and r["foxglove"]["posed"] >= 200,
-                            "200 states posed")
+            kit.wait_for(lambda: recorder.session is None or recorder.session.poses.posed >= 200, "200 states posed")
         finally:
-            _, stderr = kit.stop_process(proc, signal.SIGINT)
-    assert proc.returncode == 0, stderr
+            recorder.stop_requested = True
+            thread.join(timeout=kit.DEADLINE_S)
+    assert not thread.is_alive()
     counts = _check(out, load_robot(resolve_config("robot", ROBOT)))
     assert counts["foxglove/poses"] == counts["sim/state"]          # --poses-rate 0: one per state
     assert 1 <= counts["foxglove/scene"] <= counts["sim/state"] // 100 + 1      # again once per second
