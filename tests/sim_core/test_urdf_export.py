@@ -20,6 +20,7 @@ from sim.config import resolve_config
 from sim.robots import load_robot
 from sim.shapes import POINT_RADIUS_M, default_shapes
 from sim.spatial import quat_to_matrix
+from sim.testing import assert_relatively_close
 from sim.urdf import model_to_urdf
 
 #: Relative agreement required (double precision both sides; the URDF's 17 significant digits read back exactly,
@@ -71,9 +72,7 @@ def _pinocchio(model, path, g0, twist, quat, q, qd, qdd, tau):
 
 
 def _close(ours, theirs, what):
-    scale = max(1.0, float(np.abs(theirs).max()))
-    error = float(np.abs(np.asarray(ours) - np.asarray(theirs)).max()) / scale
-    assert error < RTOL, f"{what}: relative error {error:.3e}"
+    assert_relatively_close(ours, theirs, what, RTOL)
 
 
 @pytest.mark.parametrize("robot", ROBOTS)
