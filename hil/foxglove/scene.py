@@ -103,12 +103,6 @@ def _time(stamp_ns: int) -> dict[str, int]:
     return {"sec": stamp_ns // 1_000_000_000, "nsec": stamp_ns % 1_000_000_000}
 
 
-def _quaternions_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton products of quaternions (m, 4) (w, x, y, z), row by row."""
-    aw, av, bw, bv = a[:, :1], a[:, 1:], b[:, :1], b[:, 1:]
-    return np.hstack([aw * bw - np.sum(av * bv, axis=1, keepdims=True), aw * bv + bw * av + np.cross(av, bv)])
-
-
 class PoseTranslator:
     """Foxglove messages of one model: :meth:`poses` per state, :meth:`scene` once per (re)announcement."""
 
@@ -118,29 +112,44 @@ class PoseTranslator:
         placement = model.joint_placement[1:]
         self._placement_p = placement[:, :3, 3]                                     # (n, 3) m
         self._placement_R = placement[:, :3, :3]                                    # (n, 3, 3)
-        self._placement_quat = np.array([matrix_to_quat(R) for R in self._placement_R]).reshape(-1, 4)
+        # the placements' rotations as quaternion components (n,) each, and the revolute axes' components
+        quats = np.array([matrix_to_quat(R) for R in self._placement_R]).reshape(-1, 4)
+        self._pw, self._px, self._py, self._pz = (quats[:, i].copy() for i in range(4))
+        self._ax, self._ay, self._az = (model.joint_axis[1:, 3 + i].copy() for i in range(3))
         self._linear = model.joint_axis[1:, :3]                                     # (n, 3) prismatic axes
-        self._angular = model.joint_axis[1:, 3:]                                    # (n, 3) revolute axes
-        self._revolute = np.any(self._angular, axis=1)                              # (n,) bool
+        self._revolute = np.any(model.joint_axis[1:, 3:], axis=1)                   # (n,) bool
         names = model.body_names
-        self._pairs = [(names[model.parent[j]], names[j]) for j in range(1, model.n_bodies)]
+        frames = [(WORLD_FRAME, names[0])] + [(names[model.parent[j]], names[j]) for j in range(1, model.n_bodies)]
+        # each transform's constant text (frame ids), made once: a pose message is written ~100 times a second
+        self._frame_text = [f'"parent_frame_id":{json.dumps(parent)},"child_frame_id":{json.dumps(child)}'
+                            for parent, child in frames]
 
     def joint_transforms(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Translations (n, 3) m and rotations (n, 4) (w, x, y, z) of every body in its parent body's frame."""
-        half = 0.5 * q[:, None]          # a revolute joint turns by q about its axis; a prismatic one does not turn
-        motion = np.hstack([np.where(self._revolute[:, None], np.cos(half), 1.0), np.sin(half) * self._angular])
-        rotation = _quaternions_mul(self._placement_quat, motion)
-        translation = self._placement_p + np.einsum("kab,kb->ka", self._placement_R, self._linear * q[:, None])
+        """Translations (n, 3) m and rotations (n, 4) (w, x, y, z) of every body in its parent body's frame: the
+        placement's rotation times the joint's (``(cos q/2, a sin q/2)`` for a revolute joint, none for a prismatic
+        one), component by component (numpy's small-array calls cost more than the arithmetic here)."""
+        half = 0.5 * q
+        c, s = np.where(self._revolute, np.cos(half), 1.0), np.sin(half)
+        bx, by, bz = self._ax * s, self._ay * s, self._az * s
+        pw, px, py, pz = self._pw, self._px, self._py, self._pz
+        rotation = np.stack([pw * c - px * bx - py * by - pz * bz, pw * bx + px * c + py * bz - pz * by,
+                             pw * by - px * bz + py * c + pz * bx, pw * bz + px * by - py * bx + pz * c], axis=1)
+        translation = self._placement_p + np.matmul(self._placement_R, (self._linear * q[:, None])[:, :, None])[:, :, 0]
         return translation, rotation
 
-    def poses(self, state: Posed) -> dict[str, Any]:
-        """The ``foxglove.FrameTransforms`` map of one state: world -> base, then parent -> child per joint."""
-        stamp = _time(state.stamp_ns)
+    def poses(self, state: Posed) -> bytes:
+        """The ``foxglove.FrameTransforms`` message of one state in JSON: world -> base, then parent -> child per
+        joint. Written from a template (the frame ids once, the numbers as ``repr``, exactly as ``json.dumps``
+        writes them; all finite, :func:`check_state`): 1.8x faster than building the maps and ``json.dumps`` (214 vs
+        376 us for the flapper, in one run on a loaded machine)."""
         translation, rotation = self.joint_transforms(state.q)
-        transforms = [_transform(stamp, WORLD_FRAME, self.model.body_names[0], state.base_pos, state.base_quat)]
-        transforms += [_transform(stamp, parent, child, p, r)
-                       for (parent, child), p, r in zip(self._pairs, translation.tolist(), rotation.tolist())]
-        return {"transforms": transforms}
+        stamp = f'"timestamp":{{"sec":{state.stamp_ns // 1_000_000_000},"nsec":{state.stamp_ns % 1_000_000_000}}}'
+        translations = [state.base_pos.tolist()] + translation.tolist()
+        rotations = [state.base_quat.tolist()] + rotation.tolist()
+        transforms = [f'{{{stamp},{frame},"translation":{{"x":{x!r},"y":{y!r},"z":{z!r}}},'
+                      f'"rotation":{{"x":{qx!r},"y":{qy!r},"z":{qz!r},"w":{w!r}}}}}'
+                      for frame, (x, y, z), (w, qx, qy, qz) in zip(self._frame_text, translations, rotations)]
+        return ('{"transforms":[' + ",".join(transforms) + "]}").encode()
 
     def scene(self, stamp_ns: int) -> dict[str, Any]:
         """The ``foxglove.SceneUpdate`` map of the bodies' shapes (one entity per body, in the body's frame)."""
@@ -169,11 +178,6 @@ def _quaternion(wxyz) -> dict[str, float]:
 
 def _pose(g: np.ndarray) -> dict[str, Any]:
     return {"position": _vector3(g[:3, 3]), "orientation": _quaternion(matrix_to_quat(g[:3, :3]))}
-
-
-def _transform(stamp: dict, parent: str, child: str, translation, rotation) -> dict[str, Any]:
-    return {"timestamp": stamp, "parent_frame_id": parent, "child_frame_id": child,
-            "translation": _vector3(translation), "rotation": _quaternion(rotation)}
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -237,8 +241,7 @@ class PoseStream:
             self._last_scene_ns = state.stamp_ns
             out.append(FoxgloveMessage(TOPIC_SCENE, SCENE_UPDATE, encode(self.translator.scene(state.stamp_ns)),
                                        state.stamp_ns))
-        out.append(FoxgloveMessage(TOPIC_POSES, FRAME_TRANSFORMS, encode(self.translator.poses(state)),
-                                   state.stamp_ns))
+        out.append(FoxgloveMessage(TOPIC_POSES, FRAME_TRANSFORMS, self.translator.poses(state), state.stamp_ns))
         return out
 
 
