@@ -15,8 +15,9 @@ import numpy as np
 from mcap.reader import make_reader
 
 from hil.cli import main as mms_main
-from hil.recording.mcap_io import RecordingWriter
+from hil.recording.mcap_io import RecordingWriter, read_recording
 from hil.recording.recorder import Recorder
+from hil.recording.series import build_tables
 from sim.config import resolve_config
 from sim.dynamics import hybrid_dynamics
 from sim.model import Data
@@ -106,6 +107,10 @@ def test_record_writes_poses_and_scene_foxglove_can_draw(tmp_path, network, kit)
     with open(out, "rb") as handle:
         stats = {m.name: m.metadata for m in make_reader(handle).iter_metadata()}["recorder_stats"]
     assert json.loads(stats["foxglove"])["refused"] == {}
+    # the tools that read the project's topics (exports, validation) see them alone, none malformed
+    tables = build_tables(read_recording(out))
+    assert set(tables.tables) == {"sim/state", "sim/status", "hw/command", "hw/status", "hw/telemetry"}
+    assert not any(tables.malformed.values())
 
 
 def _old_recording(path: Path, kit, version: int = 1, states: int = 300) -> list[dict]:
