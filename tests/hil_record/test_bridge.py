@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import struct
 import threading
 import time
@@ -19,6 +20,7 @@ from websockets.sync.client import connect
 from hil.bridge import plotjuggler
 from hil.bridge.bridge import add_arguments, open_bridge
 from sim.cli_options import make_parser
+from sim.config import ConfigError
 from sim.messages import SCHEMAS
 
 #: Foxglove's WebSocket subprotocol (foxglove-sdk: rust/foxglove/src/websocket/handshake.rs)
@@ -130,3 +132,16 @@ def test_plotjuggler_names_passive_strains_and_stamps_each_telemetry_sample(kit)
         [(frame["host_ns"] - 1000 * (8000 - us)) / 1e9 for us in frame["device_us"]], abs=1e-6)
     assert [json.loads(p)["servo_rad/tail"] for _t, p, _s in samples] == pytest.approx([0.1 * i for i in range(5)])
     assert [json.loads(p)["device_us"] for _t, p, _s in samples] == frame["device_us"]
+
+
+def test_a_taken_port_or_nothing_to_serve_is_one_line(network, kit):
+    parser = make_parser("mms bridge")
+    add_arguments(parser)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"--foxglove: cannot serve on 127.0.0.1:{port}: .*in use"):
+            open_bridge(parser.parse_args(["--network", network["path"], "--foxglove", str(port)]))
+    with pytest.raises(ConfigError, match="nothing to serve"):
+        open_bridge(parser.parse_args(["--network", network["path"]]))
