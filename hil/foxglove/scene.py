@@ -204,9 +204,10 @@ class FoxgloveMessage:
 
 
 class PoseStream:
-    """Which ``sim/state`` messages become Foxglove messages: poses at most every ``period_ns`` of publisher time
-    (:func:`pose_period_ns`; 0: every state), the scene with the first and then every :data:`SCENE_PERIOD_NS`.
-    Refused states are counted by reason (``refused``) and dropped."""
+    """Which ``sim/state`` messages become Foxglove messages: poses on a schedule of one per ``period_ns`` of
+    publisher time (:func:`pose_period_ns`; 0: every state), the first state at or after each due time (so the
+    jitter of the stamps does not lower the rate), the scene with the first and then every
+    :data:`SCENE_PERIOD_NS`. Refused states are counted by reason (``refused``) and dropped."""
 
     def __init__(self, translator: PoseTranslator, period_ns: int):
         self.translator = translator
@@ -215,13 +216,14 @@ class PoseStream:
         self.last_refusal = ""          # the one-line reason of the latest refused state
         self.posed = 0
         self._last_pose_ns: int | None = None
+        self._due_ns: int | None = None      # when the next pose is due (publisher time, ns)
         self._last_scene_ns: int | None = None
 
     def due(self, stamp_ns: int) -> bool:
         """Whether a state stamped ``stamp_ns`` is to be posed (checked before decoding it); a stamp that goes
         back (a restarted publisher) starts afresh."""
         last = self._last_pose_ns
-        return last is None or stamp_ns < last or stamp_ns - last >= self.period_ns
+        return last is None or stamp_ns < last or stamp_ns >= self._due_ns
 
     def messages(self, payload: Any) -> list[FoxgloveMessage]:
         """The Foxglove messages of one decoded ``sim/state`` (none when it is refused or not due)."""
@@ -233,6 +235,10 @@ class PoseStream:
             return []
         if not self.due(state.stamp_ns):
             return []
+        due = self._due_ns
+        # on schedule; a restart (stamps going back) or a gap of more than a period (a pause) starts it afresh
+        restart = due is None or state.stamp_ns < self._last_pose_ns or state.stamp_ns - due >= self.period_ns
+        self._due_ns = (state.stamp_ns if restart else due) + self.period_ns
         self._last_pose_ns = state.stamp_ns
         self.posed += 1
         out = []

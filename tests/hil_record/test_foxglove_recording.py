@@ -15,6 +15,7 @@ import numpy as np
 from mcap.reader import make_reader
 
 from hil.cli import main as mms_main
+from hil.foxglove.scene import PoseStream, PoseTranslator, pose_period_ns
 from hil.recording.mcap_io import RecordingWriter, read_recording
 from hil.recording.recorder import Recorder
 from hil.recording.series import build_tables
@@ -156,3 +157,19 @@ def test_export_refuses_an_unknown_schema_version_in_one_line(tmp_path, kit, cap
     assert lines == [f"mms export: error: {run}: no poses: sim/state schema version 2 is not supported "
                      "(this mms reads version 1)"]
     assert not (tmp_path / "fox" / "future.foxglove.mcap").exists()
+
+
+def test_poses_keep_their_rate_through_jittery_stamps_and_restart_after_a_pause(kit):
+    """States at 1 kHz whose stamps jitter by 20 us: at --poses-rate 100 exactly one pose per 10 ms (the schedule
+    does not slip to 11 states when a stamp comes early); after a 1 s pause the schedule starts afresh."""
+    stream = PoseStream(PoseTranslator(load_robot(resolve_config("robot", ROBOT))), pose_period_ns(100.0))
+    rng = np.random.default_rng(3)
+    base = 1_700_000_000_000_000_000
+    stamps = base + np.arange(2000) * 1_000_000 + rng.integers(-20_000, 20_000, 2000)
+    stamps = np.concatenate([stamps, stamps[-1] + 1_000_000_000 + np.arange(500) * 1_000_000])
+    for k, stamp in enumerate(stamps.tolist()):
+        payload = kit.sim_state(k, k * 1e-3, [0.1, 0.2])
+        payload["stamp_ns"] = stamp
+        stream.messages(payload)
+    assert stream.posed == 200 + 50
+    assert stream.refused == {}
