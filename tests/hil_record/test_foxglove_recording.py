@@ -173,3 +173,12 @@ def test_poses_keep_their_rate_through_jittery_stamps_and_restart_after_a_pause(
         stream.messages(payload)
     assert stream.posed == 200 + 50
     assert stream.refused == {}
+
+
+def test_export_refuses_a_robot_with_modal_bodies_in_one_line(tmp_path, kit, capsys):
+    run = tmp_path / "old.mcap"
+    _old_recording(run, kit, states=20)
+    assert mms_main(["export", str(run), "--to", "foxglove", "--robot", "flapper-flexible", "--out",
+                     str(tmp_path / "fox"), "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "modal (flexible) bodies are not posed" in lines[0], lines

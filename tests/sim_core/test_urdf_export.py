@@ -139,3 +139,10 @@ def test_every_body_gets_a_default_shape_from_its_inertia(tmp_path):
     assert massless, "the flapper has massless links (its wing joints' intermediate frames)"
     for link in massless:
         assert float(link.find("visual/geometry/sphere").get("radius")) == POINT_RADIUS_M
+
+
+def test_a_robot_with_modal_bodies_is_refused_in_one_line(tmp_path, capsys):
+    assert mms_main(["urdf", "flapper-flexible", "--out", str(tmp_path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "modal (flexible) bodies have no URDF form" in lines[0], lines
+    assert not list(tmp_path.iterdir())
