@@ -21,17 +21,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from sim.config import ConfigError, load_toml
-    from sim.robots import build_robot
+    from sim.config import load_toml
+    from sim.robots import build_rigid_robot
     from sim.urdf import model_to_urdf
 
-    config = load_toml(args.config)
-    model = build_robot(config, args.config)
-    if model.flexible is not None:
-        raise ConfigError(args.config, "wing.body" if "wing" in config else "robot.kind",
-                          "modal (flexible) bodies have no URDF form (URDF describes rigid links): write the rigid "
-                          "variant of the robot")
-    text = model_to_urdf(model)
+    text = model_to_urdf(build_rigid_robot(load_toml(args.config), args.config,
+                                           "have no URDF form (URDF describes rigid links): write the rigid variant "
+                                           "of the robot"))
     if not args.out:
         sys.stdout.write(text)
         return 0

@@ -255,11 +255,7 @@ def pose_stream(config: dict, path, rate_hz: float) -> PoseStream:
     """The :class:`PoseStream` of a parsed robot file (``path``: the file, for relative names and messages);
     :class:`sim.config.ConfigError` when the robot does not build into a rigid tree (a Cosserat rod, a
     constrained TMT system, modal bodies)."""
-    from sim.config import ConfigError
-    from sim.robots import build_robot
+    from sim.robots import build_rigid_robot
 
-    model = build_robot(config, path)
-    if model.flexible is not None:
-        raise ConfigError(path, "wing.body" if "wing" in config else "robot.kind",
-                          "modal (flexible) bodies are not posed: their deformation is not in the rigid transforms")
+    model = build_rigid_robot(config, path, "are not posed: their deformation is not in the rigid transforms")
     return PoseStream(PoseTranslator(model), pose_period_ns(rate_hz))
