@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("hil.recording.export", "export a recording to .mat, HDF5 or CSV"),
     "validate": ("hil.validation.validate", "compare measured against simulated signals and write a report"),
     "keys": ("hil.keys", "create ZeroMQ CURVE keys: needed to bind beyond loopback (docs/security.md)"),
+    "bridge": ("hil.bridge.bridge", "serve the live topics to Foxglove (WebSocket) and PlotJuggler (ZeroMQ)"),
+    "urdf": ("sim.cli_urdf", "write the URDF of a robot (its rigid tree, inertias and default shapes)"),
     "demo": ("hil.experiment.demo", "run a whole tethered HIL experiment on an emulated rig and validate it"),
 }
 

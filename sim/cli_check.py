@@ -114,16 +114,13 @@ def check(model, *, random_states: int, run_states: int, seed: int) -> tuple[int
 
 def run(args: argparse.Namespace) -> int:
     from sim.config import load_toml
-    from sim.robots import build_robot
+    from sim.robots import build_rigid_robot
 
     if args.random_states < 0 or args.run_states < 0 or args.random_states + args.run_states == 0:
         raise ConfigError(None, "--random-states/--run-states", "expected counts >= 0, not both 0")
     config = load_toml(args.config)
-    model = build_robot(config, args.config)
-    if model.flexible is not None:
-        raise ConfigError(args.config, "wing.body" if "wing" in config else "robot.kind",
-                          "modal (flexible) bodies are not checked: the TMT engine takes rigid trees (the modal "
-                          "recursions are checked against Euler-Lagrange in tests/flexible)")
+    model = build_rigid_robot(config, args.config, "are not checked: the TMT engine takes rigid trees (the modal "
+                                                   "recursions are checked against Euler-Lagrange in tests/flexible)")
     if model.base_mode == "imposed":
         raise ConfigError(args.config, "robot.base", "an imposed base is not checked (the TMT engine takes a fixed "
                                                      "or a floating base)")

@@ -44,6 +44,12 @@ HELP: dict[str, str] = {
     "--rt-priority": ("run the loop under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE "
                       "or an rtprio limit, else it says so and runs normally): a busy machine then delays it less; "
                       "0: the normal scheduler"),
+    "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
+                     "robot's forward kinematics; 0: one per state"),
+    "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "
+                   "printed)"),
+    "--plotjuggler": "publish the live topics as flat JSON maps on a ZeroMQ PUB socket bound at ENDPOINT, for "
+                     "PlotJuggler's ZMQ subscriber",
     "--idle": ("start idle and wait for the control socket's start request (`start`; `activate` for "
                "`mms drive`)"),
 }
@@ -212,3 +218,52 @@ def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()
     for old in deprecated:
         _add_deprecated(parser, old, "autostart", nargs=0, const=DEPRECATED[old] == "--autostart")
 
+
+
+#: Default of ``--poses-rate``, Hz: a 3-D view refreshes at 60 Hz at most, and each pose message of the flapper is
+#: 3.7 kB of JSON (17 bodies): one per 1 kHz state would outweigh the states themselves in the file. Making one
+#: took 90 us (load 2.9 on the 2-core test machine): 1 % of a core at 100 Hz
+DEFAULT_POSES_RATE_HZ = 100.0
+
+
+def add_poses_rate(parser) -> None:
+    """``--poses-rate HZ`` into ``args.poses_rate`` (hil/foxglove/scene.py: PoseStream)."""
+    def rate(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a rate in Hz >= 0") from None
+        if not value >= 0.0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite rate in Hz >= 0")
+        return value
+    parser.add_argument("--poses-rate", type=rate, default=DEFAULT_POSES_RATE_HZ, metavar="HZ",
+                        help=HELP["--poses-rate"] + f" (default {DEFAULT_POSES_RATE_HZ:g})")
+
+
+#: Foxglove's default WebSocket port (the app's "Foxglove WebSocket" connection opens ws://localhost:8765)
+DEFAULT_FOXGLOVE_PORT = 8765
+#: PlotJuggler's ZMQ subscriber's default address (plotjuggler_plugins/DataStreamZMQ: tcp, localhost, port 9872)
+DEFAULT_PLOTJUGGLER_ENDPOINT = "tcp://127.0.0.1:9872"
+
+
+def port_type(text: str) -> int:
+    """A TCP port: an integer from 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a port from 0 to 65535") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"got {value}, expected a port from 0 to 65535")
+    return value
+
+
+def add_foxglove_port(parser) -> None:
+    """``--foxglove [PORT]`` into ``args.foxglove`` (None: not served)."""
+    parser.add_argument("--foxglove", type=port_type, nargs="?", const=DEFAULT_FOXGLOVE_PORT, default=None,
+                        metavar="PORT", help=HELP["--foxglove"] + f" (PORT default {DEFAULT_FOXGLOVE_PORT})")
+
+
+def add_plotjuggler(parser) -> None:
+    """``--plotjuggler [ENDPOINT]`` into ``args.plotjuggler`` (None: not served)."""
+    parser.add_argument("--plotjuggler", nargs="?", const=DEFAULT_PLOTJUGGLER_ENDPOINT, default=None,
+                        metavar="ENDPOINT", help=HELP["--plotjuggler"] + f" (default {DEFAULT_PLOTJUGGLER_ENDPOINT})")

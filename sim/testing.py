@@ -2,6 +2,7 @@
 
 :func:`assert_paths_agree`: the fused numba RK4 path (sim/fused.py) and the Python path of :class:`Simulation`
 give the same state and outputs, to a relative tolerance of each signal's magnitude.
+:func:`assert_relatively_close`: two engines' (or two models') results agree relative to the reference's scale.
 """
 from __future__ import annotations
 
@@ -30,3 +31,11 @@ def assert_paths_agree(fused: Simulation, python: Simulation, label: str, rtol: 
         scale = max(MAGNITUDE_FLOOR, float(np.abs(value).max(initial=0.0)))
         err = float(np.abs(out_f[key] - value).max(initial=0.0))
         assert err <= rtol * scale, (label, key, err, scale)
+
+
+def assert_relatively_close(ours, theirs, what: str, rtol: float) -> None:
+    """``max |ours - theirs| / max(1, max |theirs|) < rtol`` (the unit scale floor: a result near zero is held to an
+    absolute ``rtol``)."""
+    scale = max(1.0, float(np.abs(theirs).max()))
+    error = float(np.abs(np.asarray(ours) - np.asarray(theirs)).max()) / scale
+    assert error < rtol, f"{what}: relative error {error:.3e}"

@@ -1,4 +1,5 @@
-"""URDF reader: ``load_urdf(path, floating_base=True) -> Model`` (xml.etree, no other dependency).
+"""URDF reader, ``load_urdf(path, floating_base=True) -> Model``, and writer, ``model_to_urdf(model) -> str``
+(xml.etree, no other dependency).
 
 Supported: links with or without ``<inertial>`` (origin xyz/rpy, mass, inertia; a link without one is massless,
 as the URDF specification allows, e.g. the two links between the three revolute joints of a spherical joint),
@@ -279,3 +280,81 @@ def random_tree_urdf(rng: np.random.Generator, n_joints: int, *, fixed_fraction:
         links.append(child)
     parts.append("</robot>")
     return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------- writing
+#: Limits written on every revolute and prismatic joint (rad or m, N m or N, rad/s or m/s): URDF requires a
+#: <limit> on them, the models carry none (their laws bound the motion), and a joint written as "continuous" would
+#: be a (cos, sin) pair in Pinocchio instead of one coordinate. Large enough never to bind.
+UNBOUNDED_LIMIT = 1e6
+_NUMBER = "{:.17g}"       # every float written so that it reads back exactly
+#: cos(pitch) below which a rotation is in gimbal lock (pitch = +-90 deg): roll and yaw turn about one axis there,
+#: and their split is arbitrary; 1e-12 is ~1e4 times the round-off of a rotation matrix's entries.
+GIMBAL_LOCK_COS = 1e-12
+
+
+def matrix_to_rpy(R: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`sim.spatial.rpy_to_matrix`: URDF roll, pitch, yaw (rad) of a rotation (3, 3)."""
+    pitch = np.arctan2(-R[2, 0], np.hypot(R[0, 0], R[1, 0]))
+    if np.hypot(R[0, 0], R[1, 0]) < GIMBAL_LOCK_COS:       # roll and yaw share one axis: take yaw = 0
+        return np.array([np.arctan2(-R[1, 2], R[1, 1]), pitch, 0.0])
+    return np.array([np.arctan2(R[2, 1], R[2, 2]), pitch, np.arctan2(R[1, 0], R[0, 0])])
+
+
+def _vector_text(values) -> str:
+    return " ".join(_NUMBER.format(float(v)) for v in values)
+
+
+def _origin_element(parent: ET.Element, g: np.ndarray) -> None:
+    ET.SubElement(parent, "origin", xyz=_vector_text(g[:3, 3]), rpy=_vector_text(matrix_to_rpy(g[:3, :3])))
+
+
+def model_to_urdf(model: Model, shapes=None) -> str:
+    """URDF text of ``model``'s rigid tree: one link per body (fixed links already merged into their body), one
+    revolute or prismatic joint per joint, inertias exact, and a ``<visual>`` per body (``shapes``: a list of
+    :class:`sim.shapes.Shape`, default :func:`sim.shapes.default_shapes`). What URDF cannot hold is written as a
+    comment: the base mode and gravity (give them to :func:`load_urdf`), the joint modes and laws, the force
+    models. :func:`load_urdf` and Pinocchio read it back with the same rigid-body dynamics."""
+    from .shapes import default_shapes
+    from .spatial import inertia_parameters
+
+    shapes = default_shapes(model) if shapes is None else shapes
+    name = str(model.metadata.get("name", "robot"))
+    robot = ET.Element("robot", name=name)
+    robot.append(ET.Comment(
+        f" written by mms urdf: base {model.base_mode} (load_urdf base_mode=...), gravity "
+        f"{' '.join(f'{g:g}' for g in model.gravity)} m/s^2; actuated joints "
+        f"{[n for n, a in zip(model.joint_names, model.actuated) if a]}; joint laws and force models "
+        f"({len(model.force_models)}) are not part of URDF "))
+    for body, body_name in enumerate(model.body_names):
+        link = ET.SubElement(robot, "link", name=body_name)
+        mass, com, inertia_com = inertia_parameters(model.inertia[body])
+        if mass > 0.0 or np.any(inertia_com):
+            inertial = ET.SubElement(link, "inertial")
+            ET.SubElement(inertial, "origin", xyz=_vector_text(com), rpy="0 0 0")
+            ET.SubElement(inertial, "mass", value=_NUMBER.format(mass))
+            ET.SubElement(inertial, "inertia", **{key: _NUMBER.format(inertia_com[a, b]) for key, (a, b) in (
+                ("ixx", (0, 0)), ("ixy", (0, 1)), ("ixz", (0, 2)), ("iyy", (1, 1)), ("iyz", (1, 2)),
+                ("izz", (2, 2)))})
+        for shape in (s for s in shapes if s.body == body):
+            visual = ET.SubElement(link, "visual")
+            _origin_element(visual, shape.pose)
+            geometry = ET.SubElement(visual, "geometry")
+            if shape.kind == "sphere":
+                ET.SubElement(geometry, "sphere", radius=_NUMBER.format(shape.size[0] / 2.0))
+            else:
+                ET.SubElement(geometry, "box", size=_vector_text(shape.size))
+    for j in range(1, model.n_bodies):
+        k = j - 1
+        axis = model.joint_axis[j]
+        prismatic = bool(np.any(axis[:3]))
+        joint = ET.SubElement(robot, "joint", name=model.joint_names[k],
+                              type="prismatic" if prismatic else "revolute")
+        ET.SubElement(joint, "parent", link=model.body_names[model.parent[j]])
+        ET.SubElement(joint, "child", link=model.body_names[j])
+        _origin_element(joint, model.joint_placement[j])
+        ET.SubElement(joint, "axis", xyz=_vector_text(axis[:3] if prismatic else axis[3:]))
+        limit = _NUMBER.format(UNBOUNDED_LIMIT)
+        ET.SubElement(joint, "limit", lower=f"-{limit}", upper=limit, effort=limit, velocity=limit)
+    ET.indent(robot)
+    return ET.tostring(robot, encoding="unicode", xml_declaration=True) + "\n"

@@ -26,6 +26,10 @@ Layouts:
 - ``h5``: one file ``RUN.h5``; one group per topic (``/sim/state``), one dataset per column with its ``unit``
   attribute, the column order in the group attribute ``columns``, ``time_base`` as an attribute, the raw clocks
   in the subgroup ``raw_clocks``; metadata records as groups of string attributes under ``/metadata``.
+- ``foxglove``: one file ``RUN.foxglove.mcap``: the recording's own topics and metadata copied as they are, plus
+  the robot's poses and shapes as Foxglove's well-known messages (hil/foxglove/scene.py, docs/foxglove.md), so that
+  Foxglove's 3-D panel draws the robot from a recording made without them. The robot is the recording's own robot
+  config, or ``--robot``.
 - ``csv``: per topic ``<topic with / as _>.csv`` (a header row of the names above) and
   ``<topic>_raw_clocks.csv`` (``time_s`` and the raw clocks, to join on); floats written with ``repr`` (they read
   back exactly).
@@ -41,12 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from hil.recording.mcap_io import RawRecording, RecordingError, read_recording
-from hil.recording.series import FIXED_NAMES, Table, build_tables, simulated_unit
+from hil.recording.series import FIXED_NAMES, Table, build_tables, decode_payload, simulated_unit
 from sim.config import ConfigError
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
-from sim.cli_options import add_out, add_quiet
+from sim.cli_options import add_out, add_poses_rate, add_quiet, add_robot
 
-FORMATS = ("mat", "h5", "csv")
+FORMATS = ("mat", "h5", "csv", "foxglove")
+FOXGLOVE_SUFFIX = ".foxglove.mcap"
 _MATLAB_NAME_MAX = 63
 #: the unit written for a column that has none (counters, flags, a quaternion): MATLAB reads "" as []
 NO_UNIT = "-"
@@ -294,8 +299,50 @@ class ExportResult:
     messages: dict[str, int]    #: messages read per topic
 
 
-def export(run: Path, fmt: str, out: Path, topics: list[str] | None = None, progress: bool = True) -> ExportResult:
+def export_foxglove(recording: RawRecording, path: Path, robot: Path | None, poses_rate_hz: float) -> Path:
+    """The recording with Foxglove's poses and shapes (module docstring); RecordingError when the robot is unknown,
+    does not build, or every state is refused (the first line of the reason: an unknown schema version ...)."""
+    from hil.foxglove.scene import pose_stream, schema
+    from hil.recording.mcap_io import MESSAGE_ENCODING, RecordingWriter, stored_robot_config
+    from sim.config import load_toml
+
+    try:
+        config, config_path = (load_toml(robot), robot) if robot else stored_robot_config(recording.metadata,
+                                                                                           "robot_config")
+        stream = pose_stream(config, config_path, poses_rate_hz)
+    except ConfigError as exc:
+        raise RecordingError(f"{recording.path}: no poses: {str(exc).splitlines()[0]}") from None
+    topics = [t for t, encoding in recording.encodings.items() if encoding == MESSAGE_ENCODING]
+    merged = sorted(((message[0], topic, message) for topic in topics for message in recording.messages[topic]),
+                    key=lambda item: item[0])
+    writer = RecordingWriter(path, overwrite=True)
+    try:
+        for name, record in recording.metadata.items():
+            writer.add_metadata(name, record)
+        for log_time, topic, (_log, publish_time, data) in merged:
+            payload = decode_payload(data)      # None for a malformed payload: copied, and refused as a state
+            seq = payload.get("seq") if payload is not None else 0
+            writer.add(topic, bytes(data), log_time, publish_time, seq if isinstance(seq, int) and seq >= 0 else 0)
+            if topic == TOPIC_SIM_STATE and stream.due(publish_time):
+                for message in stream.messages(payload):
+                    writer.add_json(message.topic, message.schema_name, schema(message.schema_name), message.data,
+                                    log_time, message.stamp_ns)
+    finally:
+        writer.close()
+    if stream.posed == 0:
+        path.unlink()
+        reason = stream.last_refusal or "it holds no sim/state"
+        raise RecordingError(f"{recording.path}: no poses: {reason}")
+    return path
+
+
+def export(run: Path, fmt: str, out: Path, topics: list[str] | None = None, progress: bool = True,
+           robot: Path | None = None, poses_rate_hz: float = 0.0) -> ExportResult:
     recording = read_recording(run, topics=set(topics) if topics else None, progress=progress)
+    if fmt == "foxglove":
+        out.mkdir(parents=True, exist_ok=True)
+        written = [export_foxglove(recording, out / (run.stem + FOXGLOVE_SUFFIX), robot, poses_rate_hz)]
+        return ExportResult(written, recording, {}, {t: len(m) for t, m in recording.messages.items()})
     series = build_tables(recording, topics=topics, progress=progress).tables
     if not series:
         raise RecordingError(f"{run}: no messages" + (f" on {topics}" if topics else ""))
@@ -340,6 +387,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--to", choices=FORMATS, required=True, help="output format")
     add_out(parser, "RUN.export/ beside the recording")
     parser.add_argument("--topics", nargs="+", metavar="TOPIC", help="only these topics (default: all)")
+    add_robot(parser, option="--robot", extra=": --to foxglove poses this robot (default: the recording's own)")
+    add_poses_rate(parser)
     add_quiet(parser)
 
 
@@ -347,7 +396,8 @@ def run(args) -> int:
     run_path = Path(args.run)
     out = Path(args.out) if args.out else run_path.with_suffix(".export")
     try:
-        result = export(run_path, args.to, out, args.topics, progress=not args.quiet)
+        result = export(run_path, args.to, out, args.topics, progress=not args.quiet, robot=args.robot,
+                        poses_rate_hz=args.poses_rate)
     except RecordingError as exc:
         print(f"mms export: error: {exc}", file=sys.stderr)
         return 2

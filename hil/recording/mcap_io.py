@@ -74,6 +74,23 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+def stored_robot_config(metadata: dict[str, dict[str, str]], key: str) -> tuple[dict, Path]:
+    """The robot config a recording holds (its ``robot_config`` metadata record), parsed, and the path it was read
+    from; a one-line ConfigError naming ``key`` (the option that asked for it) when there is none or it is not
+    TOML."""
+    import tomllib
+
+    from sim.config import ConfigError
+
+    stored = metadata.get("robot_config")
+    if not stored or not stored.get("text"):
+        raise ConfigError(None, key, "recorded: the recording holds no robot config (mms record --robot)")
+    try:
+        return tomllib.loads(stored["text"]), Path(stored.get("path", "robot.toml"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(stored.get("path"), None, f"the recorded robot config is not TOML: {exc}") from None
+
+
 class RecordingWriter:
     """Appends ZeroMQ messages to an MCAP file, one channel per topic, crash-tolerant.
 
@@ -109,6 +126,18 @@ class RecordingWriter:
                                                     schema_id=schema_id)
             self._channels[topic] = channel
         return channel
+
+    def add_json(self, topic: str, schema_name: str, schema: dict, data: bytes, log_time_ns: int,
+                 publish_time_ns: int) -> None:
+        """Append one JSON-encoded message (Foxglove's JSON encoding) on ``topic``, whose channel is registered on
+        first use with the JSON schema ``schema`` named ``schema_name`` (hil/foxglove/scene.py)."""
+        channel = self._channels.get(topic)
+        if channel is None:
+            schema_id = self._writer.register_schema(name=schema_name, encoding=SCHEMA_ENCODING,
+                                                     data=json.dumps(schema).encode())
+            channel = self._channels[topic] = self._writer.register_channel(topic=topic, message_encoding="json",
+                                                                            schema_id=schema_id)
+        self._writer.add_message(channel_id=channel, log_time=log_time_ns, data=data, publish_time=publish_time_ns)
 
     def add(self, topic: str, payload: bytes, log_time_ns: int, publish_time_ns: int, seq: int = 0) -> None:
         """Append one message; ``publish_time_ns`` is the payload's ``stamp_ns`` (0 if it had none)."""

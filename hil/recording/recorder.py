@@ -30,10 +30,11 @@ import zmq
 from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
 from hil.recording.template_decode import decode_batch, template
 from firmware_interface.rigs.host import sensor_rig_path
-from sim.cli_options import add_network, add_quiet, add_rig, add_robot, add_start
-from sim.config import ConfigError, resolve_config
+from hil.foxglove.scene import PoseStream, pose_stream, schema
+from sim.cli_options import DEFAULT_POSES_RATE_HZ, add_network, add_poses_rate, add_quiet, add_rig, add_robot, add_start
+from sim.config import ConfigError, load_toml, resolve_config
 from sim.control import ControlError, encode_reply, error_reply, parse_request
-from sim.messages import SeqTracker
+from sim.messages import TOPIC_SIM_STATE, SeqTracker
 from sim.network import Endpoints, load_endpoints, open_socket
 
 #: control commands -> what they do (the reply of "help"; docs/recording.md lists their arguments and replies)
@@ -115,6 +116,8 @@ class Session:
     stats: dict[str, TopicStats] = field(default_factory=dict)
     seq: SeqTracker = field(default_factory=SeqTracker)
     malformed: int = 0
+    poses: PoseStream | None = None     # the Foxglove channels (hil/foxglove), when the robot is known and builds
+    poses_note: str = "off: no robot config (--robot)"
 
     @property
     def messages(self) -> int:
@@ -124,9 +127,16 @@ class Session:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.stats.values())
 
+    def foxglove(self) -> dict[str, Any]:
+        """The Foxglove channels' state: ``poses`` (the note), ``posed`` states, ``refused`` states by reason."""
+        if self.poses is None:
+            return {"poses": self.poses_note, "posed": 0, "refused": {}}
+        return {"poses": self.poses_note, "posed": self.poses.posed, "refused": dict(self.poses.refused)}
+
     def summary(self) -> dict[str, Any]:
         return {"path": str(self.writer.path), "elapsed_s": (time.time_ns() - self.started_ns) / 1e9,
                 "messages": self.messages, "bytes": self.bytes, "malformed": self.malformed,
+                "foxglove": self.foxglove(),
                 "topics": {topic: {"messages": s.messages, "bytes": s.bytes,
                                    "gaps": self.seq.gaps.get(topic, 0),
                                    "restarts": self.seq.restarts.get(topic, 0)}
@@ -181,8 +191,10 @@ class Recorder:
 
     def __init__(self, endpoints: Endpoints, *, robot: Path | None = None, rig: Path | None = None,
                  hwm: int = DEFAULT_HWM, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
-                 progress: bool = True, context: zmq.Context | None = None, run_dir: Path = DEFAULT_RUN_DIR):
+                 progress: bool = True, context: zmq.Context | None = None, run_dir: Path = DEFAULT_RUN_DIR,
+                 poses_rate_hz: float = DEFAULT_POSES_RATE_HZ):
         self.endpoints = endpoints
+        self.poses_rate_hz = poses_rate_hz
         self.run_dir = run_dir
         self.robot, self.rig = robot, rig
         self.flush_interval_s = flush_interval_s
@@ -231,10 +243,24 @@ class Recorder:
             "publish_time": "payload stamp_ns (publisher wall clock), ns"})
         for name, (config_path, text) in configs.items():
             writer.add_metadata(name, {"path": str(config_path), "text": text})
+        session = Session(writer=writer, started_ns=started)
+        if robot:
+            self._attach_poses(session, robot)
+        writer.add_metadata("foxglove", {"poses": session.poses_note})
         writer.sync()
         self._last_sync = time.monotonic()
-        self.session = Session(writer=writer, started_ns=started)
-        return self.session
+        self.session = session
+        return session
+
+    def _attach_poses(self, session: Session, robot: Path) -> None:
+        """Write the robot's poses as Foxglove messages (hil/foxglove) if its file builds a rigid tree; else record
+        without them and say why (the note goes into the file's metadata and onto stderr)."""
+        try:
+            session.poses = pose_stream(load_toml(robot), robot, self.poses_rate_hz)
+            session.poses_note = f"on: {robot}, at most {self.poses_rate_hz:g} per s (0: every state)"
+        except ConfigError as exc:
+            session.poses_note = f"off: {str(exc).splitlines()[0]}"
+            print(f"mms record: no Foxglove poses: {session.poses_note}", file=sys.stderr, flush=True)
 
     def stop(self) -> dict[str, Any]:
         if self.session is None:
@@ -245,6 +271,7 @@ class Recorder:
         session.writer.add_metadata("recorder_stats", {
             "stopped_ns": str(time.time_ns()), "messages": str(summary["messages"]),
             "bytes": str(summary["bytes"]), "malformed": str(summary["malformed"]),
+            "foxglove": json.dumps(summary["foxglove"], sort_keys=True),
             "topics": json.dumps(summary["topics"], sort_keys=True)})
         session.writer.close()
         if self.progress:
@@ -300,6 +327,10 @@ class Recorder:
                 session.malformed += 1
                 continue
             writer.add(topic, frames[1], log_time, stamp, seq)
+            if topic == TOPIC_SIM_STATE and session.poses is not None and session.poses.due(stamp):
+                for message in session.poses.messages(msgpack.unpackb(frames[1], raw=False, strict_map_key=False)):
+                    writer.add_json(message.topic, message.schema_name, schema(message.schema_name), message.data,
+                                    log_time, message.stamp_ns)
             topic_stats = stats.get(topic)
             if topic_stats is None:
                 topic_stats = stats[topic] = TopicStats()
@@ -405,6 +436,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
                         help="close a chunk and fsync at least this often, s: the crash-loss bound "
                              f"(default {DEFAULT_FLUSH_INTERVAL_S})")
+    add_poses_rate(parser)
     add_quiet(parser)
     parser.add_argument("--recover", metavar="BROKEN.mcap",
                         help="rebuild a valid file from the complete records of a truncated recording, then exit")
@@ -438,7 +470,7 @@ def run(args) -> int:
         sensor_rig_path(rig)        # a bad rig file: one line now, not when the recording starts
     try:
         recorder = Recorder(endpoints, robot=robot, rig=rig, hwm=args.hwm, flush_interval_s=args.flush_interval,
-                            progress=not args.quiet, run_dir=run_dir)
+                            progress=not args.quiet, run_dir=run_dir, poses_rate_hz=args.poses_rate)
     except zmq.ZMQError as exc:
         print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 import msgpack
 import numpy as np
 
-from hil.recording.mcap_io import RawRecording, gc_paused
+from hil.recording.mcap_io import MESSAGE_ENCODING as MSGPACK, RawRecording, gc_paused
 from hil.recording.template_decode import Template, decode_batch, template
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -442,7 +442,9 @@ def build_tables(recording: RawRecording, topics: Iterable[str] | None = None, p
     ``keys``: per topic, the payload keys to turn into columns (other topics and keys: all); ``max_messages``:
     only the first messages of each topic (a cheap look at the names before the full decode).
     """
-    wanted = list(recording.messages) if topics is None else [t for t in topics if t in recording.messages]
+    # the project's topics are msgpack; the Foxglove channels beside them (JSON, hil/foxglove) are not time series
+    wanted = [t for t in recording.messages if recording.encodings.get(t, MSGPACK) == MSGPACK] if topics is None \
+        else [t for t in topics if t in recording.messages]
     if not wanted:
         return Tables({}, 0, {})
     origin_candidates = [messages[0][1] for t, messages in recording.messages.items() if messages and messages[0][1]]

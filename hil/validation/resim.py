@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import importlib
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +31,9 @@ import numpy as np
 from scipy.signal import butter, sosfiltfilt
 
 from hil.validation.analysis import dominant_frequency, median_rate
+from hil.recording.mcap_io import stored_robot_config
 from hil.recording.series import WRENCH_NAMES, Table, Tables
-from sim.config import ConfigError, load_toml, require
+from sim.config import load_toml, require
 from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
 
 #: default low-pass cutoff, in multiples of the measured motion's dominant frequency: keeps the harmonics a
@@ -59,13 +59,7 @@ def load_config(source: str, metadata: dict) -> tuple[dict, Path]:
     """The robot config to re-simulate: a TOML file, or ``"recorded"``: the one stored in the recording."""
     if source != "recorded":
         return load_toml(source), Path(source)
-    stored = metadata.get("robot_config")
-    if not stored or not stored.get("text"):
-        raise ConfigError(None, "--sim", "recorded: the recording holds no robot config (mms record --robot)")
-    try:
-        return tomllib.loads(stored["text"]), Path(stored.get("path", "robot.toml"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(stored.get("path"), None, f"the recorded robot config is not TOML: {exc}") from None
+    return stored_robot_config(metadata, "--sim")
 
 
 def measured_joint_angles(tables: Tables, rig, joint_names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:

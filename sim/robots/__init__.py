@@ -47,4 +47,13 @@ def build_robot(config: dict[str, Any], path: str | Path | None = None) -> Model
     return model
 
 
-__all__ = ["KINDS", "check_robot", "load_robot", "build_robot"]
+def build_rigid_robot(config: dict[str, Any], path: str | Path | None, refused: str) -> Model:
+    """:func:`build_robot` for the tools that take rigid trees only: a model with modal (flexible) bodies is a
+    one-line ConfigError, ``modal (flexible) bodies <refused>`` (``refused`` says why this tool cannot take them)."""
+    model = build_robot(config, path)
+    if model.flexible is not None:
+        raise ConfigError(path, "wing.body" if "wing" in config else "robot.kind", f"modal (flexible) bodies {refused}")
+    return model
+
+
+__all__ = ["KINDS", "check_robot", "load_robot", "build_robot", "build_rigid_robot"]

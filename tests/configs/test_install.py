@@ -57,6 +57,11 @@ def test_an_installed_mms_runs_the_shipped_robots_from_any_folder(tmp_path):
     where = subprocess.run([str(bin_dir / "python"), "-c", "import sim, configs; print(sim.__file__, configs.__file__)"],
                            cwd=elsewhere, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
     assert all(str(tmp_path / "venv") in path for path in where.stdout.split()), where.stdout + where.stderr
+    # Foxglove's schemas are package data too (recordings and the bridge register them)
+    fox = subprocess.run([str(bin_dir / "python"), "-c", "from hil.foxglove.scene import schema; "
+                          "print(schema('foxglove.SceneUpdate')['title'])"], cwd=elsewhere, capture_output=True,
+                         text=True, env=env, timeout=RUN_TIMEOUT_S)
+    assert fox.stdout.split() == ["foxglove.SceneUpdate"], fox.stdout + fox.stderr
     # the demo's set-ups are the installed rigs and robots (a full demo run is tests/hil_demo's)
     demo = subprocess.run([str(bin_dir / "mms"), "demo", "--help"], cwd=elsewhere, capture_output=True, text=True,
                           env=env, timeout=RUN_TIMEOUT_S)

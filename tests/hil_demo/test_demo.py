@@ -68,11 +68,15 @@ def _wait_no_processes(text: str, deadline_s: float = 20.0) -> list[str]:
     return left
 
 
-def _read_recording(path: Path) -> dict[str, list[dict]]:
+def _read_recording(path: Path, encoding: str = "msgpack") -> dict[str, list[dict]]:
+    """The recording's payloads per topic, of the channels in ``encoding`` (msgpack: the project's topics; json:
+    the Foxglove channels beside them)."""
+    decode = (lambda data: msgpack.unpackb(data, raw=False)) if encoding == "msgpack" else json.loads
     by_topic: dict[str, list[dict]] = {}
     with path.open("rb") as handle:
         for _schema, channel, message in make_reader(handle).iter_messages():
-            by_topic.setdefault(channel.topic, []).append(msgpack.unpackb(message.data, raw=False))
+            if channel.message_encoding == encoding:
+                by_topic.setdefault(channel.topic, []).append(decode(message.data))
     return by_topic
 
 
@@ -101,6 +105,9 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     assert stats[messages.TOPIC_SIM_STATE]["gaps"] == 0
     sim_seconds = recording[messages.TOPIC_SIM_STATE][-1]["t"] - recording[messages.TOPIC_SIM_STATE][0]["t"]
     assert sim_seconds > 5.0
+    # the recorder was given the robot: Foxglove's 3-D panel draws it (its poses at 100 Hz of simulated time)
+    foxglove = _read_recording(out / "run.mcap", "json")
+    assert len(foxglove["foxglove/poses"]) >= 0.9 * 100 * sim_seconds and foxglove["foxglove/scene"]
     # the serial link's own losses are reported by the driver; its command frames went out in order
     last_status = recording[messages.TOPIC_HW_STATUS][-1]
     assert last_status["link"]["seq_gaps"] >= 0 and last_status["estop"] is False

@@ -19,6 +19,7 @@ import pytest
 from sim import hybrid_dynamics, load_urdf
 from sim.model import Data
 from sim.spatial import quat_to_matrix
+from sim.testing import assert_relatively_close
 from sim.urdf import random_tree_urdf
 
 #: Relative agreement required with Pinocchio (both in double precision; errors here are ~1e-14).
@@ -80,9 +81,7 @@ class Pair:
 
 
 def assert_close(ours, theirs, what):
-    scale = max(1.0, float(np.abs(theirs).max()))
-    err = float(np.abs(np.asarray(ours) - np.asarray(theirs)).max()) / scale
-    assert err < RTOL, f"{what}: relative error {err:.3e}"
+    assert_relatively_close(ours, theirs, what, RTOL)
 
 
 @pytest.mark.parametrize("n_joints", SIZES)
