@@ -108,9 +108,9 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     # the recorder was given the robot: Foxglove's 3-D panel draws it (its poses at 100 Hz of simulated time)
     foxglove = _read_recording(out / "run.mcap", "json")
     assert len(foxglove["foxglove/poses"]) >= 0.9 * 100 * sim_seconds and foxglove["foxglove/scene"]
-    # the serial link's own losses are reported by the driver; its command frames went out in order
+    # the run ended without an e-stop
     last_status = recording[messages.TOPIC_HW_STATUS][-1]
-    assert last_status["link"]["seq_gaps"] >= 0 and last_status["estop"] is False
+    assert last_status["estop"] is False
     # the driver deactivated first: the servos were sent to neutral before it stopped
     last_command = recording[messages.TOPIC_HW_COMMAND][-1]
     assert all(abs(x) < NEUTRAL_TOLERANCE_RAD for x in last_command["setpoint_rad"])
