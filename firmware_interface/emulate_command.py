@@ -15,7 +15,7 @@ from firmware_interface.pty_device import add_applied_log_argument, open_applied
 from firmware_interface.rigs.dynamixel import rig_kind
 from firmware_interface.rigs.mcu import load_rig
 from sim.cli_options import add_rig, add_rt_priority
-from sim.processes import set_realtime_priority
+from sim.processes import freeze_startup_heap, set_realtime_priority
 
 #: ``--firmware`` given without a program: build the C host port (firmware_interface.c_firmware.build)
 BUILD_FIRMWARE = "build"
@@ -108,5 +108,6 @@ def run(args: argparse.Namespace) -> int:
     device = "python device" if args.firmware is None else "C firmware"
     banner = (f"rig {rig.name!r} ({device}) on {emulator.slave_path} at {emulator.baud} baud, {emulator.plant.kind} plant, "
               f"telemetry {rig.telemetry_hz} Hz")
+    freeze_startup_heap()
     return serve(emulator, "mms emulate", banner, duration_s=args.duration, stats_path=args.stats,
                  signals={signal.SIGUSR1: emulator.press_button, signal.SIGUSR2: emulator.release_button})

@@ -11,6 +11,8 @@ import math
 import time
 from typing import Callable
 
+from sim.processes import freeze_startup_heap
+
 #: simulated time integrated after the first (compiling) call to measure the speed before anything is published, s
 WARMUP_MEASURE_S = 0.05
 
@@ -19,7 +21,8 @@ def warm_up(simulation, period_s: float, log: Callable[[str], None]) -> dict[str
     """Integrate once by each path (numba compiles its kernels, or loads them from its on-disk cache, on the first
     call), then measure the speed over WARMUP_MEASURE_S of simulated time, one dense-output call per period, then
     reset: nothing is published before the process
-    can tell whether it keeps real time, and no compile pause ever shows up as a stall in the stream.
+    can tell whether it keeps real time, and no compile pause ever shows up as a stall in the stream. Last, the heap
+    is frozen out of the garbage collector (sim.processes.freeze_startup_heap): no collection pause either.
     Returns ``{"first_call_s", "rtf"}`` (wall s of the first call; simulated over wall time afterwards)."""
     simulation.reset()
     started = time.perf_counter()
@@ -34,6 +37,7 @@ def warm_up(simulation, period_s: float, log: Callable[[str], None]) -> dict[str
     elapsed = time.perf_counter() - started
     rtf = periods * period_s / elapsed if elapsed > 0 else math.inf
     simulation.reset()
+    freeze_startup_heap()
     log(f"warm-up: first step {first_call_s:.2f} s (kernels compiled or loaded from the cache), then "
         f"{rtf:.2f}x real time" + ("" if rtf >= 1.0 else
                                    ": this machine cannot keep real time with this model; expect deadline misses"))

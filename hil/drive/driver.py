@@ -44,7 +44,7 @@ from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payloa
 from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
 from sim.cli_options import add_network, add_rig, add_rt_priority, add_start
-from sim.processes import set_realtime_priority
+from sim.processes import freeze_startup_heap, set_realtime_priority
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
 from sim.network import load_endpoints, open_socket
@@ -799,5 +799,6 @@ def run(args: argparse.Namespace) -> int:
     options, device = options_from_args(args)
     connection = connect_rig(args.rig, device)
     set_realtime_priority(options.rt_priority, "mms drive")    # before the sockets: their I/O thread inherits it
-    return run_until_signalled(Driver(connection.rig, connection.link, options, port=connection.port,
-                                      emulator=connection.emulator))
+    driver = Driver(connection.rig, connection.link, options, port=connection.port, emulator=connection.emulator)
+    freeze_startup_heap()
+    return run_until_signalled(driver)

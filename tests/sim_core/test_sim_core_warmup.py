@@ -90,3 +90,17 @@ def test_stale_kernels_are_discarded_when_a_kernel_source_changes(tmp_path):
     (tmp_path / "fused.rk4-1.py311.nbi").write_bytes(b"compiled from the current sources")
     assert not discard_stale_kernels(tmp_path)
     assert (tmp_path / "fused.rk4-1.py311.nbi").exists()
+
+
+def test_a_realtime_warm_up_freezes_the_start_up_heap_out_of_the_collector():
+    """sim.realtime.warm_up ends by freezing every object alive (sim.processes.freeze_startup_heap): a full garbage
+    collection then skips them (50 ms -> 3 us in `mms serve`). Run in a child: the freeze is process-wide."""
+    script = ("import gc, sys; from sim.robots import load_robot; from sim.simulation import Simulation; "
+              "from sim.realtime import warm_up; "
+              "sim = Simulation(load_robot(sys.argv[1]), 'rk4', 5e-4); before = gc.get_freeze_count(); "
+              "warm_up(sim, 1e-3, lambda line: None); print(before, gc.get_freeze_count(), sim.t)")
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "configs/robots/pendulum.toml")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    before, after, t = done.stdout.split()
+    assert int(before) == 0 and int(after) > 10_000 and float(t) == 0.0    # frozen, and the simulation reset
