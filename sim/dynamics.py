@@ -427,6 +427,9 @@ def hybrid_step(model: Model, data: Data, t: float, base_pose: np.ndarray, base_
     Sequence: kinematics -> every ``model.force_models[m].apply(model, data, t)`` -> recursions.
     Results in ``data.base_acc``, ``data.qdd``, ``data.tau``, ``data.base_wrench``.
     """
+    if model.flexible is not None:
+        raise ValueError(f"hybrid_step is the rigid algorithm: {model!r} has modal bodies "
+                         f"(use sim.flexible.flexible_step or Simulation)")
     mode = model._mode_code
     # Overrides are made read-only like the model's arrays, so the kernels are compiled for one type only.
     grav = model.gravity if gravity is None else _read_only(gravity)
@@ -484,6 +487,9 @@ def hybrid_dynamics(model: Model, base_pose, base_twist, q, qd, actuated, qdd, t
     (``base_acc`` (6,) given, default from ``model.base_motion``). The model's force models are applied.
     Without ``data`` a workspace kept per model is reused (no Data built per call).
     """
+    if model.flexible is not None:
+        raise ValueError(f"hybrid_dynamics is the rigid algorithm: {model!r} has modal bodies "
+                         f"(use sim.flexible.flexible_step or Simulation)")
     n = model.n
     data = _workspace(model) if data is None else data
     act = _vector(actuated, n, bool)

@@ -428,3 +428,19 @@ def test_cantilever_against_a_fine_rigid_chain():
         assert abs(chain_f[order] / closed[order] - 1.0) < chain_band
         assert abs(modal_f[order] / closed[order] - 1.0) < 1e-3
         assert abs(chain_f[order] / modal_f[order] - 1.0) < agree_band
+
+
+def test_the_rigid_entry_points_refuse_modal_bodies():
+    """hybrid_dynamics / hybrid_step do not read the modal coordinates: given a model with modal bodies they raise
+    instead of returning the dynamics of another (rigid) system."""
+    from sim.dynamics import hybrid_step
+    from sim.model import Data
+
+    model = tree(5, beam_modes(BEAM_LENGTH, **BEAM_SECTION, bending_y=1, sections=4))
+    n = model.n
+    with pytest.raises(ValueError, match="modal bodies"):
+        hybrid_dynamics(model, np.eye(4), np.zeros(6), np.zeros(n), np.zeros(n), model.actuated, np.zeros(n),
+                        np.zeros(n))
+    with pytest.raises(ValueError, match="modal bodies"):
+        hybrid_step(model, Data(model), 0.0, np.eye(4), np.zeros(6), np.zeros(n), np.zeros(n), np.zeros(n),
+                    np.zeros(n))
