@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record": ("hil.recording.recorder", "record every topic to an MCAP file"),
     "export": ("hil.recording.export", "export a recording to .mat, HDF5 or CSV"),
     "validate": ("hil.validation.validate", "compare measured against simulated signals and write a report"),
+    "identify": ("hil.validation.identify", "fit model parameters to a recorded run, with standard errors"),
     "keys": ("hil.keys", "create ZeroMQ CURVE keys: needed to bind beyond loopback (docs/security.md)"),
     "bridge": ("hil.bridge.bridge", "serve the live topics to Foxglove (WebSocket) and PlotJuggler (ZeroMQ)"),
     "urdf": ("sim.cli_urdf", "write the URDF of a robot (its rigid tree, inertias and default shapes)"),

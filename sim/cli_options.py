@@ -52,6 +52,9 @@ HELP: dict[str, str] = {
                      "PlotJuggler's ZMQ subscriber",
     "--idle": ("start idle and wait for the control socket's start request (`start`; `activate` for "
                "`mms drive`)"),
+    "--scheduler": ("where the study's simulations run: local (a Dask LocalCluster, one worker process per core), "
+                    "tcp://HOST:PORT (an existing Dask cluster's scheduler) or serial (this process, in order)"),
+    "--workers": "worker processes of the local Dask cluster",
 }
 
 #: Old spelling -> new spelling, for the deprecation line and the docs (removed in the next release).
@@ -267,3 +270,12 @@ def add_plotjuggler(parser) -> None:
     """``--plotjuggler [ENDPOINT]`` into ``args.plotjuggler`` (None: not served)."""
     parser.add_argument("--plotjuggler", nargs="?", const=DEFAULT_PLOTJUGGLER_ENDPOINT, default=None,
                         metavar="ENDPOINT", help=HELP["--plotjuggler"] + f" (default {DEFAULT_PLOTJUGGLER_ENDPOINT})")
+
+
+def add_scheduler(parser) -> None:
+    """``--scheduler`` (local, serial or tcp://HOST:PORT) and ``--workers N`` into ``args.scheduler`` and
+    ``args.workers``; open them with :func:`sim.studies.open_evaluator`."""
+    parser.add_argument("--scheduler", metavar="WHERE", default="local",
+                        help=_with_default(HELP["--scheduler"], "local"))
+    parser.add_argument("--workers", metavar="N", type=int, default=None,
+                        help=_with_default(HELP["--workers"], "one per core"))

@@ -12,7 +12,8 @@ structure's and the fluid's mismatch (stiffness, damping, aerodynamics). Steps:
    phase; a 4th-order Butterworth at ``cutoff_hz``, default CUTOFF_HARMONICS times the motion's dominant
    frequency), so that the accelerations imposed on the joints are the motion's, not the sensor noise
    differentiated twice;
-3. each servo-driven joint's motion law becomes a cubic :class:`sim.laws.Spline` through them; a joint moved
+3. each servo-driven joint's motion law becomes a cubic spline through them (:class:`sim.laws.CompiledSpline`,
+   which keeps the model on the fused path); a joint moved
    through a linear mechanism (``ratio * source``) gets it as its source, so that every law reading that source
    (RayBot's caudal spring) follows the measured motion too;
 4. the model runs from the first measured sample to the last, passive joints starting at rest; the first
@@ -45,6 +46,10 @@ FILTER_ORDER = 4
 WARMUP_S = 2.0
 #: output sampling period of the re-simulated sim/state table, s (at least the model's step)
 OUTPUT_PERIOD_S = 1e-3
+#: rounding allowance when times are compared with multiples of the step, s (far below any step)
+TIME_TOLERANCE_S = 1e-9
+#: outputs recorded per compiled call of the re-simulation (Simulation.record)
+RECORD_CHUNK = 2000
 #: the recorded sim/state keys the re-simulation gives: joint arrays and the support's wrench
 JOINT_KEYS = ("q", "qd", "qdd", "tau")
 
@@ -107,7 +112,7 @@ def _drive_with_splines(model, samples: dict[str, tuple[np.ndarray, np.ndarray]]
     moved through a linear mechanism (``r = ratio * source(t)``, e.g. RayBot's tail through its rack) gets the
     spline as the mechanism's *source* (angles / ratio), so every law reading that source (the caudal spring)
     follows the measured motion too."""
-    from sim.laws import Spline
+    from sim.laws import CompiledSpline
 
     motion_laws = dict(model.motion_laws)
     index = {name: j for j, name in enumerate(model.joint_names)}
@@ -119,9 +124,9 @@ def _drive_with_splines(model, samples: dict[str, tuple[np.ndarray, np.ndarray]]
         law = motion_laws[j]
         source, ratio = getattr(law, "source", None), getattr(law, "ratio", None)
         if source is not None and isinstance(ratio, (int, float)) and ratio != 0:
-            sources[id(source)] = Spline(times, angles / ratio, hold=True)
+            sources[id(source)] = CompiledSpline(times, angles / ratio, hold=True)
         else:
-            motion_laws[j] = Spline(times, angles, hold=True)
+            motion_laws[j] = CompiledSpline(times, angles, hold=True)
     joint_laws = dict(model.joint_laws)
     for laws in (motion_laws, joint_laws):
         for j, law in laws.items():
@@ -132,14 +137,19 @@ def _drive_with_splines(model, samples: dict[str, tuple[np.ndarray, np.ndarray]]
     return model.replace(motion_laws=motion_laws, joint_laws=joint_laws)
 
 
-def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_hz: float | None = None,
-               warmup_s: float = WARMUP_S, progress: bool = False) -> Resimulation:
-    """The module docstring's steps; ValueError (one line) when the recording cannot drive the model."""
-    from sim.robots import KINDS, build_robot
-    from sim.simulation import Simulation
+@dataclass
+class Drive:
+    """The measured servo motion as the model's joints take it: ``samples`` joint -> (times s from ``t0``, angles
+    rad), smoothed (steps 1-2 of the module docstring); ``t0`` on the recording's time axis, s."""
+    t0: float
+    duration_s: float
+    samples: dict[str, tuple[np.ndarray, np.ndarray]]
+    cutoff_hz: float
 
-    model = build_robot(config, config_path)
-    t_meas, joint_angles = measured_joint_angles(tables, rig, list(model.joint_names))
+
+def measured_drive(tables: Tables, rig, joint_names: list[str], cutoff_hz: float | None, warmup_s: float) -> Drive:
+    """Steps 1-2 of the module docstring; ValueError (one line) when the recording cannot drive the model."""
+    t_meas, joint_angles = measured_joint_angles(tables, rig, joint_names)
     if t_meas.size < 4 or t_meas[-1] - t_meas[0] <= warmup_s:
         raise ValueError(f"the measured servo motion lasts {t_meas[-1] - t_meas[0]:.3g} s, not more than the "
                          f"{warmup_s:g} s warm-up")
@@ -149,7 +159,12 @@ def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_h
         grid, values, cutoff = smoothed(t_meas, angles, cutoff_hz)
         samples[name] = (grid - t0, values)
         cutoffs.append(cutoff)
-    model = _drive_with_splines(model, samples)
+    return Drive(t0, float(t_meas[-1] - t0), samples, min(cutoffs))
+
+
+def model_step(config: dict, config_path, model) -> tuple[str, float]:
+    """The config's ``[simulation]`` integrator and step, the step cut to the robot module's stable one."""
+    from sim.robots import KINDS
 
     table_t = config.get("simulation", {})
     integrator = require(table_t, "integrator", str, path=config_path, prefix="simulation", default="rk4")
@@ -157,35 +172,59 @@ def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_h
     module = importlib.import_module(KINDS[config["robot"]["kind"]])
     advise = getattr(module, "stable_dt", None)
     limit = advise(model, integrator) if advise is not None else None
-    if limit is not None and dt > limit:
-        dt = limit
+    return integrator, (limit if limit is not None and dt > limit else dt)
+
+
+def run_driven(model, integrator: str, dt: float, duration_s: float, warmup_s: float,
+               progress: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Step 4 of the module docstring: the (driven) model from rest for ``duration_s``; simulation times (n,) s
+    after the warm-up, every OUTPUT_PERIOD_S, and the outputs there {key: (n, ...)}."""
+    from sim.simulation import Simulation
+
     sim = Simulation(model, integrator, dt)
     sim.reset()
-    period = max(OUTPUT_PERIOD_S, dt)
-    duration = float(t_meas[-1] - t0)
-    rows: list[dict] = []
-    times: list[float] = []
+    every = max(1, int(round(max(OUTPUT_PERIOD_S, dt) / dt)))
+    total = int(math.floor(duration_s / (every * dt) + TIME_TOLERANCE_S / (every * dt)))
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=round(duration, 3), desc="re-simulating", unit="s sim", leave=False)
-    while sim.t + period <= duration:
-        sim.advance(period)
+        bar = tqdm(total=total, desc="re-simulating", unit="output", leave=False)
+    times, chunks = [], []
+    done = 0
+    while done < total:
+        count = min(RECORD_CHUNK, total - done)
+        t, out = sim.record(count, every)
+        times.append(t)
+        chunks.append(out)
+        done += count
         if bar is not None:
-            bar.update(period)
-        if sim.t >= warmup_s:
-            times.append(sim.t)
-            rows.append(sim.outputs())
+            bar.update(count)
     if bar is not None:
         bar.close()
-    table = _state_table(np.array(times), t0, rows, list(model.joint_names), model.actuated, tables.origin_ns)
+    t = np.concatenate(times) if times else np.zeros(0)
+    keep = t >= warmup_s - TIME_TOLERANCE_S
+    arrays = {key: np.concatenate([c[key] for c in chunks])[keep] for key in chunks[0]} if chunks else {}
+    return t[keep], arrays
+
+
+def resimulate(tables: Tables, config: dict, config_path: Path, rig, *, cutoff_hz: float | None = None,
+               warmup_s: float = WARMUP_S, progress: bool = False) -> Resimulation:
+    """The module docstring's steps; ValueError (one line) when the recording cannot drive the model."""
+    from sim.robots import build_robot
+
+    model = build_robot(config, config_path)
+    drive = measured_drive(tables, rig, list(model.joint_names), cutoff_hz, warmup_s)
+    model = _drive_with_splines(model, drive.samples)
+    integrator, dt = model_step(config, config_path, model)
+    times, arrays = run_driven(model, integrator, dt, drive.duration_s, warmup_s, progress)
+    table = _state_table(times, drive.t0, arrays, list(model.joint_names), model.actuated, tables.origin_ns)
     description = (f"offline re-simulation of {config_path} driven by the measured servo angles "
-                   f"({', '.join(joint_angles)}; zero-phase low-pass at {min(cutoffs):.3g} Hz; the first "
+                   f"({', '.join(drive.samples)}; zero-phase low-pass at {drive.cutoff_hz:.3g} Hz; the first "
                    f"{warmup_s:g} s dropped; {integrator} at dt {dt:g} s)")
     return Resimulation(table, description)
 
 
-def _state_table(sim_t: np.ndarray, t0: float, rows: list[dict], joint_names: list[str], actuated,
+def _state_table(sim_t: np.ndarray, t0: float, arrays: dict[str, np.ndarray], joint_names: list[str], actuated,
                  origin_ns: int) -> Table:
     """A sim/state :class:`Table` (hil/recording/series.py layout) of the re-simulated outputs at simulation times ``sim_t``
     (s), which start at ``t0`` on the recording's time axis (s from ``origin_ns``)."""
@@ -196,9 +235,9 @@ def _state_table(sim_t: np.ndarray, t0: float, rows: list[dict], joint_names: li
     passive = [name for name, a in zip(joint_names, actuated) if not a]
     for key, names in [*((k, joint_names) for k in JOINT_KEYS), ("strain", passive), ("base_wrench", WRENCH_NAMES),
                        ("ext_wrench", WRENCH_NAMES)]:
-        if not rows or key not in rows[0]:
+        if key not in arrays or not len(sim_t):
             continue
-        matrix = np.array([np.asarray(r[key], dtype=float) for r in rows]).reshape(len(rows), len(names))
+        matrix = np.asarray(arrays[key], dtype=float).reshape(len(sim_t), len(names))
         table.element_names[key] = list(names)
         table.groups[key] = [f"{key}_{name}" for name in names]
         for i, column in enumerate(table.groups[key]):

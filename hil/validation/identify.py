@@ -1,0 +1,581 @@
+"""``mms identify RUN.mcap --params stiffness.bend_root,stiffness.damping,aero.rho_air,servo.lag_s``: fit a robot
+model's parameters to a recorded run, with uncertainties (docs/identify.md).
+
+Method:
+
+1. The run's health (hil/validation/health.py) gives its healthy windows; a run that is not valid is refused with
+   the reasons, before anything is fitted. Only samples inside the healthy windows, after the re-simulation's
+   warm-up, enter the fit.
+2. The model is re-simulated driven by the measured servo motion (hil/validation/resim.py, the replay of
+   ``mms validate --sim``), with the parameters set in its config; ``servo.lag_s`` (not a config key) shifts the
+   measured motion in time: the joints move at ``t`` as the servos were measured at ``t + lag`` (a positive lag: the
+   servo angle is reported late).
+3. The residuals are the differences between each fitted channel (a rig sensor with a declared map to a simulated
+   signal: ``measured = scale * simulated + offset``) and its prediction, both low-passed forward and backward at
+   ``--cutoff`` (default :data:`FIT_HARMONICS` times the drive's dominant frequency): the smoothed servo motion
+   determines the response at the stroke's first harmonics, not the structure's free vibration above them, which
+   the rig's own servo jitter excites and the smooth drive cannot (on the demo's rig the wing's ~50 Hz bending
+   vibration would otherwise pull the stiffness to detune the model's mode). Each channel is divided by its
+   filtered measured standard deviation over the fitted samples (so that strains and forces weigh alike).
+4. ``scipy.optimize.least_squares`` (trust region reflective, bounded) minimises their sum of squares, in units
+   of each parameter's scale (its start value; :data:`LAG_SCALE_S` for the lag). The Jacobian is by forward
+   differences of :data:`DIFF_STEP` scales, its columns evaluated as one batch of independent simulations
+   (:mod:`sim.studies`: a local Dask cluster by default, ``--scheduler``).
+5. Uncertainty: covariance ``s^2 (J^T J)^-1`` at the optimum, with ``s^2`` the residual variance (sum of squares
+   over samples minus parameters), multiplied by the residuals' integrated autocorrelation time (samples a
+   millisecond apart do not carry independent errors: model mismatch and the sensors' low-pass make the residual
+   a smooth signal; white noise gives a factor 1). Standard errors are its diagonal's roots, correlations its
+   normalised off-diagonal.
+6. The corrected config is the robot config with the estimates written in (``servo.lag_s``, not a config key, is
+   written as a comment).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from hil.recording.series import WRENCH_NAMES, Tables
+from sim.config import ConfigError
+
+#: the pseudo-parameter that shifts the measured servo motion in time, s (module docstring, step 2)
+SERVO_LAG = "servo.lag_s"
+#: the lag's scale, s: a servo or its sensor is late by milliseconds
+LAG_SCALE_S = 1e-3
+#: the lag's default bounds, s: beyond a stroke's or a tail beat's quarter period a fit would trade lag for phase
+LAG_BOUND_S = 0.05
+#: a config parameter's default bounds: its start value divided and multiplied by this (a model known within a
+#: factor of ten)
+BOUND_FACTOR = 10.0
+#: forward-difference step of the Jacobian, in parameter scales: the re-simulation is a fixed-step integration,
+#: smooth in its parameters, so the step's truncation error (~1e-3 relative) dominates round-off (~1e-12)
+DIFF_STEP = 1e-3
+#: the optimiser's stopping tolerances (relative change of the parameters, of the cost): far below the standard
+#: errors of any real recording
+X_TOLERANCE, F_TOLERANCE = 1e-6, 1e-8
+#: the most simulations one fit may run (each is a re-simulation of the fitted stretch)
+MAX_SIMULATIONS = 200
+#: the channels fitted by default: the rig's strain gauges (the structure's response to the stroke)
+DEFAULT_KEYS = ("strain",)
+#: the fit's default low-pass, in harmonics of the drive's dominant frequency: a stroke's response keeps its first
+#: few; the demo's wing vibrates at ~10 harmonics (50 Hz at a 5 Hz stroke), attenuated 1e-3 at 4
+FIT_HARMONICS = 4.0
+#: the zero-phase filter's start and end transients are kept out of the fitted samples, in periods of the cutoff
+FILTER_EDGE_PERIODS = 5.0
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted parameter: a config key (``table.key``, any depth) or :data:`SERVO_LAG`; start value and bounds
+    in the key's unit; ``scale`` the optimiser's unit."""
+    name: str
+    start: float
+    lower: float
+    upper: float
+    scale: float
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A fitted channel: the measured telemetry signal and the simulated one (``measured = scale * simulated +
+    offset``); ``sim_column`` indexes the simulated key's components."""
+    name: str
+    measured_key: str
+    simulated_key: str
+    sim_column: int
+    scale: float
+    offset: float
+
+
+@dataclass
+class Problem:
+    """Everything a worker needs to predict the fitted channels for a parameter vector (picklable)."""
+    config: dict
+    config_path: str
+    names: list[str]
+    drive: dict[str, tuple[np.ndarray, np.ndarray]]   # joint -> (times s from t0, angles rad), smoothed
+    duration_s: float
+    warmup_s: float
+    channels: list[Channel]
+    sample_t: np.ndarray        # (m,) simulation times (s from t0) of the fitted samples, the same for every channel
+    cutoff_hz: float            # the low-pass both the measured and the simulated channels go through
+
+    @property
+    def edge_s(self) -> float:
+        return FILTER_EDGE_PERIODS / self.cutoff_hz
+
+
+@dataclass
+class Fit:
+    parameters: list[Parameter]
+    estimates: np.ndarray           # (p,) in the parameters' units
+    standard_errors: np.ndarray     # (p,)
+    correlations: np.ndarray        # (p, p)
+    residual_rms: dict[str, float]  # per channel, in the channel's unit
+    start_rms: dict[str, float]     # the same at the start values
+    correlation_time: float         # the residuals' integrated autocorrelation time, samples (the SE inflation)
+    samples: int                    # per channel
+    windows: list[tuple[float, float]]
+    simulations: int
+    message: str
+    where: str
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"parameters": [{"name": p.name, "start": p.start, "lower": p.lower, "upper": p.upper,
+                                "estimate": float(e), "standard_error": float(s)}
+                               for p, e, s in zip(self.parameters, self.estimates, self.standard_errors)],
+                "correlations": self.correlations.tolist(), "residual_rms": self.residual_rms,
+                "start_rms": self.start_rms, "correlation_time_samples": self.correlation_time,
+                "samples_per_channel": self.samples, "windows": [list(w) for w in self.windows],
+                "simulations": self.simulations, "optimizer": self.message, "evaluated_on": self.where,
+                **self.extra}
+
+
+# ------------------------------------------------------------------------------------------- parameters
+def config_value(config: dict, name: str):
+    """The value at dotted ``name`` in ``config``, or KeyError."""
+    node = config
+    for part in name.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(name)
+        node = node[part]
+    return node
+
+
+def with_values(config: dict, names: list[str], values) -> dict:
+    """A copy of ``config`` with each dotted config key of ``names`` set (``servo.lag_s`` skipped)."""
+    out = copy.deepcopy(config)
+    for name, value in zip(names, values):
+        if name == SERVO_LAG:
+            continue
+        *tables, key = name.split(".")
+        node = out
+        for part in tables:
+            node = node[part]
+        node[key] = float(value)
+    return out
+
+
+def _numeric_keys(config: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            keys += _numeric_keys(value, name + ".")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            keys.append(name)
+    return keys
+
+
+def _float(text: str, item: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(None, "--params", f"{item}: bound {text!r} is not a finite number")
+    return value
+
+
+def parse_parameters(text: str, config: dict, config_path) -> list[Parameter]:
+    """``NAME[=LOWER:UPPER],...`` -> parameters, the start values from ``config``; a name the config does not have
+    (as a number) or bounds that exclude the start value are a one-line :class:`ConfigError`."""
+    from sim.cli_options import suggestion
+
+    parameters = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, bounds = item.partition("=")
+        name = name.strip()
+        if name in (p.name for p in parameters):
+            raise ConfigError(None, "--params", f"{name} is given twice")
+        if name == SERVO_LAG:
+            start, scale = 0.0, LAG_SCALE_S
+            lower, upper = -LAG_BOUND_S, LAG_BOUND_S
+        else:
+            try:
+                start = config_value(config, name)
+            except KeyError:
+                known = _numeric_keys(config)
+                raise ConfigError(config_path, name, f"the robot config has no such parameter"
+                                  f"{suggestion(name, known + [SERVO_LAG])} (--params takes numeric config keys "
+                                  f"such as {', '.join(known[:4])}, or {SERVO_LAG})") from None
+            if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+                raise ConfigError(config_path, name, f"is {start!r}, not a number: it cannot be fitted")
+            start = float(start)
+            if start == 0.0 and not bounds:
+                raise ConfigError(None, "--params", f"{name} starts at 0: give its bounds ({name}=LOWER:UPPER)")
+            scale = abs(start) if start != 0.0 else None
+            low, high = sorted((start / BOUND_FACTOR, start * BOUND_FACTOR))
+            lower, upper = low, high
+        if bounds:
+            low_text, colon, high_text = bounds.partition(":")
+            if not colon:
+                raise ConfigError(None, "--params", f"{item}: expected {name}=LOWER:UPPER")
+            lower, upper = _float(low_text, item), _float(high_text, item)
+            if not lower < upper:
+                raise ConfigError(None, "--params", f"{item}: the lower bound must be below the upper one")
+            if scale is None:
+                scale = max(abs(lower), abs(upper))
+        if not lower <= start <= upper:
+            raise ConfigError(None, "--params", f"{name}: bounds [{lower:g}, {upper:g}] exclude the start value "
+                                                f"{start:g} (the config's)")
+        parameters.append(Parameter(name, start, lower, upper, scale))
+    if not parameters:
+        raise ConfigError(None, "--params", "no parameter named (e.g. --params stiffness.bend_root)")
+    return parameters
+
+
+# ------------------------------------------------------------------------------------------- the model
+def predict(problem: Problem, values) -> np.ndarray:
+    """The fitted channels' predictions (n_channels, m) at ``problem.sample_t`` for parameter ``values`` (p,) in
+    their units: a module-level function, so that a Dask worker can run it."""
+    from hil.validation.resim import _drive_with_splines, model_step, run_driven, smoothed
+    from sim.robots import build_robot
+
+    values = [float(v) for v in values]
+    config = with_values(problem.config, problem.names, values)
+    lag = values[problem.names.index(SERVO_LAG)] if SERVO_LAG in problem.names else 0.0
+    model = build_robot(config, problem.config_path)
+    # joints at t as the servos were measured at t + lag: the samples move to earlier times
+    model = _drive_with_splines(model, {j: (t - lag, a) for j, (t, a) in problem.drive.items()})
+    integrator, dt = model_step(config, problem.config_path, model)
+    end = min(problem.duration_s, float(problem.sample_t[-1]) + problem.edge_s)
+    times, arrays = run_driven(model, integrator, dt, end, max(problem.warmup_s - problem.edge_s, 0.0))
+    out = np.empty((len(problem.channels), problem.sample_t.size))
+    for i, channel in enumerate(problem.channels):
+        grid, simulated, _ = smoothed(times, np.asarray(arrays[channel.simulated_key])[:, channel.sim_column],
+                                      problem.cutoff_hz)
+        out[i] = channel.scale * np.interp(problem.sample_t, grid, simulated) + channel.offset
+    if not np.all(np.isfinite(out)):
+        raise FloatingPointError(f"the simulation diverged at {dict(zip(problem.names, values))}")
+    return out
+
+
+def _predict_item(item: tuple[Problem, np.ndarray]) -> np.ndarray:
+    problem, values = item
+    return predict(problem, values)
+
+
+def correlation_time(residuals: np.ndarray) -> float:
+    """Integrated autocorrelation time of residual series (n_channels, m), in samples, pooled over channels:
+    ``1 + 2 sum_k rho_k`` summed while the autocorrelation stays positive (the initial positive sequence); at
+    least 1."""
+    taus = []
+    for r in residuals:
+        r = r - r.mean()
+        n = r.size
+        spectrum = np.fft.rfft(r, 2 * n)
+        acf = np.fft.irfft(spectrum * np.conj(spectrum))[:n]
+        if acf[0] <= 0:
+            continue
+        rho = acf / acf[0]
+        negative = np.flatnonzero(rho[1:] <= 0.0)
+        stop = negative[0] + 1 if negative.size else n
+        taus.append(1.0 + 2.0 * float(rho[1:stop].sum()))
+    return max(1.0, float(np.mean(taus))) if taus else 1.0
+
+
+# ------------------------------------------------------------------------------------------- the recording
+def channels_from_rig(rig, names: list[str] | None, model) -> list[Channel]:
+    """The fitted channels: the rig's declared sensor maps (``names``: those channels; default the strain
+    gauges); a name without a map is a one-line ConfigError."""
+    from firmware_interface.rigs.host import channel_maps
+
+    maps = {m.channel: m for m in channel_maps(rig) if m.telemetry_key in ("strain", "load")}
+    wanted = names or [name for name, m in maps.items() if m.telemetry_key in DEFAULT_KEYS]
+    channels = []
+    for name in wanted:
+        if name not in maps:
+            raise ConfigError(None, "--channels", f"{name!r} has no declared map to a simulated signal in the "
+                                                  f"rig (mapped: {', '.join(maps) or 'none'})")
+        m = maps[name]
+        channels.append(Channel(name, m.telemetry_key, m.signal, _sim_column(model, m.signal, m.element), m.scale,
+                                m.offset))
+    return channels
+
+
+def channels_by_name(tables: Tables, names: list[str] | None, model) -> list[Channel]:
+    """Without a rig: measured strains named as the model's passive joints, loads named as wrench components
+    (fx ... mz) against the support's wrench."""
+    from sim.messages import TOPIC_HW_TELEMETRY
+
+    telemetry = tables.tables.get(TOPIC_HW_TELEMETRY)
+    passive = [n for n, a in zip(model.joint_names, model.actuated) if not a]
+    available = {}
+    for name in (telemetry.element_names.get("strain", []) if telemetry else []):
+        if name in passive:
+            available[name] = Channel(name, "strain", "strain", passive.index(name), 1.0, 0.0)
+    for name in (telemetry.element_names.get("load", []) if telemetry else []):
+        if name in WRENCH_NAMES:
+            available[name] = Channel(name, "load", "base_wrench", WRENCH_NAMES.index(name), 1.0, 0.0)
+    wanted = names or [n for n, c in available.items() if c.measured_key in DEFAULT_KEYS]
+    missing = [n for n in wanted if n not in available]
+    if missing or not wanted:
+        raise ConfigError(None, "--channels", f"no simulated counterpart for {missing or 'any strain channel'} "
+                                              f"(without a rig: {', '.join(available) or 'none'})")
+    return [available[n] for n in wanted]
+
+
+def _sim_column(model, signal: str, element) -> int:
+    if isinstance(element, int):
+        return element
+    if signal == "strain":
+        return [n for n, a in zip(model.joint_names, model.actuated) if not a].index(element)
+    return list(model.joint_names).index(element)
+
+
+def fitted_samples(telemetry_t: np.ndarray, windows: list[tuple[float, float]], t0: float, warmup_s: float,
+                   end_s: float, edge_s: float, stride: int) -> np.ndarray:
+    """Indices of the telemetry samples inside the healthy ``windows`` (recording clock, s), ``edge_s`` (the
+    filter's transient) clear of each window's ends, after the warm-up and before the drive's end less
+    ``edge_s``, every ``stride``-th."""
+    inside = np.zeros(telemetry_t.size, dtype=bool)
+    for start, stop in windows:
+        inside |= (telemetry_t >= start + edge_s) & (telemetry_t <= stop - edge_s)
+    inside &= (telemetry_t - t0 >= warmup_s) & (telemetry_t - t0 <= end_s - edge_s)
+    return np.flatnonzero(inside)[::stride]
+
+
+# ------------------------------------------------------------------------------------------- the fit
+def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, evaluator,
+        progress: bool = False) -> tuple[Fit, np.ndarray]:
+    """Least squares of :func:`predict` against ``measured`` (n_channels, m) (module docstring, steps 3-5);
+    returns the fit and the predictions at the estimates."""
+    from scipy.optimize import least_squares
+
+    scales = np.array([p.scale for p in parameters])
+    sigma = measured.std(axis=1, keepdims=True)
+    sigma[sigma == 0] = 1.0
+    cache: dict[bytes, np.ndarray] = {}
+    count = [0]
+
+    def batch(points: list[np.ndarray]) -> list[np.ndarray]:
+        todo = [u for u in points if u.tobytes() not in cache]
+        results = evaluator.map(_predict_item, [(problem, u * scales) for u in todo],
+                                describe=lambda item: ", ".join(f"{n}={v:.6g}" for n, v in zip(problem.names,
+                                                                                                  item[1])),
+                                progress="identify" if progress and len(todo) > 1 else None)
+        count[0] += len(todo)
+        for u, result in zip(todo, results):
+            if not isinstance(result, np.ndarray):   # a failed simulation: no step may go there
+                result = np.full_like(measured, np.inf)
+            cache[u.tobytes()] = result
+        return [cache[u.tobytes()] for u in points]
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        (prediction,) = batch([u])
+        return ((prediction - measured) / sigma).ravel()
+
+    lower, upper = np.array([p.lower for p in parameters]) / scales, np.array([p.upper for p in parameters]) / scales
+
+    def jacobian(u: np.ndarray) -> np.ndarray:
+        steps = np.where(u + DIFF_STEP <= upper, DIFF_STEP, -DIFF_STEP)
+        shifted = [u + steps[k] * np.eye(u.size)[k] for k in range(u.size)]
+        base, *columns = batch([u] + shifted)
+        return np.stack([((c - base) / sigma).ravel() / steps[k] for k, c in enumerate(columns)], axis=1)
+
+    u0 = np.array([p.start for p in parameters]) / scales
+    start_prediction = batch([u0])[0]
+    if not np.all(np.isfinite(start_prediction)):
+        raise ValueError("the model does not run at the start values (see the failure above)")
+    result = least_squares(residuals, u0, jac=jacobian, bounds=(lower, upper), method="trf", x_scale=1.0,
+                           xtol=X_TOLERANCE, ftol=F_TOLERANCE, max_nfev=MAX_SIMULATIONS)
+    final = batch([result.x])[0]
+    r = (final - measured) / sigma
+    m, p = r.size, len(parameters)
+    tau = correlation_time(r)
+    variance = float(np.sum(r ** 2)) / max(m - p, 1)
+    J = jacobian(result.x)
+    covariance_u = variance * tau * np.linalg.pinv(J.T @ J)
+    covariance = covariance_u * np.outer(scales, scales)
+    se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        correlations = covariance / np.outer(se, se)
+    names = [c.name for c in problem.channels]
+    rms = lambda pred: {n: float(np.sqrt(np.mean((pr - me) ** 2)))  # noqa: E731 - one-line local helper
+                        for n, pr, me in zip(names, pred, measured)}
+    return Fit(parameters, result.x * scales, se, np.nan_to_num(correlations), rms(final), rms(start_prediction),
+               tau, measured.shape[1], [], count[0], result.message, evaluator.where), final
+
+
+# ------------------------------------------------------------------------------------------- the command
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from sim.cli_options import add_out, add_quiet, add_rig, add_scheduler
+
+    parser.add_argument("run", metavar="RUN.mcap", type=Path, help="the recorded run")
+    parser.add_argument("--params", required=True, metavar="NAME[=LOWER:UPPER],...",
+                        help=f"parameters to fit: numeric keys of the robot config (table.key, e.g. "
+                             f"stiffness.bend_root, stiffness.damping, aero.rho_air) or {SERVO_LAG} (the measured "
+                             f"servo motion's delay, s); bounds default to the start value /{BOUND_FACTOR:g} and "
+                             f"x{BOUND_FACTOR:g} (lag: +-{LAG_BOUND_S:g} s)")
+    parser.add_argument("--robot", metavar="ROBOT", default="recorded",
+                        help="the model to fit: a robot file or shipped name (default: recorded, the config stored "
+                             "in the recording)")
+    add_rig(parser, extra=" (default: the rig stored in the recording)")
+    parser.add_argument("--channels", default=None, metavar="NAME,...",
+                        help="measured channels to fit (default: the rig's strain gauges)")
+    parser.add_argument("--warmup", type=float, default=None, metavar="S",
+                        help="start-up transient of the re-simulation dropped, s (default: that of mms validate --sim)")
+    parser.add_argument("--fit-seconds", type=float, default=None, metavar="S",
+                        help="fit only the first S s of the healthy data after the warm-up (a quicker fit)")
+    parser.add_argument("--cutoff", type=float, default=None, metavar="HZ",
+                        help=f"low-pass of the fitted channels, measured and simulated (default: {FIT_HARMONICS:g} "
+                             "times the servo motion's dominant frequency)")
+    parser.add_argument("--stride", type=int, default=1, metavar="N",
+                        help="fit every N-th telemetry sample (default 1)")
+    add_out(parser, "RUN.identify next to the recording", type=Path)
+    add_scheduler(parser)
+    add_quiet(parser)
+
+
+def _positive(value, option: str, unit: str, allow_zero: bool = False) -> None:
+    if value is not None and not (math.isfinite(value) and (value >= 0 if allow_zero else value > 0)):
+        raise ConfigError(None, option, f"got {value!r}, expected {'>= 0' if allow_zero else '> 0'} {unit}")
+
+
+def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | None, warmup_s: float | None,
+            fit_seconds: float | None, stride: int, cutoff_hz: float | None = None, progress: bool = False):
+    """Read the run, judge its health and set the problem up: (problem, parameters, measured (n_channels, m),
+    health, config, config path)."""
+    from hil.recording.mcap_io import read_recording
+    from hil.recording.series import build_tables
+    from hil.validation.health import HealthCriteria, assess
+    from hil.validation.resim import WARMUP_S, _drive_with_splines, load_config, measured_drive, smoothed
+    from hil.validation.validate import RecordingError, recording_warnings, run_rig
+    from sim.cli_options import config_type
+    from sim.messages import TOPIC_HW_TELEMETRY
+    from sim.robots import build_robot
+
+    _positive(warmup_s, "--warmup", "s", allow_zero=True)
+    _positive(fit_seconds, "--fit-seconds", "s")
+    _positive(cutoff_hz, "--cutoff", "Hz")
+    if stride < 1:
+        raise ConfigError(None, "--stride", f"got {stride}, expected at least 1")
+    warmup_s = WARMUP_S if warmup_s is None else warmup_s
+    recording = read_recording(run, progress=progress)
+    tables = build_tables(recording, progress=progress)
+    source = robot if robot == "recorded" else str(config_type("robot")(robot))
+    config, config_path = load_config(source, recording.metadata)
+    parameters = parse_parameters(params, config, config_path)
+    rig, _origin = run_rig(recording.metadata, rig_path)
+    model = build_robot(config, config_path)
+    names = [n.strip() for n in channel_names.split(",") if n.strip()] if channel_names else None
+    channels = channels_from_rig(rig, names, model) if rig is not None else channels_by_name(tables, names, model)
+    drive = measured_drive(tables, rig, list(model.joint_names), None, warmup_s)
+    _drive_with_splines(model, drive.samples)    # a servo on a passive joint is said now, not in a worker
+    frequency = _stroke_frequency(drive)
+    health = assess(recording.messages, tables, HealthCriteria(), recording_warnings(recording), frequency)
+    if health.valid is False:
+        raise RecordingError(f"{run}: INVALID: " + "; ".join(health.reasons))
+    if cutoff_hz is None:
+        if frequency is None:
+            raise ConfigError(None, "--cutoff", "the measured servo motion has no dominant frequency: give the "
+                                                "fit's low-pass cutoff (Hz)")
+        cutoff_hz = FIT_HARMONICS * frequency
+    telemetry = tables.tables[TOPIC_HW_TELEMETRY]
+    t = telemetry.columns["time_s"]
+    order = np.argsort(t, kind="stable")
+    t_sorted, unique = np.unique(t[order], return_index=True)
+    edge_s = FILTER_EDGE_PERIODS / cutoff_hz
+    index = fitted_samples(t_sorted, health.windows, drive.t0, warmup_s, drive.duration_s, edge_s, stride)
+    if fit_seconds is not None and index.size:
+        index = index[t_sorted[index] <= t_sorted[index[0]] + fit_seconds]
+    measured = []
+    for channel in channels:
+        x = telemetry.element(channel.measured_key, channel.name)[order][unique]
+        finite = np.isfinite(x)
+        grid, filtered, _ = smoothed(t_sorted[finite], x[finite], cutoff_hz)
+        measured.append(np.interp(t_sorted[index], grid, filtered))
+    measured = np.array(measured)
+    if index.size <= len(parameters):
+        raise RecordingError(f"{run}: {index.size} healthy samples after the {warmup_s:g} s warm-up: too few to "
+                             f"fit {len(parameters)} parameters")
+    problem = Problem(config, str(config_path), [p.name for p in parameters], drive.samples, drive.duration_s,
+                      warmup_s, channels, t_sorted[index] - drive.t0, cutoff_hz)
+    return problem, parameters, measured, health, config, config_path
+
+
+def _stroke_frequency(drive) -> float | None:
+    from hil.validation.analysis import dominant_frequency, median_rate
+
+    times, angles = next(iter(drive.samples.values()))
+    f = dominant_frequency(angles - angles.mean(), median_rate(times))
+    return f if np.isfinite(f) and f > 0 else None
+
+
+def corrected_config(config: dict, config_path, fit_result: Fit, run: Path) -> str:
+    """The robot config with the estimates written in, as TOML text (the lag, not a config key, as a comment)."""
+    import tomli_w
+
+    names = [p.name for p in fit_result.parameters]
+    text = tomli_w.dumps(with_values(config, names, fit_result.estimates))
+    lines = [f"# {Path(config_path).name} with the parameters identified from {run} by mms identify:"]
+    for p, e, s in zip(fit_result.parameters, fit_result.estimates, fit_result.standard_errors):
+        lines.append(f"#   {p.name} = {e:.6g} +- {s:.2g} (was {p.start:.6g})")
+    return "\n".join(lines) + "\n" + text
+
+
+def report_lines(fit_result: Fit) -> list[str]:
+    lines = [f"fitted {fit_result.samples} samples per channel in {len(fit_result.windows)} healthy window(s) "
+             f"({', '.join(f'{a:.1f}-{b:.1f} s' for a, b in fit_result.windows)}); {fit_result.simulations} "
+             f"simulations on {fit_result.where}; {fit_result.message}",
+             f"{'parameter':28} {'start':>12} {'estimate':>12} {'std error':>10} {'ratio':>8}"]
+    for p, e, s in zip(fit_result.parameters, fit_result.estimates, fit_result.standard_errors):
+        ratio = f"{e / p.start:8.4f}" if p.start else "       -"
+        lines.append(f"{p.name:28} {p.start:12.6g} {e:12.6g} {s:10.3g} {ratio}")
+    names = [p.name for p in fit_result.parameters]
+    if len(names) > 1:
+        lines.append("correlations: " + "; ".join(f"{names[i]} ~ {names[j]} {fit_result.correlations[i, j]:+.2f}"
+                                                  for i in range(len(names)) for j in range(i + 1, len(names))))
+    lines.append("residual rms per channel (start -> fit): " + "; ".join(
+        f"{n} {fit_result.start_rms[n]:.3g} -> {v:.3g}" for n, v in fit_result.residual_rms.items()))
+    lines.append(f"standard errors include the residuals' correlation time ({fit_result.correlation_time:.1f} "
+                 "samples)")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from hil.validation.validate import RecordingError, health_verdict
+    from sim.studies import open_evaluator
+
+    out = args.out or args.run.with_suffix(".identify")
+    try:
+        problem, parameters, measured, health, config, config_path = prepare(
+            args.run, args.params, args.robot, args.rig, args.channels, args.warmup, args.fit_seconds, args.stride,
+            args.cutoff, progress=not args.quiet)
+    except RecordingError as exc:
+        print(f"mms identify: error: {exc}", file=sys.stderr)
+        return 3 if "INVALID" in str(exc) else 2
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        print(f"mms identify: error: {args.run}: {exc}", file=sys.stderr)
+        return 2
+    print(health_verdict(health.as_dict()))
+    with open_evaluator(args.scheduler, args.workers) as evaluator:
+        try:
+            result, final = fit(problem, parameters, measured, evaluator, progress=not args.quiet)
+        except ValueError as exc:
+            print(f"mms identify: error: {exc}", file=sys.stderr)
+            return 2
+    result = replace(result, windows=health.windows, extra={"run": str(args.run), "robot": str(config_path),
+                                                            "channels": [c.name for c in problem.channels]})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "identify.json").write_text(json.dumps(result.as_dict(), indent=1))
+    corrected = out / f"{Path(config_path).stem}_identified.toml"
+    corrected.write_text(corrected_config(config, config_path, result, args.run))
+    np.savez_compressed(out / "residuals.npz", time_s=problem.sample_t, channels=[c.name for c in problem.channels],
+                        measured=measured, fitted=final)
+    for line in report_lines(result):
+        print(line)
+    print(f"wrote {corrected}, {out / 'identify.json'}, {out / 'residuals.npz'}")
+    return 0
