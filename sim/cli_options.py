@@ -153,6 +153,16 @@ def add_robot(parser, *, option: str | None = None, extra: str = "", **kwargs) -
                         help=named_help("robot") + extra, **kwargs)
 
 
+#: the value of a robot option that means "the robot config stored in the recording" (mms validate --sim, identify)
+RECORDED = "recorded"
+
+
+def recorded_or_robot(value: str):
+    """A robot option of a command that reads a recording: "recorded" (kept as the string), or a robot name or file
+    (resolved to its path)."""
+    return value if value == RECORDED else config_type("robot")(value)
+
+
 def add_rig(parser, *, required: bool = False, default: str | None = None, extra: str = "") -> None:
     parser.add_argument("--rig", metavar="RIG", type=config_type("rig"), required=required, default=default,
                         help=_with_default(named_help("rig") + extra, default))

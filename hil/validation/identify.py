@@ -409,7 +409,7 @@ def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, eva
 
 # ------------------------------------------------------------------------------------------- the command
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from sim.cli_options import add_out, add_quiet, add_rig, add_scheduler
+    from sim.cli_options import RECORDED, add_out, add_quiet, add_rig, add_robot, add_scheduler, recorded_or_robot
 
     parser.add_argument("run", metavar="RUN.mcap", type=Path, help="the recorded run")
     parser.add_argument("--params", required=True, metavar="NAME[=LOWER:UPPER],...",
@@ -417,9 +417,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"stiffness.bend_root, stiffness.damping, aero.rho_air) or {SERVO_LAG} (the measured "
                              f"servo motion's delay, s); bounds default to the start value /{BOUND_FACTOR:g} and "
                              f"x{BOUND_FACTOR:g} (lag: +-{LAG_BOUND_S:g} s)")
-    parser.add_argument("--robot", metavar="ROBOT", default="recorded",
-                        help="the model to fit: a robot file or shipped name (default: recorded, the config stored "
-                             "in the recording)")
+    add_robot(parser, option="--robot", type=recorded_or_robot, default=RECORDED,
+              extra=", or 'recorded' for the one in the recording: the model to fit (default: recorded)")
     add_rig(parser, extra=" (default: the rig stored in the recording)")
     parser.add_argument("--channels", default=None, metavar="NAME,...",
                         help="measured channels to fit (default: the rig's strain gauges)")
@@ -451,7 +450,7 @@ def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | N
     from hil.validation.health import HealthCriteria, assess
     from hil.validation.resim import WARMUP_S, _drive_with_splines, load_config, measured_drive, smoothed
     from hil.validation.validate import RecordingError, recording_warnings, run_rig
-    from sim.cli_options import config_type
+    from sim.cli_options import RECORDED, config_type
     from sim.messages import TOPIC_HW_TELEMETRY
     from sim.robots import build_robot
 
@@ -463,7 +462,7 @@ def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | N
     warmup_s = WARMUP_S if warmup_s is None else warmup_s
     recording = read_recording(run, progress=progress)
     tables = build_tables(recording, progress=progress)
-    source = robot if robot == "recorded" else str(config_type("robot")(robot))
+    source = robot if robot == RECORDED else str(config_type("robot")(robot))
     config, config_path = load_config(source, recording.metadata)
     parameters = parse_parameters(params, config, config_path)
     rig, _origin = run_rig(recording.metadata, rig_path)

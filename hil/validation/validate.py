@@ -45,8 +45,8 @@ from hil.recording.mcap_io import RecordingError, read_recording
 from firmware_interface.rigs.host import channel_maps, load_host_rig, sensor_unit, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
 from hil.recording.series import simulated_unit as series_unit
-from sim.cli_options import (add_no_plots, add_out, add_quiet, add_rig, add_robot, config_type,
-                             deprecation)
+from sim.cli_options import (add_no_plots, add_out, add_quiet, add_rig, add_robot, deprecation,
+                             recorded_or_robot)
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -926,7 +926,7 @@ def _pick(by_name: dict[str, PairResult], name: str | None, run: Path) -> PairRe
 
 def add_arguments(parser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN.mcap", help="recording(s) made by mms record")
-    add_robot(parser, option="--sim", type=_resim_robot,
+    add_robot(parser, option="--sim", type=recorded_or_robot,
               extra=", or 'recorded' for the one in the recording: the reference is this robot re-simulated, "
                     "driven by the measured servo angles, instead of the recorded sim/* stream "
                     "(docs/validation.md)")
@@ -959,11 +959,6 @@ def add_arguments(parser) -> None:
                         help="compare over the whole run instead of its longest healthy window (the run health is "
                              "still assessed and reported, and an invalid run is still INVALID)")
     add_quiet(parser)
-
-
-def _resim_robot(value: str) -> str | Path:
-    """``--sim``: "recorded", or a robot name or file."""
-    return value if value == "recorded" else config_type("robot")(value)
 
 
 def run(args) -> int:

@@ -83,7 +83,8 @@ def test_robots_and_rigs_take_the_same_names_and_help_everywhere(helps):
     assert robot_helps == {"robot: a shipped name (biped, clemens, dead-fish, earthworm, fish, flapper, "
                            "flapper-flexible, flapper2link, inchworm, pendulum, raybot, snake2d, snake3d)"}
     assert rig_helps == {"rig: a shipped name (flapper, flapper-dynamixel, raybot)"}
-    assert {c for c, o in helps.items() if "--rig" in o} == {"emulate", "drive", "dash", "record", "validate", "demo"}
+    assert {c for c, o in helps.items() if "--rig" in o} == {"emulate", "drive", "dash", "record", "validate", "demo",
+                                                         "identify"}
 
 
 def test_a_name_and_its_path_resolve_to_the_same_file():
