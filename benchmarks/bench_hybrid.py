@@ -13,7 +13,8 @@ file and read by both libraries) it prints microseconds per evaluation of
   one ``advance()`` of 100 steps / 400 (no Python per step),
 - the public ``sim.hybrid_dynamics`` with a reused ``data=`` and without it (a workspace kept per model),
 and the ratio to ``pin.aba`` timed in the same rounds, interleaved (targets: hybrid_dynamics(data=) <= 2x,
-without data= <= 4x). Times are wall time per call (best of 3); on a loaded machine compare the ratios.
+without data= <= 4x). Times are the calling thread's CPU time per call (best of 3): every contender runs in
+that thread, and a shared machine's preemptions do not count against either side.
 """
 from __future__ import annotations
 
@@ -35,10 +36,10 @@ ROUNDS = 3
 
 
 def _timed_us(fn, count: int) -> float:
-    start = time.perf_counter()
+    start = time.thread_time()
     for _ in range(count):
         fn()
-    return (time.perf_counter() - start) / count * 1e6
+    return (time.thread_time() - start) / count * 1e6
 
 
 def per_call_us(fn, count: int, baseline=None) -> tuple[float, float]:

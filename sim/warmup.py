@@ -40,7 +40,7 @@ COMPILE_ESTIMATE_S = 70
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
                  ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
-                 ("sim.dynamics", "_recursions_packed"))
+                 ("sim.dynamics", "_recursions_packed"), ("sim.dynamics", "_evaluate_packed"))
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,9 @@ def exercise(model, dt: float) -> None:
         return      # sim.hybrid_dynamics is the rigid algorithm; modal models ran sim/flexible.py's kernels above
     hybrid_dynamics(model, model.base_pose, np.zeros(6), model.q_rest, np.zeros(n), model.actuated, np.zeros(n),
                     np.zeros(n))
+    # a user's own (writable) pose and joint arrays are another argument type than the model's read-only ones
+    hybrid_dynamics(model, model.base_pose.copy(), np.zeros(6), model.q_rest.copy(), np.zeros(n), model.actuated,
+                    np.zeros(n), np.zeros(n))
 
 
 def kernel_dispatchers() -> dict[str, object]:
