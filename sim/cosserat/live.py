@@ -117,8 +117,6 @@ class LiveRodModel:
     the simulation it serves (:meth:`live_simulation`). ``contact_names``: the reacting contacts, in the order of the
     ``contact_*`` fields of ``sim/state``."""
 
-    flexible = None
-
     def __init__(self, example, settings: LiveSettings, name: str, path):
         self.path = path
         self.settings = settings
