@@ -210,18 +210,21 @@ class LiveRodSimulation:
 
 def check_rig_joints(joint_names: list[str], rig_path: Path, robot: str, every_joint: bool) -> None:
     """A one-line ConfigError unless every ``[[joints]] joint`` of the rig is one of the robot's joints, and (with
-    ``every_joint``: a servo chain) every robot joint drives a servo of the rig."""
-    from firmware_interface.rigs.host import load_host_rig
+    ``every_joint``: a servo chain) every robot joint drives a servo of the rig. Only the joint map is read here (the
+    simulator does not depend on the rig loaders of firmware_interface); the driver checks the whole file."""
+    from sim.config import load_toml
 
-    rig = load_host_rig(rig_path)
+    table = load_toml(rig_path).get("joints", [])
+    if not isinstance(table, list) or not all(isinstance(j, dict) and isinstance(j.get("joint"), str) for j in table):
+        raise ConfigError(rig_path, "joints", "expected [[joints]] tables, each with a joint name (docs/rigs.md)")
+    rig_joints = [j["joint"] for j in table]
     known = set(joint_names)
-    for k, joint in enumerate(rig.joints):
-        if joint.joint not in known:
+    for k, joint in enumerate(rig_joints):
+        if joint not in known:
             raise ConfigError(rig_path, f"joints[{k}].joint",
-                              f"got {joint.joint!r}: robot {robot} has no such joint; expected one of "
-                              f"{_span(joint_names)}")
+                              f"got {joint!r}: robot {robot} has no such joint; expected one of {_span(joint_names)}")
     if every_joint:
-        mapped = {joint.joint for joint in rig.joints}
+        mapped = set(rig_joints)
         missing = [name for name in joint_names if name not in mapped]
         if missing:
             raise ConfigError(rig_path, "joints", f"robot {robot}'s joints {_span(missing)} drive no servo: expected "
