@@ -29,7 +29,8 @@ from .strains import REFERENCE_STRAIN, StrainField
 #: The joint-name suffix of each strain component (xi order: Gamma_X, Gamma_Y, Gamma_Z, K_X, K_Y, K_Z).
 COMPONENT_NAMES = ("stretch", "shear_y", "shear_z", "twist", "bend_y", "bend_z")
 #: Gauss-Legendre points per segment of the joint quadrature: exact for polynomials of degree 11; on the shipped laws
-#: (a wave of at least 2.5 segments per wavelength) the error is below 1e-10 of the joint angle (tests/cosserat/test_live.py).
+#: (a wave of at least 5 segments per wavelength) within 3.1e-15 rad of scipy's adaptive quadrature
+#: (tests/cosserat/test_live.py, band 1e-12 rad).
 QUADRATURE_POINTS = 6
 #: Defaults of [live]: a publish rate and step the pure-numpy rod keeps in real time on a 2-core machine (one
 #: kinematic instant, 1-2 ms at n_X = 40, per 10 ms period; docs/cosserat.md "Live"), and the X grid it runs on.
