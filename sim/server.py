@@ -665,8 +665,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sim/state publish rate, Hz; each period integrates the dt steps that fit in it "
                              f"(default: a cosserat robot file's [live] rate_hz, else {DEFAULT_RATE_HZ:g})")
     parser.add_argument("--dt", type=float, default=None, metavar="S",
-                        help="integration step, s (default: [simulation] dt of the robot config, else the "
-                             "simulator's)")
+                        help="integration step, s (default: a cosserat robot file's [live] dt, else [simulation] "
+                             "dt of the robot config, else the simulator's)")
     add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
     add_start(parser, idle_by_default=False, deprecated=("--paused",))
     add_rig(parser, extra="; checked before serving: each of its [[joints]] must be a joint of the robot, and "
