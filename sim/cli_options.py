@@ -163,9 +163,10 @@ def recorded_or_robot(value: str):
     return value if value == RECORDED else config_type("robot")(value)
 
 
-def add_rig(parser, *, required: bool = False, default: str | None = None, extra: str = "") -> None:
-    parser.add_argument("--rig", metavar="RIG", type=config_type("rig"), required=required, default=default,
-                        help=_with_default(named_help("rig") + extra, default))
+def add_rig(parser, *, required: bool = False, default: str | None = None, extra: str = "", **kwargs) -> None:
+    """``--rig RIG``; a ``type`` in kwargs replaces the shipped-name-or-file parser (`mms demo`: its set-up names)."""
+    parser.add_argument("--rig", metavar="RIG", type=kwargs.pop("type", config_type("rig")), required=required,
+                        default=default, help=_with_default(named_help("rig") + extra, default), **kwargs)
 
 
 # ------------------------------------------------------------------------------------------- shared options

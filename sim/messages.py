@@ -50,7 +50,10 @@ SCHEMAS: dict[str, dict] = {
          "joint_names": _names, "actuated": _bools,
          "q": _vec(), "qd": _vec(), "qdd": _vec(), "tau": _vec(), "strain": _vec(),
          "base_pos": _vec(3), "base_quat": _vec(4), "base_twist": _vec(6),
-         "base_wrench": _vec(6), "ext_wrench": _vec(6)},
+         "base_wrench": _vec(6), "ext_wrench": _vec(6),
+         # a Cosserat rod (sim/cosserat/live.py): its stations, their world positions, its reacting contacts
+         "station_X": _vec(), "backbone": _vec(), "contact_names": _names, "contact_X": _vec(),
+         "contact_force": _vec()},
         ["v", "seq", "t", "stamp_ns", "q", "qd", "qdd", "tau", "strain",
          "base_pos", "base_quat", "base_twist", "base_wrench", "ext_wrench"]),
     TOPIC_SIM_STATUS: _object(

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-from sim.cli_options import add_integrator, add_network, add_robot, add_rt_priority, add_start
+from sim.cli_options import add_integrator, add_network, add_rig, add_robot, add_rt_priority, add_start
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
@@ -44,6 +44,8 @@ from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
 
 MODES = ("realtime", "fast", "lockstep")
+#: sim/state rate of a robot whose file names none, Hz
+DEFAULT_RATE_HZ = 1000.0
 IDLE, RUNNING, PAUSED, STALLED, STOPPED = "idle", "running", "paused", "stalled", "stopped"
 
 #: the sim/state arrays taken from Simulation.outputs(), in message order
@@ -66,9 +68,21 @@ STALL_GAP_S = 0.05
 RECENT_STALLS = 10
 
 
-def _build_model(config: dict[str, Any], path: Path):
-    from sim.robots import build_robot
+def _is_rod(config: dict[str, Any]) -> bool:
+    robot = config.get("robot")
+    return isinstance(robot, dict) and robot.get("kind") == "cosserat"
 
+
+def _build_model(config: dict[str, Any], path: Path):
+    """The model served: a rigid tree (sim.robots), or a Cosserat rod sampled as a chain of segment joints
+    (sim/cosserat/live.py)."""
+    from sim.robots import build_robot, check_robot
+
+    if _is_rod(config):
+        from sim.robots.cosserat import build_live
+
+        check_robot(config, path)
+        return build_live(config, path)
     return build_robot(config, path)
 
 
@@ -89,6 +103,8 @@ def _new_simulation(model, config: dict[str, Any], path: Path, integrator: str |
     Simulation.advance_to)."""
     from sim.simulation import Simulation
 
+    if hasattr(model, "live_simulation"):            # a rod: its own step ([live] dt) and its own integrator (RK4)
+        return model.live_simulation(dt, integrator)
     config_integrator, config_dt = _simulation_defaults(config, path)
     integrator = integrator if integrator is not None else config_integrator
     dt = dt if dt is not None else config_dt
@@ -221,9 +237,17 @@ class SimulationServer:
         if outputs is None:
             t, outputs = self.simulation.t, self.simulation.outputs()
         payload: dict[str, Any] = {"v": SCHEMA_VERSION, "seq": self.state_seq, "t": float(t)}
-        for key in STATE_ARRAYS:
+        for key in STATE_ARRAYS + getattr(self.simulation, "extra_state_keys", ()):
             payload[key] = np.asarray(outputs[key], dtype=np.float64).ravel().tolist()
         return payload
+
+    def _names(self) -> dict[str, list]:
+        """The name lists that ride along with the joint vectors: ``joint_names``, ``actuated`` and, for a rod,
+        ``contact_names``."""
+        names: dict[str, list] = {"joint_names": self._joint_names(), "actuated": self._actuated()}
+        if hasattr(self.model, "contact_names"):
+            names["contact_names"] = list(self.model.contact_names)
+        return names
 
     def _check_contract(self) -> None:
         """Refuse to serve a model whose outputs do not fit the sim/state schema: fail at start, loudly."""
@@ -231,7 +255,7 @@ class SimulationServer:
             payload = self._state_payload()
         except KeyError as exc:
             raise ConfigError(self.config_path, None, f"the simulation's outputs lack {exc} for sim/state") from None
-        payload.update(stamp_ns=time.time_ns(), joint_names=self._joint_names(), actuated=self._actuated())
+        payload.update(stamp_ns=time.time_ns(), **self._names())
         try:
             validate(TOPIC_SIM_STATE, payload)
         except Exception as exc:
@@ -289,8 +313,7 @@ class SimulationServer:
         payload, self.pending = self.pending, None
         payload["seq"] = self.state_seq
         if self.names_due or self.states_since_names >= self.names_every:
-            payload["joint_names"] = self._joint_names()
-            payload["actuated"] = self._actuated()
+            payload.update(self._names())
             self.names_due = False
             self.states_since_names = 0
         self.states_since_names += 1
@@ -638,14 +661,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, default="realtime",
                         help="realtime: paced to the wall clock; fast: as fast as possible; lockstep: one "
                              "publish period per step request (default: %(default)s)")
-    parser.add_argument("--rate", type=float, default=1000.0, metavar="HZ",
+    parser.add_argument("--rate", type=float, default=None, metavar="HZ",
                         help="sim/state publish rate, Hz; each period integrates the dt steps that fit in it "
-                             "(default: %(default)g)")
+                             f"(default: a cosserat robot file's [live] rate_hz, else {DEFAULT_RATE_HZ:g})")
     parser.add_argument("--dt", type=float, default=None, metavar="S",
-                        help="integration step, s (default: [simulation] dt of the robot config, else the "
-                             "simulator's)")
+                        help="integration step, s (default: a cosserat robot file's [live] dt, else [simulation] "
+                             "dt of the robot config, else the simulator's)")
     add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
     add_start(parser, idle_by_default=False, deprecated=("--paused",))
+    add_rig(parser, extra="; checked before serving: each of its [[joints]] must be a joint of the robot, and "
+                          "for a cosserat robot every segment joint must drive a servo")
     add_rt_priority(parser)
     parser.add_argument("--stall-timeout", type=float, default=2.0, metavar="S",
                         help="lockstep: report a stall after this long without a step request, s "
@@ -666,7 +691,10 @@ def _log(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rate = _positive(args.rate, "--rate")
+    from sim.cosserat.live import check_rig_joints, serve_rate_hz
+
+    config = load_toml(args.config)
+    rate = _positive(args.rate if args.rate is not None else serve_rate_hz(config) or DEFAULT_RATE_HZ, "--rate")
     if args.dt is not None:
         _positive(args.dt, "--dt")
     stall_timeout = _positive(args.stall_timeout, "--stall-timeout")
@@ -677,10 +705,11 @@ def run(args: argparse.Namespace) -> int:
     if args.rt_priority and args.mode != "realtime":
         raise ConfigError(None, "--rt-priority", f"applies to --mode realtime only (a {args.mode} run does not sleep "
                                                  "between states: under SCHED_FIFO it would hold a core)")
-    config = load_toml(args.config)
     server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
                               integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
                               log=_log)
+    if args.rig is not None:
+        check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
     set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
     context = zmq.Context()
     previous_handlers = {}

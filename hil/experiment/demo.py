@@ -22,7 +22,7 @@ import zmq
 from hil.validation.narrative import Claim, narrate
 from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from sim import messages
-from sim.cli_options import add_out, add_rig, add_rt_priority
+from sim.cli_options import add_out, add_rig, add_rt_priority, config_type
 from sim.config import ConfigError, shipped_config
 from sim.network import open_socket, write_loopback_network
 
@@ -64,6 +64,40 @@ def flapper_claims(robot: Path, rig: Path) -> tuple[list[Claim], list[Claim]]:
     return live, replay
 
 
+#: how far the servo chain's measured lag may stray from the prediction, deg of the wave (the rest of the driver's and
+#: the emulator's timing: scheduling, pty transfer, the read-back's time stamp; docs/cosserat.md "Live")
+CHAIN_LAG_TOLERANCE_DEG = 2.0
+#: ... and its amplitude ratio
+CHAIN_AMPLITUDE_TOLERANCE = 0.01
+
+
+def servo_chain_claims(robot: Path, rig: Path) -> tuple[list[Claim], list[Claim]]:
+    """What the emulated servos predict of a snake's chain: each servo's two loops (``[emulator.servo]``: position
+    ``tau_p``, velocity ``tau_v``) follow the goal as ``1 / (1 - w^2 tau_p tau_v + j w tau_p)`` at the wave's
+    ``w = 2 pi |V_o| / lambda``, and the goal is the model's joint angle held between states (``[live] rate_hz``) and
+    between commands (``rates.command_hz``): half of each period of delay more. Claimed of the head and tail servos."""
+    import math
+
+    from sim.config import load_toml
+
+    robot_config, rig_config = load_toml(robot), load_toml(rig)
+    omega = 2.0 * math.pi * abs(robot_config["snake"]["V_o_m_s"]) / robot_config["snake"]["wavelength_m"]
+    servo = rig_config.get("emulator", {}).get("servo", {})
+    tau_p, tau_v = servo.get("position_time_constant_s", 0.02), servo.get("velocity_time_constant_s", 0.005)
+    held_s = 0.5 / robot_config["live"].get("rate_hz", 100.0) + 0.5 / rig_config["rates"]["command_hz"]
+    lag_deg = math.degrees(math.atan2(omega * tau_p, 1.0 - omega ** 2 * tau_p * tau_v) + omega * held_s)
+    gain = 1.0 / math.hypot(1.0 - omega ** 2 * tau_p * tau_v, omega * tau_p)
+    ends = [rig_config["servos"][0]["name"], rig_config["servos"][-1]["name"]]
+    live = []
+    for name in ends:
+        live += [Claim(name, "phase_lag_deg", lambda m, lag=lag_deg: lag, CHAIN_LAG_TOLERANCE_DEG,
+                       f"the servo's loops (tau_p {tau_p:g} s, tau_v {tau_v:g} s) at the {omega / (2 * math.pi):.2g} "
+                       f"Hz wave, and the goal held {held_s * 1e3:.1f} ms on average"),
+                 Claim(name, "amplitude_ratio", lambda m, g=gain: g, CHAIN_AMPLITUDE_TOLERANCE,
+                       "the servo's loops' gain at the wave's frequency")]
+    return live, []
+
+
 @dataclass(frozen=True)
 class DemoRig:
     """A robot model, the rig it runs on, and what the demo changes in the model for a live tethered run."""
@@ -77,6 +111,9 @@ class DemoRig:
     drive_args: tuple[str, ...] = ("--emulator-args", "--plant physics")
     #: (demo robot file, rig file) -> what the truth predicts of the live run and of the replay
     claims: Callable[[Path, Path], tuple[list[Claim], list[Claim]]] | None = None
+    #: a servo chain: every joint of the model drives a servo of the rig (checked before anything starts, and by
+    #: `mms serve --rig`); the replay (the model re-simulated from the measured servos) does not apply
+    chain: bool = False
 
 
 RIGS = {
@@ -103,6 +140,15 @@ RIGS = {
     "raybot": DemoRig(shipped_config("robot", "raybot"), shipped_config("rig", "raybot"),
                       {"robot": {"base": "fixed"}},
                       "the rig's truth and sensors follow configs/rigs/raybot_rig.toml's [emulator] section"),
+    # The 2-D snake (a Cosserat rod, docs/cosserat.md "Live") on a chain of ten Dynamixel servos: the integrated
+    # curvature of each tenth of the body is one servo's angle. Its head speed halved (0.25 m/s: a 0.5 Hz wave of
+    # 0.94 rad per joint peaks at 2.9 rad/s, inside the servos' 4 rad/s rate limit); no sensors, so the comparison is
+    # the servos' measured angles against the joint angles the model commands.
+    "snake": DemoRig(shipped_config("robot", "snake2d"), shipped_config("rig", "snake-dynamixel"),
+                     {"snake": {"V_o_m_s": -0.25}},
+                     "the servos (emulated XM430-W350 mechanics and position loop) track the model's joint angles with "
+                     "their lag; the rig has no sensor of the body's shape or contact forces",
+                     drive_args=(), claims=servo_chain_claims, chain=True),
 }
 
 
@@ -148,7 +194,8 @@ def with_rt_priority(drive_args: tuple[str, ...], priority: int) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_rig(parser, default="flapper", extra=f"; the demo runs the shipped rigs: {', '.join(RIGS)}")
+    add_rig(parser, default="flapper", type=demo_rig_path,
+            extra=f"; the demo runs its set-ups: {', '.join(RIGS)} (snake: the snake-dynamixel rig)")
     parser.add_argument("--duration", type=float, default=20.0, help="length of the live run, s (default: 20)")
     add_out(parser, "runs/demo-<time> in the current folder", type=Path)
     parser.add_argument("--gui", action="store_true", help="also open the live dashboard")
@@ -156,6 +203,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-replay", action="store_true",
                         help="skip the second validation against the model driven by the measured servo motion "
                              "(mms validate --sim recorded)")
+
+
+def demo_rig_path(value: str) -> Path:
+    """``--rig``: a demo set-up's name (:data:`RIGS`), else a shipped rig name or a rig file."""
+    return RIGS[value].rig if value in RIGS else config_type("rig")(value)
+
+
+def check_chain(rig: DemoRig, robot: Path) -> None:
+    """A servo chain's rig drives every joint of the robot and no other (one-line ConfigError naming the rig's key)."""
+    from sim.config import load_toml
+    from sim.cosserat.live import check_rig_joints
+    from sim.robots import check_robot
+    from sim.robots.cosserat import build_live
+
+    config = load_toml(robot)
+    check_robot(config, robot)
+    check_rig_joints(build_live(config, robot).joint_names, rig.rig, robot.stem, every_joint=True)
 
 
 def demo_rig(rig: Path) -> DemoRig:
@@ -224,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
     network = run_dir / "network.toml"
     endpoints = write_loopback_network(network)
     robot = write_demo_robot(rig, run_dir / rig.robot.name)
+    if rig.chain:
+        check_chain(rig, robot)
     recording = run_dir / "run.mcap"
     report_dir = run_dir / "report"
     say = lambda text: print(f"[demo] {text}", flush=True)  # noqa: E731 - one-line local printer
@@ -235,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
         realtime = ("--rt-priority", str(args.rt_priority))
         below_server = ("--rt-priority", str(below_server_priority(args.rt_priority)))
         supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), "--mode", "realtime",
-                                           *realtime))
+                                           *realtime, *(("--rig", str(rig.rig)) if rig.chain else ())))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network),
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
@@ -259,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         if not supervisor.wait(STARTUP_TIMEOUT_S, until=lambda: (watcher.poll() or (watcher.sim_time() or 0.0)) > 0.0):
             raise TimeoutError(f"the simulation did not start within {STARTUP_TIMEOUT_S:.0f} s "
                                f"(its log: {supervisor.children['serve'].log_path})")
-        say(f"driver active; running the tethered experiment for {args.duration:g} s")
+        say(f"driver active; running the experiment for {args.duration:g} s")
         started = time.monotonic()
         while time.monotonic() - started < args.duration:
             supervisor.wait(1.0)
@@ -296,7 +362,10 @@ def run(args: argparse.Namespace) -> int:
     say(f"the setting: {rig.mismatch}")
     live_claims, replay_claims = rig.claims(robot, rig.rig) if rig.claims else ([], [])
     story = narrate(metrics, live_claims, "live run")
-    if not args.no_replay:
+    if not args.no_replay and rig.chain:
+        say("no replay: the model of a servo chain is a Cosserat rod, which is not re-simulated from measured servo "
+            "angles (docs/cosserat.md, Live)")
+    elif not args.no_replay:
         say("the same run against the model driven by the measured servo motion (mms validate --sim recorded): the "
             "servos' lag and undershoot taken out, what remains is the structure's and the fluid's mismatch")
         replay = _validate(recording, robot, rig.rig, report_dir / "replay", say, replay=True)

@@ -22,6 +22,7 @@ from sim.config import ConfigError, integer, number, one_of, table
 from sim.cosserat.algorithms import run_kinematic
 from sim.cosserat.contacts import CannotHold
 from sim.cosserat.examples import earthworm_robot, inchworm_robot, snake_robot
+from sim.cosserat.live import MAX_SEGMENTS, LiveRodModel, live_settings
 from sim.cosserat.rod import round_rod
 from sim.robots.schema import MAX_DT_S, MAX_DURATION_S, density, gravity_vector, length, robot_table
 
@@ -43,6 +44,8 @@ MAX_SUPPORTS = 100
 WHOLE_WAVES = 1e-9
 #: Times (per run) at which a strain law is sampled for singularity before the run.
 SINGULARITY_SAMPLES = 64
+#: Highest sim/state rate a cosserat robot file may ask of `mms serve`, Hz (the server's own default for rigid trees).
+MAX_LIVE_RATE_HZ = 1000.0
 SPEED = number(-MAX_SPEED, MAX_SPEED, expected=f"a speed in [-{MAX_SPEED:g}, {MAX_SPEED:g}] m/s")
 CURVATURE = number(-MAX_CURVATURE, MAX_CURVATURE,
                    expected=f"a curvature in [-{MAX_CURVATURE:g}, {MAX_CURVATURE:g}] 1/m")
@@ -80,6 +83,13 @@ def config_schema(config: dict, path) -> dict:
                                                 expected=f"a duration in (0, {MAX_DURATION_S:g}] s"),
                              "record_every": integer(1, 10 ** 6, expected="an integer >= 1")},
                             ["dt", "duration"]),
+        # `mms serve`'s chain of servo joints and its resolution (sim/cosserat/live.py, docs/cosserat.md "Live")
+        "live": table({"segments": integer(1, MAX_SEGMENTS, expected=f"a number of segments in [1, {MAX_SEGMENTS}]"),
+                       "n_X": integer(4, MAX_N_X, expected=f"a number of X steps in [4, {MAX_N_X}]"),
+                       "dt": number(above=0.0, maximum=MAX_DT_S, expected=f"a head-pose step in (0, {MAX_DT_S:g}] s"),
+                       "rate_hz": number(above=0.0, maximum=MAX_LIVE_RATE_HZ,
+                                         expected=f"a sim/state rate in (0, {MAX_LIVE_RATE_HZ:g}] Hz")},
+                      ["segments"]),
     }
     if own is not None:
         properties[own] = EXAMPLE_SCHEMAS[own]
@@ -126,6 +136,14 @@ def build_example(config: dict, path):
             raise ConfigError(path, singular_key, f"the strain law makes the beam singular at X = {where:.4g} m, "
                                                   f"t = {t:.4g} s (stretch Gamma_X <= 0 or a non-finite strain)")
     return built
+
+
+def build_live(config: dict, path) -> LiveRodModel:
+    """`mms serve`'s model of a checked cosserat robot file: its example on the ``[live]`` X grid, sampled as the
+    ``[live]`` chain of segment joints (sim/cosserat/live.py); one-line ConfigError without a [live] table."""
+    settings = live_settings(config, path)
+    example = build_example({**config, "rod": {**config["rod"], "n_X": settings.n_X}}, path)
+    return LiveRodModel(example, settings, config["robot"].get("name", example.name), path)
 
 
 class RodRobot:
@@ -314,6 +332,7 @@ def _save(fig, path):
 
 
 def build(config: dict, path):
-    """The rigid-tree builder hook: a rod is no rigid tree; `mms sim` runs it through :func:`simulate_offline`."""
-    raise ConfigError(path, "robot.kind", "a cosserat rod runs on its own engine: only `mms sim` runs it "
-                                           "(not yet `mms serve` or `mms check`)")
+    """The rigid-tree builder hook: a rod is no rigid tree; `mms sim` runs it through :func:`simulate_offline`, `mms
+    serve` through :mod:`sim.cosserat.live`."""
+    raise ConfigError(path, "robot.kind", "a cosserat rod is no rigid tree: it runs on its own engine, in `mms sim` "
+                                           "and `mms serve` (not `mms check`, the Foxglove poses or the re-simulation)")

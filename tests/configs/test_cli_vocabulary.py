@@ -82,9 +82,9 @@ def test_robots_and_rigs_take_the_same_names_and_help_everywhere(helps):
                  for option, text in options.items() if option == "--rig"}
     assert robot_helps == {"robot: a shipped name (biped, clemens, dead-fish, earthworm, fish, flapper, "
                            "flapper-flexible, flapper2link, inchworm, pendulum, raybot, snake2d, snake3d)"}
-    assert rig_helps == {"rig: a shipped name (flapper, flapper-dynamixel, raybot)"}
+    assert rig_helps == {"rig: a shipped name (flapper, flapper-dynamixel, raybot, snake-dynamixel)"}
     assert {c for c, o in helps.items() if "--rig" in o} == {"emulate", "drive", "dash", "record", "validate", "demo",
-                                                         "identify"}
+                                                         "identify", "serve"}
 
 
 def test_a_name_and_its_path_resolve_to_the_same_file():
