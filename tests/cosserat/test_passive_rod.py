@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.cosserat.passive import (PassiveRod, accelerations_q, energy, round_section_stiffness, run,
+from sim.cosserat.passive import (PassiveRod, energy, generalized_accelerations, round_section_stiffness, run,
                                   static_equilibrium, tip_position)
 from sim.cosserat.rod import round_rod
 
@@ -48,7 +48,7 @@ def test_first_bending_frequency_is_euler_bernoulli():
     """``omega_1 = 1.8751^2 sqrt(EI / (rho A l^4))`` within 1e-3 (measured -2.3e-4: the section's rotary inertia)."""
     model = cantilever((BEND_Z,), 4)
     n, amplitude = model.n_q, 1e-7             # small enough that the response is linear to ~1e-7
-    J = np.array([accelerations_q(model, amplitude * np.eye(n)[j], np.zeros(n)) / amplitude for j in range(n)]).T
+    J = np.array([generalized_accelerations(model, amplitude * np.eye(n)[j], np.zeros(n)) / amplitude for j in range(n)]).T
     omega = np.sort(np.sqrt(np.linalg.eigvals(-J).real))
     expected = 1.8751 ** 2 * math.sqrt(EI / (model.rod.Mc[0] * LENGTH ** 4))
     print(f"first bending frequency {omega[0]:.6f} rad/s, Euler-Bernoulli {expected:.6f}")
@@ -63,10 +63,10 @@ def test_released_cantilever_keeps_its_energy():
     model = cantilever((BEND_Z,), 3)
     drifts = []
     for dt in (2e-3, 1e-3):
-        _, q, q_dot = run(model, bent, 0.1, dt, record_every=int(round(0.025 / dt)))
-        total = np.array([sum(energy(model, a, b)) for a, b in zip(q, q_dot)])
+        motion = run(model, bent, 0.1, dt, record_every=int(round(0.025 / dt)))
+        total = np.array([sum(energy(model, a, b)) for a, b in zip(motion.q, motion.v)])
         drifts.append(np.max(np.abs(total - total[0])) / total[0])
-        assert energy(model, q[-1], q_dot[-1])[0] > 0.1 * total[0]       # it is moving: energy is exchanged
+        assert energy(model, motion.q[-1], motion.v[-1])[0] > 0.1 * total[0]       # it is moving: energy is exchanged
     print("energy drift at dt = 2 ms, 1 ms:", drifts)
     assert drifts[1] <= 5e-5
     assert drifts[0] >= 4.0 * drifts[1]
