@@ -25,7 +25,7 @@ from numpy.polynomial import legendre
 
 from . import lie
 from .algorithms import pose_rate, pose_to_state, rk4, state_to_pose
-from .rod import Nodes, Rod, accelerations, build_nodes, cumulative_simpson, distributed_load, twists
+from .rod import MAGNUS_NODES, Nodes, Rod, build_nodes, cumulative_simpson, distributed_load
 from .strains import REFERENCE_STRAIN, TABLE_I, StrainField
 
 #: Relative tolerance of the static solve (on q's steps and on the residual relative to the unloaded rod's):
@@ -122,36 +122,98 @@ def weak_residual(model: PassiveRod, nodes: Nodes, Phi: np.ndarray, Lam: np.ndar
     return cumulative_simpson(nodes, np.einsum("nij,ni->nj", Phi, stress))[-1]
 
 
+def dexp_series(W: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
+    """Powers ``ad_W^k`` (N, 6, 6) and coefficients ``(-1)^k / (k+1)!`` of the right-trivialised tangent
+    ``exp(W)^-1 d exp(W) = sum_k (-1)^k / (k+1)! ad_W^k dW``, for steps W (N, 6); the series stops when its next
+    term's bound ``|ad_W|^k / (k+1)!`` (infinity norm) is below double rounding."""
+    adW = lie.ad(W)
+    radius = float(np.max(np.abs(adW).sum(axis=-1)))
+    powers, coefficients, term = [np.broadcast_to(np.eye(6), adW.shape)], [1.0], 1.0
+    while term > np.finfo(float).eps:
+        k = len(powers)
+        powers.append(adW @ powers[-1])
+        coefficients.append((-1.0) ** k / np.prod(np.arange(2.0, k + 2.0)))
+        term = radius ** (k + 1) / np.prod(np.arange(2.0, k + 3.0))
+    return powers, coefficients
+
+
 @dataclass
-class Motion:
-    """The rod's equations of motion ``M v_dot = Q`` at one instant: nodes (the X grid, strain at q, q_dot);
-    J (N, 6, n_v) ``d eta / d v``, frame X; eta (N, 6) frame X (m/s, rad/s); M (n_v, n_v) kg, kg m, kg m^2 (per
-    unit of the strain coordinates); Q (n_v,) the generalized force (N, N m, ... conjugate to v)."""
+class SectionKinematics:
+    """Twists of the sections as the exact time derivatives of the Magnus poses (so the discrete rod is a chain of
+    rigid sections and its momentum and energy are invariants of the semi-discrete equations): nodes (the X grid,
+    strain at q, q_dot); J (N, 6, n_v) ``d eta / d v``, frame X; eta (N, 6) frame X (m/s, rad/s); zeta (N, 6) the
+    acceleration at ``v_dot = 0``, frame X (m/s^2, rad/s^2); Phi (N, 6, n_q) the shape functions at the nodes."""
     nodes: Nodes
     J: np.ndarray
     eta: np.ndarray
+    zeta: np.ndarray
+    Phi: np.ndarray
+
+
+def section_kinematics(model: PassiveRod, q: np.ndarray, v: np.ndarray) -> SectionKinematics:
+    """Differentiate ``g_{j+1} = g_j exp(W_j)``, ``W_j = h/2 (xi1 + xi2) + sqrt(3) h^2/12 ad_xi1 xi2`` (Magnus-4,
+    xi at the step's Gauss points, ``xi = xi0 + Phi q``) in time: ``eta_{j+1} = Ad(exp(-W_j)) eta_j + T_j W_dot_j``,
+    ``T = dexp_{-W}``. In the head frame (``u = Ad(g_rel) eta``) the recursion is a sum,
+    ``u_{j+1} = u_j + Ad(g_rel_{j+1}) T_j W_dot_j``, and its time derivative gives zeta with
+    ``eta_dot = Ad(g_rel)^-1 u_dot - ad_{eta_rel} eta`` (``eta_rel = eta - Ad(k) eta_o``, the twist relative to the
+    head)."""
+    eta_o, q_dot = split_velocity(model, v)
+    nodes = build_nodes(model.rod, strain_field(model, q, q_dot, np.zeros(model.n_q)), 0.0)
+    X, h = nodes.X, np.diff(nodes.X)[:, None]
+    Phi1, Phi2 = (basis(model, X[:-1] + c * h[:, 0])[0] for c in MAGNUS_NODES)
+    xi1, xi2 = REFERENCE_STRAIN + Phi1 @ q, REFERENCE_STRAIN + Phi2 @ q
+    rate1, rate2 = Phi1 @ q_dot, Phi2 @ q_dot
+    magnus = np.sqrt(3.0) / 12.0 * h ** 2
+    W = 0.5 * h * (xi1 + xi2) + magnus * lie.mv(lie.ad(xi1), xi2)
+    B = 0.5 * h[:, :, None] * (Phi1 + Phi2) + magnus[:, :, None] * (lie.ad(xi1) @ Phi2 - lie.ad(xi2) @ Phi1)
+    W_dot = lie.mv(B, q_dot)                                         # (N-1, 6): B = d W_dot / d q_dot
+    powers, coefficients = dexp_series(W)
+    T = sum(c * P for c, P in zip(coefficients, powers))
+    ad_W_dot = lie.ad(W_dot)
+    # d/dt of T along W_dot, applied to W_dot: sum_k c_k sum_i ad_W^i ad_{W_dot} ad_W^(k-1-i) W_dot
+    T_dot_W_dot = np.zeros_like(W)
+    for k in range(1, len(powers)):
+        for i in range(k - 1):                                       # i = k - 1 ends in ad_{W_dot} W_dot = 0
+            T_dot_W_dot += coefficients[k] * lie.mv(powers[i] @ ad_W_dot, lie.mv(powers[k - 1 - i], W_dot))
+    to_head = nodes.Adk_inv[1:]                                      # Ad(g_rel_{j+1})
+    zero = np.zeros((1, 6))
+    u = eta_o + np.concatenate([zero, np.cumsum(lie.mv(to_head, lie.mv(T, W_dot)), axis=0)])
+    eta = lie.mv(nodes.Adk, u)
+    eta_rel = lie.mv(nodes.Adk, u - eta_o)
+    W_ddot = 2.0 * magnus * lie.mv(lie.ad(rate1), rate2)            # the velocity part of W's second derivative
+    growth = lie.mv(lie.ad(eta_rel[1:]), lie.mv(T, W_dot)) + T_dot_W_dot + lie.mv(T, W_ddot)
+    u_dot = np.concatenate([zero, np.cumsum(lie.mv(to_head, growth), axis=0)])
+    zeta = lie.mv(nodes.Adk, u_dot) - lie.mv(lie.ad(eta_rel), eta)
+    J_strain = np.concatenate([np.zeros((1, 6, model.n_q)), np.cumsum(to_head @ T @ B, axis=0)])
+    J = np.concatenate([np.broadcast_to(np.eye(6), nodes.Adk.shape), J_strain], axis=2) if model.free_head \
+        else J_strain
+    Phi, _ = basis(model, X)
+    return SectionKinematics(nodes, nodes.Adk @ J, eta, zeta, Phi)
+
+
+@dataclass
+class Motion:
+    """The rod's equations of motion ``M v_dot = Q`` at one instant: the section kinematics; M (n_v, n_v) kg,
+    kg m, kg m^2 (per unit of the strain coordinates); Q (n_v,) the generalized force (N, N m, ... conjugate to
+    v)."""
+    kinematics: SectionKinematics
     M: np.ndarray
     Q: np.ndarray
 
 
 def equations_of_motion(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np.ndarray | None = None) -> Motion:
     """``M = int J^T Mc J dX``, ``Q = J(l)^T F+ - int J^T (Mc zeta - ad_eta^T Mc eta - Fb) dX
-    - int Phi^T H (xi - xi0) dX`` at (q (n_q,), v (n_v,)), head pose g_o (4, 4) world (default: the model's)."""
+    - int Phi^T H (xi - xi0) dX`` at (q (n_q,), v (n_v,)), head pose g_o (4, 4) world (default: the model's);
+    the integrals by Simpson's rule on the nodes (so the rod is a chain of sections of weights w_j: its
+    kinetic energy is ``1/2 v^T M v`` and ``Q`` holds the exact gradient of its elastic energy)."""
     rod, g_o = model.rod, model.g_o if g_o is None else g_o
-    eta_o, q_dot = split_velocity(model, v)
-    nodes = build_nodes(rod, strain_field(model, q, q_dot, np.zeros(model.n_q)), 0.0)
-    Phi, _ = basis(model, nodes.X)
-    # strain columns: the kinematics pass of a unit xi_t, eta = Ad(k) int Ad(k)^-1 Phi dX
-    J = nodes.Adk @ cumulative_simpson(nodes, nodes.Adk_inv @ Phi)
-    if model.free_head:
-        J = np.concatenate([nodes.Adk, J], axis=2)
-    eta = twists(nodes, eta_o)
-    zeta = accelerations(nodes, eta, np.zeros(6))           # etad at v_dot = 0 (xi_tt = 0 in the field)
-    inertial = rod.Mc * zeta - lie.mtv(lie.ad(eta), rod.Mc * eta) - distributed_load(rod, nodes, g_o)
+    kin = section_kinematics(model, q, v)
+    nodes, J, eta = kin.nodes, kin.J, kin.eta
+    inertial = rod.Mc * kin.zeta - lie.mtv(lie.ad(eta), rod.Mc * eta) - distributed_load(rod, nodes, g_o)
     M = cumulative_simpson(nodes, np.einsum("nji,j,njk->nik", J, rod.Mc, J))[-1]
     Q = J[-1].T @ tip_force_at_tip(model, nodes, g_o) - cumulative_simpson(nodes, lie.mtv(J, inertial))[-1]
-    Q[model.n_v - model.n_q:] += weak_residual(model, nodes, Phi, np.zeros_like(eta))     # - int Phi^T Lam_c
-    return Motion(nodes, J, eta, M, Q)
+    Q[model.n_v - model.n_q:] += weak_residual(model, nodes, kin.Phi, np.zeros_like(eta))     # - int Phi^T Lam_c
+    return Motion(kin, M, Q)
 
 
 def generalized_accelerations(model: PassiveRod, q: np.ndarray, v: np.ndarray,
@@ -166,7 +228,7 @@ def energy(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np.ndarray | No
     and tip-load potential) in J, at head pose g_o (default: the model's)."""
     g_o = model.g_o if g_o is None else g_o
     motion = equations_of_motion(model, q, v, g_o)
-    nodes = motion.nodes
+    nodes = motion.kinematics.nodes
     kinetic = 0.5 * float(np.asarray(v) @ motion.M @ np.asarray(v))
     strain = nodes.xi - REFERENCE_STRAIN
     elastic = 0.5 * cumulative_simpson(nodes, np.einsum("ni,i,ni->n", strain, model.H, strain))[-1]
@@ -178,8 +240,8 @@ def energy(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np.ndarray | No
 def world_momentum(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np.ndarray) -> np.ndarray:
     """The rod's momentum (6,) (kg m/s, kg m^2/s), world axes, about the world origin: ``Ad(g_o^-1)^T`` of the
     head-frame momentum ``int Ad(k)^T Mc eta dX`` (the head rows of ``M v``)."""
-    motion = equations_of_motion(model, q, v, g_o)
-    head = cumulative_simpson(motion.nodes, lie.mtv(motion.nodes.Adk, model.rod.Mc * motion.eta))[-1]
+    kin = section_kinematics(model, q, v)
+    head = cumulative_simpson(kin.nodes, lie.mtv(kin.nodes.Adk, model.rod.Mc * kin.eta))[-1]
     return lie.Ad_inv(g_o[None])[0].T @ head
 
 
