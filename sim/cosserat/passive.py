@@ -18,6 +18,8 @@ as the check of this identity. Statics: ``Q = 0`` at rest, solved by ``scipy.opt
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,16 +68,24 @@ def round_section_stiffness(radius: float, E: float, G: float, shear_factor: flo
 
 
 def basis(model: PassiveRod, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Phi (N, 6, n_q) and dPhi/dX (N, 6, n_q) at X (N,) m: Legendre P_j(2X/l - 1) per free component."""
-    m = model.modes
-    V = legendre.legvander(2.0 * X / model.rod.length - 1.0, m - 1)            # (N, m): P_j at X
+    """Phi (N, 6, n_q) and dPhi/dX (N, 6, n_q) at X (N,) m: Legendre P_j(2X/l - 1) per free component
+    (read-only: the tables are cached, a step evaluates them on the same few grids thousands of times)."""
+    X = np.ascontiguousarray(X, dtype=float)
+    return _legendre_tables(model.free, model.modes, model.rod.length, X.tobytes())
+
+
+@functools.lru_cache(maxsize=64)
+def _legendre_tables(free: tuple[int, ...], m: int, length: float, X_bytes: bytes) -> tuple[np.ndarray, np.ndarray]:
+    X = np.frombuffer(X_bytes, dtype=float)
+    V = legendre.legvander(2.0 * X / length - 1.0, m - 1)                      # (N, m): P_j at X
     D = np.zeros((m, m))                                                       # d/ds of P_j in the P basis
     D[:m - 1] = legendre.legder(np.eye(m), axis=0)[:m - 1]
-    Phi = np.zeros((X.size, 6, model.n_q))
+    Phi = np.zeros((X.size, 6, len(free) * m))
     Phi_X = np.zeros_like(Phi)
-    for c, component in enumerate(model.free):
+    for c, component in enumerate(free):
         Phi[:, component, c * m:(c + 1) * m] = V
-        Phi_X[:, component, c * m:(c + 1) * m] = V @ D * (2.0 / model.rod.length)
+        Phi_X[:, component, c * m:(c + 1) * m] = V @ D * (2.0 / length)
+    Phi.flags.writeable = Phi_X.flags.writeable = False
     return Phi, Phi_X
 
 
@@ -122,19 +132,42 @@ def weak_residual(model: PassiveRod, nodes: Nodes, Phi: np.ndarray, Lam: np.ndar
     return cumulative_simpson(nodes, np.einsum("nij,ni->nj", Phi, stress))[-1]
 
 
-def dexp_series(W: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
-    """Powers ``ad_W^k`` (N, 6, 6) and coefficients ``(-1)^k / (k+1)!`` of the right-trivialised tangent
-    ``exp(W)^-1 d exp(W) = sum_k (-1)^k / (k+1)! ad_W^k dW``, for steps W (N, 6); the series stops when its next
-    term's bound ``|ad_W|^k / (k+1)!`` (infinity norm) is below double rounding."""
+def dexp_series(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ad_W`` (N, 6, 6) and the coefficients c_k = ``(-1)^k / (k+1)!`` of the right-trivialised tangent
+    ``exp(W)^-1 d exp(W) = sum_k c_k ad_W^k dW`` for steps W (N, 6); the series stops when its next term's bound
+    ``|ad_W|^k / (k+1)!`` (infinity norm) is below double rounding."""
     adW = lie.ad(W)
     radius = float(np.max(np.abs(adW).sum(axis=-1)))
-    powers, coefficients, term = [np.broadcast_to(np.eye(6), adW.shape)], [1.0], 1.0
-    while term > np.finfo(float).eps:
-        k = len(powers)
-        powers.append(adW @ powers[-1])
-        coefficients.append((-1.0) ** k / np.prod(np.arange(2.0, k + 2.0)))
-        term = radius ** (k + 1) / np.prod(np.arange(2.0, k + 3.0))
-    return powers, coefficients
+    coefficients, k = [1.0], 0
+    while radius ** (k + 1) / math.factorial(k + 2) > np.finfo(float).eps:
+        k += 1
+        coefficients.append((-1.0) ** k / math.factorial(k + 1))
+    return adW, np.array(coefficients)
+
+
+def dexp_matrix(adW: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``T = sum_k c_k ad_W^k`` (N, 6, 6) by Horner's rule."""
+    T = np.broadcast_to(c[-1] * np.eye(6), adW.shape)
+    for ck in c[-2::-1]:
+        T = ck * np.eye(6) + adW @ T
+    return T
+
+
+def dexp_rate(adW: np.ndarray, c: np.ndarray, W_dot: np.ndarray) -> np.ndarray:
+    """``(d/dt T) W_dot`` (N, 6) for ``T = sum_k c_k ad_W^k``: ``sum_k c_k sum_i ad_W^i ad_{W_dot} ad_W^(k-1-i)
+    W_dot``, regrouped as ``sum_i ad_W^i s_i`` with ``s_i = sum_{j>=1} c_{i+1+j} ad_{W_dot} ad_W^j W_dot`` (the
+    j = 0 terms end in ``ad_{W_dot} W_dot = 0``) and evaluated by Horner's rule."""
+    K = c.size
+    ad_W_dot = lie.ad(W_dot)
+    powers = [W_dot]                                      # ad_W^j W_dot
+    for _ in range(1, K - 1):
+        powers.append(lie.mv(adW, powers[-1]))
+    z = [None] + [lie.mv(ad_W_dot, y) for y in powers[1:]]
+    s = [sum((c[i + 1 + j] * z[j] for j in range(1, K - 1 - i)), np.zeros_like(W_dot)) for i in range(K - 2)]
+    out = np.zeros_like(W_dot)
+    for si in reversed(s):
+        out = si + lie.mv(adW, out)
+    return out
 
 
 @dataclass
@@ -167,14 +200,9 @@ def section_kinematics(model: PassiveRod, q: np.ndarray, v: np.ndarray) -> Secti
     W = 0.5 * h * (xi1 + xi2) + magnus * lie.mv(lie.ad(xi1), xi2)
     B = 0.5 * h[:, :, None] * (Phi1 + Phi2) + magnus[:, :, None] * (lie.ad(xi1) @ Phi2 - lie.ad(xi2) @ Phi1)
     W_dot = lie.mv(B, q_dot)                                         # (N-1, 6): B = d W_dot / d q_dot
-    powers, coefficients = dexp_series(W)
-    T = sum(c * P for c, P in zip(coefficients, powers))
-    ad_W_dot = lie.ad(W_dot)
-    # d/dt of T along W_dot, applied to W_dot: sum_k c_k sum_i ad_W^i ad_{W_dot} ad_W^(k-1-i) W_dot
-    T_dot_W_dot = np.zeros_like(W)
-    for k in range(1, len(powers)):
-        for i in range(k - 1):                                       # i = k - 1 ends in ad_{W_dot} W_dot = 0
-            T_dot_W_dot += coefficients[k] * lie.mv(powers[i] @ ad_W_dot, lie.mv(powers[k - 1 - i], W_dot))
+    adW, coefficients = dexp_series(W)
+    T = dexp_matrix(adW, coefficients)
+    T_dot_W_dot = dexp_rate(adW, coefficients, W_dot)
     to_head = nodes.Adk_inv[1:]                                      # Ad(g_rel_{j+1})
     zero = np.zeros((1, 6))
     u = eta_o + np.concatenate([zero, np.cumsum(lie.mv(to_head, lie.mv(T, W_dot)), axis=0)])
