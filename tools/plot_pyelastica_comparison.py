@@ -44,16 +44,16 @@ def main(argv=None) -> int:
         rms, largest = c.path_difference(ours, theirs)
         ax.plot(t, theirs[:, axis], "k-", lw=2.5, alpha=0.4, label=f"PyElastica, {c.ELEMENTS} elements")
         ax.plot(t, ours[:, axis], "C0--", lw=1.2, label=f"ours, {c.MODES} Legendre modes (bending only)")
-        ax.plot(t, 10.0 * np.linalg.norm(ours - theirs, axis=1), "C3-", lw=0.8,
-                label=f"10 x |difference| (RMS {100 * rms:.2f} %, max {100 * largest:.2f} % of peak)")
+        ax.plot(t, 10.0 * np.linalg.norm(ours - theirs, axis=1), "C3-", lw=0.8, label="10 x |tip difference| (m)")
         ax.set_ylabel(f"tip {'xyz'[axis]} (m)")
-        ax.set_title(titles[case], fontsize=10)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.set_title(f"{titles[case]}: difference RMS {100 * rms:.2f} %, max {100 * largest:.2f} % of the peak",
+                     fontsize=9)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("time after release (s)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
     fig.suptitle("Passive Cosserat rod vs PyElastica 1.0: l = 1 m, r = 0.02 m, rho = 1000 kg/m^3, E = 1e8 Pa, "
                  "G = E/3", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.05, 1.0, 1.0))
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
     return 0

@@ -9,12 +9,14 @@ them. Both are linear in the accelerations ``v_dot`` of ``v = (eta_o, q_dot)`` (
 
 Swapping the order of the two X-integrals (``int_0^l Phi^T Ad(k)^-T int_X^l ... = int_0^l J^T ...``) writes that
 residual as ``J(l)^T F+ - int J^T (Mc etad - ad_eta^T Mc eta - Fb) dX - int Phi^T Lam_c dX`` with
-``J(X) = d eta(X) / d v``: the head columns are ``Ad(k)`` and the strain columns ``Ad(k) int_0^X Ad(k)^-1 Phi``
-(the kinematics pass of a unit ``xi_t``). Its ``v_dot`` matrix is then the mass matrix ``M = int J^T Mc J dX``
-(symmetric, positive definite: the head block is Block 1's ``Mo``) and the rest ``Q`` comes from one kinematics
-pass; ``M v_dot = Q`` is solved and the state advances by RK4 (the head pose as position + unit quaternion).
-:func:`weak_residual` of :func:`tail_wrench` is the residual in its Block 2 form, kept for the internal wrench and
-as the check of this identity. Statics: ``Q = 0`` at rest, solved by ``scipy.optimize.root``.
+``J(X) = d eta(X) / d v``: the head columns are ``Ad(k)`` and the strain columns the kinematics pass of a unit
+``xi_t``. Its ``v_dot`` matrix is then the mass matrix ``M = int J^T Mc J dX`` (symmetric, positive definite: the
+head block is Block 1's ``Mo``) and the rest ``Q`` comes from one kinematics pass; ``M v_dot = Q`` is solved and the
+state advances by RK4 (the head pose as position + unit quaternion). The section twists are the exact time
+derivatives of the Magnus poses (:func:`section_kinematics`), so the discrete rod is a chain of rigid sections and
+conserves momentum and energy up to RK4's error. :func:`weak_residual` of :func:`tail_wrench` is the residual in its
+Block 2 form (the paper's; it agrees to O(h^4)), kept for the internal wrench and as the check of the identity.
+Statics: ``Q = 0`` at rest, solved by ``scipy.optimize.root``.
 """
 from __future__ import annotations
 
@@ -112,23 +114,21 @@ def tip_force_at_tip(model: PassiveRod, nodes: Nodes, g_o: np.ndarray) -> np.nda
     return F_plus
 
 
-def tail_wrench(model: PassiveRod, nodes: Nodes, eta: np.ndarray, etad: np.ndarray, g_o: np.ndarray | None = None,
-                loads: bool = True) -> np.ndarray:
-    """Block 2 from the tail: Lam (N, 6) frame X with ``Lam(l) = F+`` (the tip force in frame l) and (13);
-    ``loads=False``: inertia only (no gravity, no tip force)."""
+def tail_wrench(model: PassiveRod, nodes: Nodes, eta: np.ndarray, etad: np.ndarray,
+                g_o: np.ndarray | None = None) -> np.ndarray:
+    """Block 2 from the tail: Lam (N, 6) frame X with ``Lam(l) = F+`` (the tip force in frame l) and (13), for
+    the twists eta and accelerations etad (N, 6) frame X, head pose g_o (default: the model's)."""
     rod = model.rod
     g_o = model.g_o if g_o is None else g_o
-    Fb = distributed_load(rod, nodes, g_o) if loads else np.zeros_like(eta)
-    source = rod.Mc * etad - lie.mtv(lie.ad(eta), rod.Mc * eta) - Fb
+    source = rod.Mc * etad - lie.mtv(lie.ad(eta), rod.Mc * eta) - distributed_load(rod, nodes, g_o)
     inside = cumulative_simpson(nodes, lie.mtv(nodes.Adk, source))
-    F_plus = tip_force_at_tip(model, nodes, g_o) if loads else np.zeros(6)
-    L = nodes.Adk[-1].T @ F_plus - (inside[-1] - inside)
+    L = nodes.Adk[-1].T @ tip_force_at_tip(model, nodes, g_o) - (inside[-1] - inside)
     return lie.mtv(nodes.Adk_inv, L)
 
 
-def weak_residual(model: PassiveRod, nodes: Nodes, Phi: np.ndarray, Lam: np.ndarray, elastic: bool = True):
-    """``int Phi^T (Lam - H (xi - xi0)) dX`` (n_q,)."""
-    stress = Lam - (model.H * (nodes.xi - REFERENCE_STRAIN) if elastic else 0.0)
+def weak_residual(model: PassiveRod, nodes: Nodes, Phi: np.ndarray, Lam: np.ndarray) -> np.ndarray:
+    """``int Phi^T (Lam - H (xi - xi0)) dX`` (n_q,) for Lam (N, 6) frame X and Phi (N, 6, n_q) at the nodes."""
+    stress = Lam - model.H * (nodes.xi - REFERENCE_STRAIN)
     return cumulative_simpson(nodes, np.einsum("nij,ni->nj", Phi, stress))[-1]
 
 
