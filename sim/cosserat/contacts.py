@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import lie
+from . import kernels, lie
 from .rod import Nodes, Rod, accelerations, build_nodes, twists
 from .strains import StrainField
 
@@ -73,6 +73,13 @@ class LockedAnchor:
         eta_o, etad_o, g_rel_C, _ = head_from_point(rod, strain, t, self.C, np.zeros(6), np.zeros(6))
         return eta_o, etad_o, self.g_c @ lie.inv_pose(g_rel_C[None])[0]
 
+    def head_motion_compiled(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
+        """:meth:`head_motion` through sim/cosserat/kernels.py."""
+        zero = np.zeros(6)
+        eta_o, etad_o, g_rel_C = kernels.head_from_point(*strain.kernel_law(), float(rod.length), int(rod.n_X),
+                                                         float(t), float(self.C), zero, zero)
+        return eta_o, etad_o, self.g_c @ lie.inv_pose(g_rel_C[None])[0]
+
     def residual(self, rod: Rod, nodes: Nodes, eta: np.ndarray, t: float) -> float:
         return float(np.max(np.abs(eta[nodes.at(self.C)])))
 
@@ -102,6 +109,13 @@ class SweepingAnchor:
         # d/dt [eta(C(t), t) + xi(C(t), t) C_dot] = 0, with eta' = -ad_xi eta + xi_t:
         etad_C = -C_dot * (-lie.ad(xi[None])[0] @ eta_C + 2.0 * xi_t) - xi_X * C_dot ** 2 - xi * C_ddot
         eta_o, etad_o, _, _ = head_from_point(rod, strain, t, C, eta_C, etad_C)
+        return eta_o, etad_o, None
+
+    def head_motion_compiled(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
+        """:meth:`head_motion` through sim/cosserat/kernels.py."""
+        C, C_dot, C_ddot = self.path(t)
+        eta_o, etad_o = kernels.sweeping_head(*strain.kernel_law(), float(rod.length), int(rod.n_X), float(t),
+                                              float(C), float(C_dot), float(C_ddot))
         return eta_o, etad_o, None
 
     def residual(self, rod: Rod, nodes: Nodes, eta: np.ndarray, t: float) -> float:
@@ -158,6 +172,17 @@ class HeadGuide:
         eta_o[4:] = self.V_o * at.xi[0, 4:]
         etad_o[4:] = self.V_o * at.xi_t[0, 4:]
         return eta_o, etad_o, None
+
+    def head_motion_compiled(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
+        """:meth:`head_motion` through sim/cosserat/kernels.py."""
+        eta_o, etad_o = kernels.guided_head(*strain.kernel_law(), float(self.V_o), float(t))
+        return eta_o, etad_o, None
+
+    def advance_compiled(self, strain: StrainField, first: int, count: int, dt: float, y: np.ndarray) -> np.ndarray:
+        """``count`` RK4 steps of the head state y (7,) (position m, unit quaternion) from step index ``first``
+        (t = n dt) in one compiled call (what algorithms.advance_head does one step at a time)."""
+        return kernels.guided_steps(*strain.kernel_law(), float(self.V_o), int(first), int(count), float(dt),
+                                    np.asarray(y, dtype=float))
 
     def residual(self, rod: Rod, nodes: Nodes, eta: np.ndarray, t: float) -> float:
         expected = np.zeros(6)
