@@ -15,11 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from sim.kernel_cache import discard_stale_kernels
-
 from .laws import law_kernel
-
-discard_stale_kernels()
 
 #: As rod.MAGNUS_NODES and rod.SAME_ABSCISSA_M (numba reads module globals as compile-time constants).
 GAUSS_LOW = 0.5 - math.sqrt(3.0) / 6.0

@@ -5,7 +5,9 @@ A kernel has the signature ``kernel(params (P,), X m, t s, out (4, m))``: it wri
 of the strain and their d/dX, d/dt, d2/dt2 at one abscissa. A :class:`CompiledLaw` names the kind (an id of
 :data:`LAW_KINDS`) and packs its parameters; :func:`law_kernel` dispatches on the id (an integer switch: numba
 cannot cache a kernel that receives another compiled function as an argument, sim/fused.py). Adding a law is a
-file here with its kernel, an id in :data:`LAW_KINDS` and a branch in :func:`law_kernel`.
+file here with its kernel, an id in :data:`LAW_KINDS` and a branch in :func:`law_kernel`. An edit of any file here
+or of sim/cosserat/kernels.py discards the group's cached kernels (sim/kernel_cache.py), since numba keys a cached
+kernel on its own file only.
 """
 from __future__ import annotations
 
@@ -14,10 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from sim.kernel_cache import discard_stale_cosserat_kernels
+
 from .constant import constant_kernel
 from .earthworm import earthworm_kernel
 from .inchworm import inchworm_kernel
 from .snake import snake_kernel
+
+discard_stale_cosserat_kernels()    # before any kernel of the group is loaded from numba's cache (at first call)
 
 #: Registered law kinds (the id the compiled kernels switch on).
 LAW_KINDS = {"constant": 0, "earthworm": 1, "inchworm": 2, "snake": 3}
