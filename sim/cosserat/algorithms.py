@@ -94,6 +94,11 @@ def head_motion(driver, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray
     return driver.head_motion(rod, strain, t, g_o)
 
 
+def _packed(array) -> np.ndarray:
+    """A float C-contiguous copy or view (the one array type the kernels are compiled and cached for)."""
+    return np.ascontiguousarray(array, dtype=float)
+
+
 def compiled_instant(rod: Rod, strain: StrainField, contacts, driver, t: float, g_o: np.ndarray,
                      dynamics: bool = True) -> RodState:
     """:func:`kinematic_instant` with Blocks 0-2 and the split in compiled kernels (one call after Block 0)."""
@@ -108,9 +113,9 @@ def compiled_instant(rod: Rod, strain: StrainField, contacts, driver, t: float, 
     for i, c in enumerate(supports):
         S[i, :, :columns[i]] = c.reaction
     (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, etad, Lam, Fc, F, closure,
-     status) = kernels.instant(*strain.kernel_law(), float(rod.length), int(rod.n_X), rod.Mc,
-                               np.asarray(rod.gravity, dtype=float), float(t), np.asarray(g_o, dtype=float),
-                               eta_o, etad_o, C, active, S, columns, bool(dynamics))
+     status) = kernels.instant(*strain.kernel_law(), float(rod.length), int(rod.n_X), _packed(rod.Mc),
+                               _packed(rod.gravity), float(t), _packed(g_o), _packed(eta_o), _packed(etad_o), C,
+                               active, S, columns, bool(dynamics))
     if status == kernels.NO_SUPPORT:
         raise CannotHold("no active support can exert the reaction")
     if status == kernels.CANNOT_HOLD:

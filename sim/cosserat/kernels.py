@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .laws import law_kernel
+from .laws import LEGENDRE, law_kernel
 
 #: As rod.MAGNUS_NODES and rod.SAME_ABSCISSA_M (numba reads module globals as compile-time constants).
 GAUSS_LOW = 0.5 - math.sqrt(3.0) / 6.0
@@ -26,6 +26,9 @@ SAME_ABSCISSA_M = 1e-12
 SERIES_ANGLE = 1e-4
 #: As contacts.HOLD_TOLERANCE.
 HOLD_TOLERANCE = 1e-8
+#: The passive rod's strain law (laws/legendre.py) writes all six components (case 1).
+LEGENDRE_KIND = LEGENDRE
+ALL_COMPONENTS = np.arange(6)
 #: Status of :func:`instant`: the supports held the body / no support could exert a nonzero reaction / the
 #: minimum-norm split leaves a residual (contacts.CannotHold in the Python path).
 HELD, NO_SUPPORT, CANNOT_HOLD = 0, 1, 2
@@ -509,3 +512,87 @@ def _node(X, C, right):
                 return j
             found = j
     return found
+
+
+# ----------------------------------------------------------------------------------------------- passive rod
+@njit(cache=True)
+def _legendre_basis(X, length, modes, free):
+    """passive.basis' Phi (N, 6, n_q): P_j(2 X / l - 1) (three-term recurrence) per free component."""
+    Phi = np.zeros((X.size, 6, modes * free.size))
+    P = np.empty(modes)
+    for n in range(X.size):
+        s = 2.0 * X[n] / length - 1.0
+        for j in range(modes):
+            P[j] = 1.0 if j == 0 else (s if j == 1 else ((2 * j - 1) * s * P[j - 1] - (j - 1) * P[j - 2]) / j)
+        for f in range(free.size):
+            for j in range(modes):
+                Phi[n, free[f], f * modes + j] = P[j]
+    return Phi
+
+
+@njit(cache=True)
+def _tail_wrench(segments, X, g_rel, Adk, Adk_inv, Mc, eta, etad, Fb, F_plus):
+    """passive.tail_wrench: Lam (N, 6) frame X from ``Lam(l) = F+`` (frame l) by (13), given Fb (N, 6)."""
+    N = X.size
+    source = np.empty((N, 6))
+    bias, work = np.empty(6), np.empty(6)
+    for j in range(N):
+        _ad_transpose_times(eta[j], Mc * eta[j], bias)
+        work[:] = Mc * etad[j] - bias - Fb[j]
+        _mtv(Adk[j], work, source[j])
+    inside = cumulative_simpson(X, segments, source, np.zeros((segments.shape[0], 6)))
+    end = np.empty(6)
+    _mtv(Adk[N - 1], F_plus, end)
+    Lam = np.empty((N, 6))
+    for j in range(N):
+        _mtv(Adk_inv[j], end - (inside[N - 1] - inside[j]), Lam[j])
+    return Lam
+
+
+@njit(cache=True)
+def _weak_residual(X, segments, Phi, stress):
+    """passive.weak_residual: ``int Phi^T stress dX`` (n_q,)."""
+    N, n_q = X.size, Phi.shape[2]
+    integrand = np.zeros((N, n_q))
+    for n in range(N):
+        for k in range(n_q):
+            for i in range(6):
+                integrand[n, k] += Phi[n, i, k] * stress[n, i]
+    return simpson_total(X, segments, integrand)
+
+
+@njit(cache=True)
+def passive_accelerations(params, length, n_X, Mc, gravity, g_o, H, tip_force, free, modes, t):
+    """passive.accelerations_q: q_ddot (n_q,) of the clamped rod whose strain law (laws/legendre.py, params
+    with q, q_dot and q_ddot = 0) is at (q, q_dot): the weak form ``r0 + A q_ddot = 0``, A column by column from
+    unit q_ddot."""
+    X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv = nodes(LEGENDRE_KIND, params, ALL_COMPONENTS, length,
+                                                                     n_X, t, np.empty(0), length)
+    N = X.size
+    Phi = _legendre_basis(X, length, modes, free)
+    n_q = Phi.shape[2]
+    zero6, zeros = np.zeros(6), np.zeros((N, 6))
+    eta = twists(X, segments, xi_t, Adk, Adk_inv, zero6)
+    zeta = accelerations(X, segments, xi_t, xi_tt, Adk, Adk_inv, eta, zero6)
+    Fb = np.zeros((N, 6))
+    R = np.empty((3, 3))
+    for j in range(N):
+        _mm(g_o[:3, :3], g_rel[j, :3, :3], R)
+        for i in range(3):
+            Fb[j, i] = Mc[0] * (R[0, i] * gravity[0] + R[1, i] * gravity[1] + R[2, i] * gravity[2])
+    F_plus = np.zeros(6)
+    _mm(g_o[:3, :3], g_rel[N - 1, :3, :3], R)
+    for i in range(3):
+        F_plus[i] = R[0, i] * tip_force[0] + R[1, i] * tip_force[1] + R[2, i] * tip_force[2]
+    Lam = _tail_wrench(segments, X, g_rel, Adk, Adk_inv, Mc, eta, zeta, Fb, F_plus)
+    stress = np.empty((N, 6))
+    for j in range(N):
+        for i in range(6):
+            stress[j, i] = Lam[j, i] - H[i] * (xi[j, i] - (1.0 if i == 0 else 0.0))
+    r0 = _weak_residual(X, segments, Phi, stress)
+    A = np.empty((n_q, n_q))
+    for k in range(n_q):
+        etad_k = accelerations(X, segments, xi_t, np.ascontiguousarray(Phi[:, :, k]), Adk, Adk_inv, zeros, zero6)
+        A[:, k] = _weak_residual(X, segments, Phi, _tail_wrench(segments, X, g_rel, Adk, Adk_inv, Mc, zeros, etad_k,
+                                                                zeros, zero6))
+    return np.linalg.solve(A, -r0)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.polynomial import legendre
 
-from . import lie
+from . import kernels, lie
+from .laws.legendre import legendre_params
 from .rod import Nodes, Rod, accelerations, build_nodes, cumulative_simpson, distributed_load, twists
 from .strains import REFERENCE_STRAIN, TABLE_I, StrainField
 
@@ -92,8 +93,19 @@ def weak_residual(model: PassiveRod, nodes: Nodes, Phi: np.ndarray, Lam: np.ndar
     return cumulative_simpson(nodes, np.einsum("nij,ni->nj", Phi, stress))[-1]
 
 
-def accelerations_q(model: PassiveRod, q: np.ndarray, q_dot: np.ndarray, t: float = 0.0) -> np.ndarray:
-    """q_ddot (n_q,) of the clamped rod at (q, q_dot): the weak form is ``r0 + A q_ddot = 0``."""
+def accelerations_q(model: PassiveRod, q: np.ndarray, q_dot: np.ndarray, t: float = 0.0, *,
+                    compiled: bool = False) -> np.ndarray:
+    """q_ddot (n_q,) of the clamped rod at (q, q_dot): the weak form is ``r0 + A q_ddot = 0``. ``compiled``: the
+    same recursions in one call of sim/cosserat/kernels.py (``passive_accelerations``)."""
+    if compiled:
+        rod = model.rod
+        params = legendre_params(rod.length, model.modes, model.free, np.asarray(q, dtype=float),
+                                 np.asarray(q_dot, dtype=float), np.zeros(model.n_q))
+        return kernels.passive_accelerations(params, float(rod.length), int(rod.n_X), rod.Mc,
+                                             np.ascontiguousarray(rod.gravity, dtype=float),
+                                             np.ascontiguousarray(model.g_o, dtype=float), model.H,
+                                             np.ascontiguousarray(model.tip_force, dtype=float),
+                                             np.array(model.free, dtype=np.int64), int(model.modes), float(t))
     nodes = build_nodes(model.rod, strain_field(model, q, q_dot, np.zeros(model.n_q)), t)
     Phi, _ = basis(model, nodes.X)
     eta = twists(nodes, np.zeros(6))
@@ -146,13 +158,15 @@ def tip_position(model: PassiveRod, q: np.ndarray) -> np.ndarray:
     return (model.g_o @ nodes.g_rel[-1])[:3, 3]
 
 
-def run(model: PassiveRod, q0: np.ndarray, duration: float, dt: float, record_every: int = 1):
-    """RK4 on (q, q_dot) from rest at q0: times (T,) s, q (T, n_q), q_dot (T, n_q)."""
+def run(model: PassiveRod, q0: np.ndarray, duration: float, dt: float, record_every: int = 1, *,
+        compiled: bool = False):
+    """RK4 on (q, q_dot) from rest at q0: times (T,) s, q (T, n_q), q_dot (T, n_q). ``compiled``: each
+    stage's q_ddot through sim/cosserat/kernels.py."""
     y = np.concatenate([np.asarray(q0, dtype=float), np.zeros(model.n_q)])
     n = model.n_q
 
     def rate(t, y):
-        return np.concatenate([y[n:], accelerations_q(model, y[:n], y[n:], t)])
+        return np.concatenate([y[n:], accelerations_q(model, y[:n], y[n:], t, compiled=compiled)])
 
     steps = max(1, int(round(duration / dt)))
     times, states = [0.0], [y.copy()]

@@ -21,13 +21,15 @@ from sim.kernel_cache import discard_stale_cosserat_kernels
 from .constant import constant_kernel
 from .earthworm import earthworm_kernel
 from .inchworm import inchworm_kernel
+from .legendre import legendre_kernel
 from .snake import snake_kernel
 
 discard_stale_cosserat_kernels()    # before any kernel of the group is loaded from numba's cache (at first call)
 
 #: Registered law kinds (the id the compiled kernels switch on).
-LAW_KINDS = {"constant": 0, "earthworm": 1, "inchworm": 2, "snake": 3}
-CONSTANT, EARTHWORM, INCHWORM, SNAKE = (LAW_KINDS[name] for name in ("constant", "earthworm", "inchworm", "snake"))
+LAW_KINDS = {"constant": 0, "earthworm": 1, "inchworm": 2, "snake": 3, "legendre": 4}
+CONSTANT, EARTHWORM, INCHWORM, SNAKE, LEGENDRE = (LAW_KINDS[name] for name in
+                                                  ("constant", "earthworm", "inchworm", "snake", "legendre"))
 
 
 @dataclass(frozen=True)
@@ -55,5 +57,7 @@ def law_kernel(kind, params, X, t, out):
         earthworm_kernel(params, X, t, out)
     elif kind == INCHWORM:
         inchworm_kernel(params, X, t, out)
+    elif kind == LEGENDRE:
+        legendre_kernel(params, X, t, out)
     else:
         snake_kernel(params, X, t, out)
