@@ -4,9 +4,10 @@ convergence study (docs/cosserat.md, "Resolution and speed").
     python benchmarks/bench_cosserat.py [--duration S] [--python-duration S]
     python benchmarks/bench_cosserat.py --convergence
 
-Speed: each robot at the resolution of its config (the snake's converged one), the real-time factor (simulated s
+Speed: each robot at the resolution of its config, the 2-D snake also at its converged one, the real-time factor (simulated s
 per wall s of the stepping loop, as `mms sim --summary` reports it) on the compiled path over ``--duration`` and on
-the Python path over ``--python-duration`` (the Python path is ~50-100x slower), in the same run, and their ratio.
+the Python path over ``--python-duration`` (the Python path is ~50-100x slower), in the same run, and their ratio;
+and the passive cantilever (sim/cosserat/passive.py) over a 50th of those durations.
 The kernels are compiled (or loaded from the cache) by a short run before anything is timed.
 
 Convergence: the snake's `--summary` keys over the full 10 s run for a ladder of n_X and dt, recorded at 100 Hz
@@ -92,9 +93,40 @@ def real_time_factor(robot: str, duration: float, compiled: bool) -> float:
     return duration / (time.perf_counter() - start)
 
 
+#: The snake at its converged resolution (docs/cosserat.md): n_X, dt s (recorded every step: 100 Hz).
+CONVERGED_SNAKE = (100, 0.01)
+
+
+def converged_snake_factor(duration: float, compiled: bool) -> float:
+    n_X, dt = CONVERGED_SNAKE
+    config, path = config_of("snake2d", n_X)
+    example = build_example(config, path)
+    start = time.perf_counter()
+    run_kinematic(example.rod, example.strain, example.contacts, example.driver_at, duration, dt, 1,
+                  g_o=example.g_o, dynamics=example.dynamics, compiled=compiled)
+    return duration / (time.perf_counter() - start)
+
+
+def passive_factor(duration: float, compiled: bool) -> float:
+    """The passive cantilever of tests/cosserat/test_passive_rod.py (shear and bending free, 4 modes each,
+    n_X = 40) released bent: RK4 at dt = 1 ms."""
+    from sim.cosserat.passive import PassiveRod, round_section_stiffness, run
+    from sim.cosserat.rod import round_rod
+
+    model = PassiveRod(round_rod(1.0, 0.02, 1000.0, n_X=40), round_section_stiffness(0.02, 1e8, 1e8 / 3, 27 / 28),
+                       (1, 5), 4)
+    q0 = np.zeros(model.n_q)
+    q0[model.modes] = 0.1
+    start = time.perf_counter()
+    run(model, q0, duration, 1e-3, 10, compiled=compiled)
+    return duration / (time.perf_counter() - start)
+
+
 def speed(duration: float, python_duration: float) -> None:
     for robot in ROBOTS:
         real_time_factor(robot, 0.05, True)          # compile or load the kernels: not timed
+    converged_snake_factor(0.05, True)
+    passive_factor(0.002, True)
     print(f"load before: {Path('/proc/loadavg').read_text().split()[:3]}")
     print("| robot | compiled (x real time) | Python (x real time) | ratio |")
     print("|---|---|---|---|")
@@ -102,6 +134,11 @@ def speed(duration: float, python_duration: float) -> None:
         fast = real_time_factor(robot, duration, True)
         slow = real_time_factor(robot, python_duration, False)
         print(f"| {robot} | {fast:.2f} | {slow:.3f} | {fast / slow:.0f} |", flush=True)
+    fast, slow = converged_snake_factor(duration, True), converged_snake_factor(python_duration, False)
+    print(f"| snake2d, converged (n_X = 100, dt = 10 ms) | {fast:.2f} | {slow:.3f} | {fast / slow:.0f} |", flush=True)
+    fast, slow = passive_factor(duration / 50, True), passive_factor(python_duration / 50, False)
+    print(f"| passive cantilever (n_X = 40, 8 modes, dt = 1 ms) | {fast:.3f} | {slow:.4f} | {fast / slow:.0f} |",
+          flush=True)
     print(f"load after: {Path('/proc/loadavg').read_text().split()[:3]}")
 
 

@@ -189,6 +189,7 @@ def run_kinematic(rod: Rod, strain: StrainField, contacts, driver_at: Callable[[
     driver.engage(rod, strain, 0.0, g)
     states = [kinematic_instant(rod, strain, contacts, driver, 0.0, g, dynamics, compiled=compiled)]
     n = 0
+    y = None        # the head's (position, quaternion) while chunks follow each other (saves a round trip to g)
     while n < steps:
         now = driver_at(n * dt)
         if now is not driver:
@@ -199,8 +200,10 @@ def run_kinematic(rod: Rod, strain: StrainField, contacts, driver_at: Callable[[
             # the steps up to the next record with the same driver, in one call
             while (n + count) % record_every != 0 and n + count < steps and driver_at((n + count) * dt) is driver:
                 count += 1
-            g = state_to_pose(driver.advance_compiled(strain, n, count, dt, pose_to_state(g)))
+            y = driver.advance_compiled(strain, n, count, dt, pose_to_state(g) if y is None else y)
+            g = state_to_pose(y)
         else:
+            y = None
             g = advance_head(rod, strain, driver, n * dt, dt, g, compiled=compiled)
         n += count
         if n % record_every == 0 or n == steps:

@@ -29,6 +29,9 @@ HOLD_TOLERANCE = 1e-8
 #: The passive rod's strain law (laws/legendre.py) writes all six components (case 1).
 LEGENDRE_KIND = LEGENDRE
 ALL_COMPONENTS = np.arange(6)
+#: Smallest normal double and the machine epsilon (scale floors, the least-squares cut-off).
+TINY = float(np.finfo(np.float64).tiny)
+EPS = float(np.finfo(np.float64).eps)
 #: Status of :func:`instant`: the supports held the body / no support could exert a nonzero reaction / the
 #: minimum-norm split leaves a residual (contacts.CannotHold in the Python path).
 HELD, NO_SUPPORT, CANNOT_HOLD = 0, 1, 2
@@ -442,7 +445,7 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     Fc = Mo @ etad_o - Fo
     # the minimum-norm split of Fc over the active supports
     status = HELD
-    scale = max(np.max(np.abs(Fc)), np.finfo(np.float64).tiny)
+    scale = max(np.max(np.abs(Fc)), TINY)
     width = 0
     for i in range(p):
         if active[i]:
@@ -459,7 +462,7 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
                 for m in range(columns[i]):
                     _mtv(Adk[j], S[i, :, m].copy(), A[:, k + m])
                 k += columns[i]
-        f = np.linalg.lstsq(A, Fc, rcond=np.finfo(np.float64).eps * max(6, width))[0]
+        f = np.linalg.lstsq(A, Fc, rcond=EPS * max(6, width))[0]
         if np.max(np.abs(A @ f - Fc)) > HOLD_TOLERANCE * scale and np.max(np.abs(Fc)) > 0.0:
             status = CANNOT_HOLD
         k = 0
@@ -497,7 +500,7 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     Lam = np.empty((N, 6))
     for j in range(N):
         _mtv(Adk_inv[j], L[j] - F_minus, Lam[j])
-    big = max(np.max(np.abs(Lam)), np.max(np.abs(F_plus)), np.finfo(np.float64).tiny)
+    big = max(np.max(np.abs(Lam)), np.max(np.abs(F_plus)), TINY)
     closure = np.max(np.abs(Lam[N - 1] - F_plus)) / big
     return X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, etad, Lam, Fc, F, closure, status
 
