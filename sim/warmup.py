@@ -13,7 +13,7 @@ first states); the Makefile's install step runs this module instead, where the u
 :func:`warm_up` steps every shipped robot (:data:`CASES`) along every path a product process takes: the fused
 path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of
 `mms sim`), the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`;
-and the Cosserat robots (:data:`COSSERAT_ROBOTS`) on their compiled path.
+and the Cosserat robots (:data:`COSSERAT_ROBOTS`) and the passive rod on their compiled path.
 :func:`kernels_compiled` says, from the cache index files alone (nothing is loaded), whether the entry kernels
 have code for the current sources.
 
@@ -44,7 +44,8 @@ ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # f
                  ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
                  ("sim.dynamics", "_recursions_packed"), ("sim.cosserat.kernels", "instant"),
                  ("sim.cosserat.kernels", "guided_steps"), ("sim.cosserat.kernels", "guided_head"),
-                 ("sim.cosserat.kernels", "head_from_point"), ("sim.cosserat.kernels", "sweeping_head"))
+                 ("sim.cosserat.kernels", "head_from_point"), ("sim.cosserat.kernels", "sweeping_head"),
+                 ("sim.cosserat.kernels", "passive_accelerations"))
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,16 @@ def exercise_cosserat(robot: str) -> None:
                   dynamics=example.dynamics, compiled=True)
 
 
+def exercise_passive() -> None:
+    """One compiled q_ddot of a passive cantilever (sim/cosserat/passive.py, kernels.passive_accelerations)."""
+    from sim.cosserat.passive import PassiveRod, accelerations_q, round_section_stiffness
+    from sim.cosserat.rod import round_rod
+
+    model = PassiveRod(round_rod(1.0, 0.02, 1000.0, n_X=8), round_section_stiffness(0.02, 1e8, 1e8 / 3.0, 1.0),
+                       (1, 5), 2)
+    accelerations_q(model, np.zeros(model.n_q), np.zeros(model.n_q), compiled=True)
+
+
 def kernel_dispatchers() -> dict[str, object]:
     """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules, the registered
     plug-in kernels (sim.plugins: "registry kind:name") and the stepping kernels bound to the registries
@@ -198,6 +209,9 @@ def warm_up(cases=CASES, *, out=sys.stdout) -> float:
         case_start = time.perf_counter()
         exercise_cosserat(robot)
         say(f"  {robot} (Cosserat rod): {time.perf_counter() - case_start:.1f} s")
+    case_start = time.perf_counter()
+    exercise_passive()
+    say(f"  passive Cosserat rod: {time.perf_counter() - case_start:.1f} s")
     wall = time.perf_counter() - start
     compiled = sum(compiled_here().values())
     if compiled:
