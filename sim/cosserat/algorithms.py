@@ -112,8 +112,8 @@ def compiled_instant(rod: Rod, strain: StrainField, contacts, driver, t: float, 
     columns = np.array([c.reaction.shape[1] for c in supports], dtype=np.int64)
     for i, c in enumerate(supports):
         S[i, :, :columns[i]] = c.reaction
-    (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, etad, Lam, Fc, F, closure,
-     status) = kernels.instant(*strain.kernel_law(), float(rod.length), int(rod.n_X), _packed(rod.Mc),
+    (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, etad, Lam, Fc, F, closure, status,
+     held) = kernels.instant(*strain.kernel_law(), float(rod.length), int(rod.n_X), _packed(rod.Mc),
                                _packed(rod.gravity), float(t), _packed(g_o), _packed(eta_o), _packed(etad_o), C,
                                active, S, columns, bool(dynamics))
     if status == kernels.NO_SUPPORT:
@@ -121,7 +121,11 @@ def compiled_instant(rod: Rod, strain: StrainField, contacts, driver, t: float, 
     if status == kernels.CANNOT_HOLD:
         raise CannotHold(f"the supports cannot exert the reaction {np.round(Fc, 6).tolist()} (head frame)")
     nodes = Nodes(X, [(int(a), int(b)) for a, b in segments], xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv)
-    residual = max((c.residual(rod, nodes, eta, t) for c in contacts if c.active(t)), default=0.0)
+    # a contact whose residual is its reacting twist components (``residual_is_reaction_twist``) has it computed
+    # by the kernel; the others (their own constraint) in Python
+    by_kernel = {id(c): float(r) for c, r in zip(supports, held) if getattr(c, "residual_is_reaction_twist", False)}
+    residual = max((by_kernel[id(c)] if id(c) in by_kernel else c.residual(rod, nodes, eta, t)
+                    for c in contacts if c.active(t)), default=0.0)
     wrenches = [(float(C[i]), F[i]) for i in range(len(supports))] if dynamics else []
     return RodState(t, g_o, eta_o, etad_o, nodes, eta, etad, Lam, Fc, wrenches, float(closure), residual)
 

@@ -4,7 +4,9 @@ A contact is an object with
 - ``abscissa(t) -> float``: its material point C(t) in [0, l] (m);
 - ``active(t) -> bool``: whether it acts at t (intervals are closed on the left, open on the right);
 - ``reaction``: (6, m) the wrench components it can exert, frame C (columns of the identity; m = 0: none);
-- ``residual(rod, nodes, eta, t) -> float``: how far the recomputed twist eta (N, 6) is from its constraint;
+- ``residual(rod, nodes, eta, t) -> float``: how far the recomputed twist eta (N, 6) is from its constraint
+  (``residual_is_reaction_twist = True`` says it is ``max |reaction^T eta(C)|``, which the compiled path then
+  computes in its kernel);
 and, if it can set the head's motion (Block 0), ``head_motion(rod, field, t, g_o) -> (eta_o, etad_o, pose)``
 with ``pose`` the head pose it implies (4, 4) or None when the head pose is integrated from eta_o (a contact
 whose ``fixes_pose`` is true always gives it), and
@@ -62,6 +64,7 @@ class LockedAnchor:
     reaction: np.ndarray = field(default_factory=lambda: selection(FULL_WRENCH))
     g_c: np.ndarray | None = None
     fixes_pose = True           # Block 0 gives the head pose itself: g_o = g_c k(C)
+    residual_is_reaction_twist = True   # residual = max |S^T eta(C)| (S the reaction): the compiled path's own
 
     def abscissa(self, t: float) -> float:
         return self.C
@@ -132,6 +135,7 @@ class FollowerSupport:
     components: tuple[int, ...] = FOLLOWER
     name: str = "support"
     reaction: np.ndarray = field(init=False)
+    residual_is_reaction_twist = True   # residual = max |S^T eta(C)| (S the reaction): the compiled path's own
 
     def __post_init__(self):
         self.reaction = selection(self.components)

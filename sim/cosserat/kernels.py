@@ -255,6 +255,7 @@ def simpson_total(X, segments, f):
 
 @njit(cache=True)
 def _mv(A, x, out):
+    """out (6,) = A x, A (6, 6) in any layout."""
     for i in range(6):
         acc = 0.0
         for k in range(6):
@@ -264,41 +265,40 @@ def _mv(A, x, out):
 
 @njit(cache=True)
 def _mtv(A, x, out):
-    for i in range(6):
-        acc = 0.0
-        for k in range(6):
-            acc += A[k, i] * x[k]
-        out[i] = acc
+    """out (6,) = A^T x."""
+    _mv(A.T, x, out)
+
+
+@njit(cache=True)
+def _transported(X, segments, Adk, Adk_inv, source, head):
+    """The solution (N, 6) frame X of ``y' = -ad_xi y + source`` from ``y(0) = head``: in the head frame a
+    quadrature, ``y = Ad(k) (head + int Ad(k)^-1 source dX)``."""
+    N = X.size
+    moved = np.empty((N, 6))
+    for j in range(N):
+        _mv(Adk_inv[j], source[j], moved[j])
+    moved = cumulative_simpson(X, segments, moved, np.zeros((segments.shape[0], 6)))
+    out = np.empty((N, 6))
+    for j in range(N):
+        _mv(Adk[j], head + moved[j], out[j])
+    return out
 
 
 @njit(cache=True)
 def twists(X, segments, xi_t, Adk, Adk_inv, eta_o):
     """rod.twists: eta (N, 6) frame X = ``Ad(k) (eta_o + int Ad(k)^-1 xi_t dX)``."""
-    N = X.size
-    moved = np.empty((N, 6))
-    for j in range(N):
-        _mv(Adk_inv[j], xi_t[j], moved[j])
-    moved = cumulative_simpson(X, segments, moved, np.zeros((segments.shape[0], 6)))
-    eta = np.empty((N, 6))
-    for j in range(N):
-        _mv(Adk[j], eta_o + moved[j], eta[j])
-    return eta
+    return _transported(X, segments, Adk, Adk_inv, xi_t, eta_o)
 
 
 @njit(cache=True)
 def accelerations(X, segments, xi_t, xi_tt, Adk, Adk_inv, eta, etad_o):
     """rod.accelerations: etad (N, 6) frame X, ``etad' = -ad_xi etad - ad_{xi_t} eta + xi_tt``."""
-    N = X.size
-    moved = np.empty((N, 6))
+    source = np.empty((X.size, 6))
     cross = np.empty(6)
-    for j in range(N):
+    for j in range(X.size):
         _ad_times(xi_t[j], eta[j], cross)
-        _mv(Adk_inv[j], xi_tt[j] - cross, moved[j])
-    moved = cumulative_simpson(X, segments, moved, np.zeros((segments.shape[0], 6)))
-    etad = np.empty((N, 6))
-    for j in range(N):
-        _mv(Adk[j], etad_o + moved[j], etad[j])
-    return etad
+        source[j] = xi_tt[j] - cross
+    return _transported(X, segments, Adk, Adk_inv, source, etad_o)
 
 
 # ----------------------------------------------------------------------------------------------- Block 0
@@ -401,7 +401,8 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
 
     Supports: C (p,) m, active (p,) bool, S (p, 6, 6) reaction columns (the first ``columns[i]`` used).
     Returns the nodes (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv), eta, etad, Lam (N, 6),
-    Fc (6,) head frame, F (p, 6) frame C_i, the closure and a status (HELD, NO_SUPPORT, CANNOT_HOLD)."""
+    Fc (6,) head frame, F (p, 6) frame C_i, the closure, a status (HELD, NO_SUPPORT, CANNOT_HOLD) and per
+    support the largest reacting component of the twist at C, ``max |S^T eta(C)|`` (p,) (0 when inactive)."""
     p = C.size
     cuts = np.empty(p)
     n_cuts = 0
@@ -414,9 +415,19 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     N = X.size
     eta = twists(X, segments, xi_t, Adk, Adk_inv, eta_o)
     F = np.zeros((p, 6))
+    # each support's reacting components of the twist at C (its residual when it holds those at zero)
+    residuals = np.zeros(p)
+    for i in range(p):
+        if active[i]:
+            j = _node(X, C[i], False)
+            for m in range(columns[i]):
+                component = 0.0
+                for c in range(6):
+                    component += S[i, c, m] * eta[j, c]
+                residuals[i] = max(residuals[i], abs(component))
     if not dynamics:
         return (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, np.zeros((N, 6)), np.zeros((N, 6)),
-                np.zeros(6), F, 0.0, HELD)
+                np.zeros(6), F, 0.0, HELD, residuals)
     zeta = accelerations(X, segments, xi_t, xi_tt, Adk, Adk_inv, eta, np.zeros(6))
     # Block 1: Fb, Mo, Fo
     Fb = np.zeros((N, 6))
@@ -502,7 +513,7 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
         _mtv(Adk_inv[j], L[j] - F_minus, Lam[j])
     big = max(np.max(np.abs(Lam)), np.max(np.abs(F_plus)), TINY)
     closure = np.max(np.abs(Lam[N - 1] - F_plus)) / big
-    return X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, etad, Lam, Fc, F, closure, status
+    return X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, etad, Lam, Fc, F, closure, status, residuals
 
 
 @njit(cache=True)
