@@ -116,6 +116,8 @@ def compiled_instant(rod: Rod, strain: StrainField, contacts, driver, t: float, 
      held) = kernels.instant(*strain.kernel_law(), float(rod.length), int(rod.n_X), _packed(rod.Mc),
                                _packed(rod.gravity), float(t), _packed(g_o), _packed(eta_o), _packed(etad_o), C,
                                active, S, columns, bool(dynamics))
+    if status == kernels.NOT_A_NODE:
+        raise ValueError(f"a support is off the body: abscissae {C[active].tolist()} m, body [0, {rod.length:g}] m")
     if status == kernels.NO_SUPPORT:
         raise CannotHold("no active support can exert the reaction")
     if status == kernels.CANNOT_HOLD:

@@ -33,8 +33,9 @@ ALL_COMPONENTS = np.arange(6)
 TINY = float(np.finfo(np.float64).tiny)
 EPS = float(np.finfo(np.float64).eps)
 #: Status of :func:`instant`: the supports held the body / no support could exert a nonzero reaction / the
-#: minimum-norm split leaves a residual (contacts.CannotHold in the Python path).
-HELD, NO_SUPPORT, CANNOT_HOLD = 0, 1, 2
+#: minimum-norm split leaves a residual (contacts.CannotHold in the Python path) / a support's abscissa is off the
+#: body (rod.Nodes.at's ValueError).
+HELD, NO_SUPPORT, CANNOT_HOLD, NOT_A_NODE = 0, 1, 2, 3
 
 
 # ----------------------------------------------------------------------------------------------- strains
@@ -402,7 +403,8 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     Supports: C (p,) m, active (p,) bool, S (p, 6, 6) reaction columns (the first ``columns[i]`` used).
     Returns the nodes (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv), eta, etad, Lam (N, 6),
     Fc (6,) head frame, F (p, 6) frame C_i, the closure, a status (HELD, NO_SUPPORT, CANNOT_HOLD) and per
-    support the largest reacting component of the twist at C, ``max |S^T eta(C)|`` (p,) (0 when inactive)."""
+    support the largest reacting component of the twist at C, ``max |S^T eta(C)|`` (p,) (0 when inactive).
+    A support off the body stops it at once (status NOT_A_NODE)."""
     p = C.size
     cuts = np.empty(p)
     n_cuts = 0
@@ -420,6 +422,9 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     for i in range(p):
         if active[i]:
             j = _node(X, C[i], False)
+            if j < 0:
+                return (X, segments, xi, xi_X, xi_t, xi_tt, g_rel, Adk, Adk_inv, eta, np.zeros((N, 6)),
+                        np.zeros((N, 6)), np.zeros(6), F, 0.0, NOT_A_NODE, residuals)
             for m in range(columns[i]):
                 component = 0.0
                 for c in range(6):

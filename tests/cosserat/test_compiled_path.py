@@ -15,7 +15,7 @@ from sim.config import load_toml
 from sim.cosserat.algorithms import kinematic_instant, run_kinematic
 from sim.cosserat.contacts import CannotHold
 from sim.cosserat.examples import earthworm_robot, inchworm_robot, snake_robot
-from sim.cosserat.laws import law_kernel
+from sim.cosserat.laws import CompiledLaw, law_kernel
 from sim.cosserat.rod import round_rod
 from sim.cosserat.strains import constant_field
 from sim.robots.cosserat import simulate_offline, summarize
@@ -106,6 +106,18 @@ def test_compiled_path_refuses_what_the_python_path_refuses():
             kinematic_instant(ex.rod, ex.strain, ex.contacts, ex.driver_at(0.3), 0.3, np.eye(4), compiled=compiled)
         messages.append(str(error.value).split("[")[0])
     assert messages[0] == messages[1]
+
+
+def test_a_support_off_the_body_is_refused_on_both_paths():
+    """A peg whose path leaves [0, l] is no node of the grid: ValueError on both paths (the kernel must not read
+    another node's frame in its place)."""
+    ex = snake_robot(round_rod(LENGTH, RADIUS, RHO, n_X=40), 10.0, 0.5, -0.5, 0.5, 3.0, 4.0, 3)
+    ex.contacts[1].path = lambda t: 1.5
+    for compiled in (False, True):
+        with pytest.raises(ValueError, match="1.5"):
+            kinematic_instant(ex.rod, ex.strain, ex.contacts, ex.driver_at(0.3), 0.3, np.eye(4), compiled=compiled)
+    with pytest.raises(ValueError, match="snake"):
+        CompiledLaw("snake", np.zeros(3))
 
 
 def snake_summary(n_X: int, dt: float) -> dict:

@@ -30,6 +30,8 @@ discard_stale_cosserat_kernels()    # before any kernel of the group is loaded f
 LAW_KINDS = {"constant": 0, "earthworm": 1, "inchworm": 2, "snake": 3, "legendre": 4}
 CONSTANT, EARTHWORM, INCHWORM, SNAKE, LEGENDRE = (LAW_KINDS[name] for name in
                                                   ("constant", "earthworm", "inchworm", "snake", "legendre"))
+#: Parameters each kind reads (None: as many as it is given; the kernels do not check bounds).
+PARAMETER_COUNTS = {"constant": None, "earthworm": 4, "inchworm": 4, "snake": 8, "legendre": None}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class CompiledLaw:
         if self.kind not in LAW_KINDS:
             raise ValueError(f"unknown compiled strain law {self.kind!r}; expected one of {sorted(LAW_KINDS)}")
         object.__setattr__(self, "params", np.ascontiguousarray(self.params, dtype=float))
+        expected = PARAMETER_COUNTS[self.kind]
+        if self.params.ndim != 1 or (expected is not None and self.params.size != expected):
+            raise ValueError(f"compiled strain law {self.kind!r}: got parameters of shape {self.params.shape}, "
+                             f"expected ({expected},)")
 
     @property
     def kind_id(self) -> int:
