@@ -50,8 +50,10 @@ def config_of(robot: str, n_X: int | None = None) -> tuple[dict, Path]:
 def summary(robot: str, n_X: int, dt: float, duration: float | None = None) -> dict:
     """`mms sim --summary` of the robot at (n_X, dt), recorded every RECORD_PERIOD_S."""
     config, path = config_of(robot, n_X)
+    # in the config: `--record-every 1` is the option's default, which leaves the config's value in force
+    config["simulation"]["record_every"] = max(1, int(round(RECORD_PERIOD_S / dt)))
     args = argparse.Namespace(base=None, integrator=None, periodic=False, dt=dt, duration=duration, periods=None,
-                              record_every=max(1, int(round(RECORD_PERIOD_S / dt))))
+                              record_every=1)
     return summarize(simulate_offline(config, path, args, False))
 
 
