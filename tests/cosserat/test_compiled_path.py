@@ -131,11 +131,11 @@ def snake_summary(n_X: int, dt: float) -> dict:
 
 
 def test_snake_summary_converges_at_n_x_100_and_dt_10_ms():
-    """docs/cosserat.md's convergence table: against n_X = 400 (itself within 3e-6 of n_X = 800; dt does not
+    """docs/cosserat.md's convergence table: against n_X = 200 (itself within 4e-5 of n_X = 800; dt does not
     matter below 10 ms, 2.5e-8), every motion and load key of the 2-D snake's summary is within 0.1 % at
-    (n_X = 100, dt = 10 ms) (table: 5.1e-4 largest) but not at n_X = 80 (1.2e-3): 100 is the coarsest converged
+    (n_X = 100, dt = 10 ms) (table: 5.2e-4 largest) but not at n_X = 80 (1.2e-3): 100 is the coarsest converged
     grid of the ladder. The cycle-mean contact force is zero at convergence: it is measured against the peak."""
-    reference = snake_summary(400, 0.01)
+    reference = snake_summary(200, 0.01)
     keys = ("head_displacement_m", "mean_head_velocity_m_s", "peak_head_speed_m_s", "max_contact_force_N",
             "cycle_mean_contact_force_N", "max_internal_torque_Nm")
 
