@@ -13,18 +13,32 @@ from pathlib import Path
 #: and the module constants it reads).
 KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py",
                   "plugins.py", "laws.py")
+#: The Cosserat rod's kernels (sim/cosserat/kernels.py and the strain laws compiled into it, sim/cosserat/laws/*.py)
+#: are a group of their own, cached in these folders (relative to sim/) and stamped in the first.
+COSSERAT_CACHE_DIRS = ("cosserat/__pycache__", "cosserat/laws/__pycache__")
 #: Written next to numba's cache files: the hash of KERNEL_SOURCES and the numba version they were compiled with.
 STAMP_NAME = "kernels.stamp"
 _checked = False
+_checked_cosserat = False
 
 
-def kernel_sources_hash() -> str:
+def _sources_hash(paths) -> str:
     import numba
 
     digest = hashlib.sha256(numba.__version__.encode())
-    for name in KERNEL_SOURCES:
-        digest.update((Path(__file__).parent / name).read_bytes())
+    for path in paths:
+        digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def kernel_sources_hash() -> str:
+    return _sources_hash(Path(__file__).parent / name for name in KERNEL_SOURCES)
+
+
+def cosserat_sources() -> list[Path]:
+    """The sources of the Cosserat kernel group (a new law file joins it by being in sim/cosserat/laws/)."""
+    root = Path(__file__).parent / "cosserat"
+    return [root / "kernels.py", *sorted((root / "laws").glob("*.py"))]
 
 
 def discard_stale_kernels(cache_dir: Path | None = None) -> bool:
@@ -40,20 +54,35 @@ def discard_stale_kernels(cache_dir: Path | None = None) -> bool:
     _checked = True
     if os.environ.get("NUMBA_CACHE_DIR"):
         return False            # numba's own location rules there; `python -m sim.warmup` after an update
-    directory = cache_dir or Path(__file__).parent / "__pycache__"
-    stamp = directory / STAMP_NAME
-    current = kernel_sources_hash()
+    return _discard_stale([cache_dir or Path(__file__).parent / "__pycache__"], kernel_sources_hash())
+
+
+def discard_stale_cosserat_kernels() -> bool:
+    """:func:`discard_stale_kernels` for the Cosserat group (sim/cosserat/laws/__init__.py calls it at import)."""
+    global _checked_cosserat
+    if _checked_cosserat or os.environ.get("NUMBA_CACHE_DIR"):
+        return False
+    _checked_cosserat = True
+    root = Path(__file__).parent
+    return _discard_stale([root / d for d in COSSERAT_CACHE_DIRS], _sources_hash(cosserat_sources()))
+
+
+def _discard_stale(directories: list[Path], current: str) -> bool:
+    """Delete numba's cache files in ``directories`` unless the stamp in the first holds ``current``."""
+    stamp = directories[0] / STAMP_NAME
     try:
         if stamp.read_text() == current:
             return False
     except OSError:
         pass
     try:
-        directory.mkdir(exist_ok=True)
-        stale = [p for p in directory.iterdir() if p.suffix in (".nbi", ".nbc")]
+        stale = []
+        for directory in directories:
+            directory.mkdir(exist_ok=True)
+            stale += [p for p in directory.iterdir() if p.suffix in (".nbi", ".nbc")]
         for path in stale:
             path.unlink(missing_ok=True)
-        temporary = directory / f"{STAMP_NAME}.{os.getpid()}"
+        temporary = directories[0] / f"{STAMP_NAME}.{os.getpid()}"
         temporary.write_text(current)
         temporary.replace(stamp)
     except OSError:

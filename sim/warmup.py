@@ -2,7 +2,8 @@
 
     python -m sim.warmup [--quiet] [--check]
 
-The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py) are ``@njit(cache=True)``:
+The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py, sim/cosserat/kernels.py and
+the strain laws of sim/cosserat/laws/) are ``@njit(cache=True)``:
 numba compiles each one for the argument types it meets, the first time it meets them, and writes the machine
 code next to the source (``__pycache__/*.nbi`` index, ``*.nbc`` code). A later process loads that code in a
 fraction of a second. Without a warm-up the first simulation of a fresh installation pays the compile (about
@@ -11,7 +12,8 @@ first states); the Makefile's install step runs this module instead, where the u
 
 :func:`warm_up` steps every shipped robot (:data:`CASES`) along every path a product process takes: the fused
 path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of
-`mms sim`), the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`.
+`mms sim`), the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`;
+and the Cosserat robots (:data:`COSSERAT_ROBOTS`) on their compiled path.
 :func:`kernels_compiled` says, from the cache index files alone (nothing is loaded), whether the entry kernels
 have code for the current sources.
 
@@ -40,7 +42,10 @@ COMPILE_ESTIMATE_S = 70
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
                  ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
-                 ("sim.dynamics", "_recursions_packed"), ("sim.dynamics", "_evaluate_packed"))
+                 ("sim.dynamics", "_recursions_packed"), ("sim.dynamics", "_evaluate_packed"),
+                 ("sim.cosserat.kernels", "instant"), ("sim.cosserat.kernels", "guided_steps"),
+                 ("sim.cosserat.kernels", "guided_head"), ("sim.cosserat.kernels", "head_from_point"),
+                 ("sim.cosserat.kernels", "sweeping_head"))
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,10 @@ CASES = (
     Case("pendulum (URDF)", "pendulum"),
     Case("flapper, modal wings", "flapper_flexible", {"robot": {"base": "fixed"}}),
 )
+
+
+#: The Cosserat robots (robot kind ``cosserat``, sim/cosserat/kernels.py): `mms sim` runs them on the compiled path.
+COSSERAT_ROBOTS = ("earthworm", "inchworm", "snake2d", "snake3d")
 
 
 def _merge(base: dict, overrides: dict) -> dict:
@@ -116,6 +125,20 @@ def exercise(model, dt: float) -> None:
     # a user's own (writable) pose and joint arrays are another argument type than the model's read-only ones
     hybrid_dynamics(model, model.base_pose.copy(), np.zeros(6), model.q_rest.copy(), np.zeros(n), model.actuated,
                     np.zeros(n), np.zeros(n))
+
+
+def exercise_cosserat(robot: str) -> None:
+    """A few steps of a shipped Cosserat robot on the compiled path (every kernel `mms sim` calls: the instant, each
+    contact's Block 0, the snakes' chunked head steps)."""
+    from sim.config import load_toml, shipped_config
+    from sim.cosserat.algorithms import run_kinematic
+    from sim.robots.cosserat import build_example
+
+    path = shipped_config("robot", robot)
+    example = build_example(load_toml(path), path)
+    dt = 1e-3
+    run_kinematic(example.rod, example.strain, example.contacts, example.driver_at, 3 * dt, dt, 2, g_o=example.g_o,
+                  dynamics=example.dynamics, compiled=True)
 
 
 def kernel_dispatchers() -> dict[str, object]:
@@ -175,6 +198,10 @@ def warm_up(cases=CASES, *, out=sys.stdout) -> float:
         case_start = time.perf_counter()
         exercise(*build_case(case))
         say(f"  {case.label}: {time.perf_counter() - case_start:.1f} s")
+    for robot in COSSERAT_ROBOTS:
+        case_start = time.perf_counter()
+        exercise_cosserat(robot)
+        say(f"  {robot} (Cosserat rod): {time.perf_counter() - case_start:.1f} s")
     wall = time.perf_counter() - start
     compiled = sum(compiled_here().values())
     if compiled:

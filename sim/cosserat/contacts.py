@@ -4,7 +4,9 @@ A contact is an object with
 - ``abscissa(t) -> float``: its material point C(t) in [0, l] (m);
 - ``active(t) -> bool``: whether it acts at t (intervals are closed on the left, open on the right);
 - ``reaction``: (6, m) the wrench components it can exert, frame C (columns of the identity; m = 0: none);
-- ``residual(rod, nodes, eta, t) -> float``: how far the recomputed twist eta (N, 6) is from its constraint;
+- ``residual(rod, nodes, eta, t) -> float``: how far the recomputed twist eta (N, 6) is from its constraint
+  (``residual_is_reaction_twist = True`` says it is ``max |reaction^T eta(C)|``, which the compiled path then
+  computes in its kernel);
 and, if it can set the head's motion (Block 0), ``head_motion(rod, field, t, g_o) -> (eta_o, etad_o, pose)``
 with ``pose`` the head pose it implies (4, 4) or None when the head pose is integrated from eta_o (a contact
 whose ``fixes_pose`` is true always gives it), and
@@ -18,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import lie
+from . import kernels, lie
 from .rod import Nodes, Rod, accelerations, build_nodes, twists
 from .strains import StrainField
 
@@ -62,6 +64,7 @@ class LockedAnchor:
     reaction: np.ndarray = field(default_factory=lambda: selection(FULL_WRENCH))
     g_c: np.ndarray | None = None
     fixes_pose = True           # Block 0 gives the head pose itself: g_o = g_c k(C)
+    residual_is_reaction_twist = True   # residual = max |S^T eta(C)| (S the reaction): the compiled path's own
 
     def abscissa(self, t: float) -> float:
         return self.C
@@ -71,6 +74,13 @@ class LockedAnchor:
 
     def head_motion(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
         eta_o, etad_o, g_rel_C, _ = head_from_point(rod, strain, t, self.C, np.zeros(6), np.zeros(6))
+        return eta_o, etad_o, self.g_c @ lie.inv_pose(g_rel_C[None])[0]
+
+    def head_motion_compiled(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
+        """:meth:`head_motion` through sim/cosserat/kernels.py."""
+        zero = np.zeros(6)
+        eta_o, etad_o, g_rel_C = kernels.head_from_point(*strain.kernel_law(), float(rod.length), int(rod.n_X),
+                                                         float(t), float(self.C), zero, zero)
         return eta_o, etad_o, self.g_c @ lie.inv_pose(g_rel_C[None])[0]
 
     def residual(self, rod: Rod, nodes: Nodes, eta: np.ndarray, t: float) -> float:
@@ -104,6 +114,13 @@ class SweepingAnchor:
         eta_o, etad_o, _, _ = head_from_point(rod, strain, t, C, eta_C, etad_C)
         return eta_o, etad_o, None
 
+    def head_motion_compiled(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
+        """:meth:`head_motion` through sim/cosserat/kernels.py."""
+        C, C_dot, C_ddot = self.path(t)
+        eta_o, etad_o = kernels.sweeping_head(*strain.kernel_law(), float(rod.length), int(rod.n_X), float(t),
+                                              float(C), float(C_dot), float(C_ddot))
+        return eta_o, etad_o, None
+
     def residual(self, rod: Rod, nodes: Nodes, eta: np.ndarray, t: float) -> float:
         C, C_dot, _ = self.path(t)
         j = nodes.at(C)
@@ -118,6 +135,7 @@ class FollowerSupport:
     components: tuple[int, ...] = FOLLOWER
     name: str = "support"
     reaction: np.ndarray = field(init=False)
+    residual_is_reaction_twist = True   # residual = max |S^T eta(C)| (S the reaction): the compiled path's own
 
     def __post_init__(self):
         self.reaction = selection(self.components)
@@ -158,6 +176,17 @@ class HeadGuide:
         eta_o[4:] = self.V_o * at.xi[0, 4:]
         etad_o[4:] = self.V_o * at.xi_t[0, 4:]
         return eta_o, etad_o, None
+
+    def head_motion_compiled(self, rod: Rod, strain: StrainField, t: float, g_o: np.ndarray):
+        """:meth:`head_motion` through sim/cosserat/kernels.py."""
+        eta_o, etad_o = kernels.guided_head(*strain.kernel_law(), float(self.V_o), float(t))
+        return eta_o, etad_o, None
+
+    def advance_compiled(self, strain: StrainField, first: int, count: int, dt: float, y: np.ndarray) -> np.ndarray:
+        """``count`` RK4 steps of the head state y (7,) (position m, unit quaternion) from step index ``first``
+        (t = n dt) in one compiled call (what algorithms.advance_head does one step at a time)."""
+        return kernels.guided_steps(*strain.kernel_law(), float(self.V_o), int(first), int(count), float(dt),
+                                    np.asarray(y, dtype=float))
 
     def residual(self, rod: Rod, nodes: Nodes, eta: np.ndarray, t: float) -> float:
         expected = np.zeros(6)

@@ -68,10 +68,12 @@ class Nodes:
 
     def at(self, X: float, side: str = "left") -> int:
         """Index of the node at abscissa X (the left or right node of a cut)."""
-        hits = np.flatnonzero(np.abs(self.X - X) <= SAME_ABSCISSA_M)
-        if hits.size == 0:
+        # X is nondecreasing: the nodes within SAME_ABSCISSA_M of X are one run, found by bisection
+        first = int(np.searchsorted(self.X, X - SAME_ABSCISSA_M, side="left"))
+        last = int(np.searchsorted(self.X, X + SAME_ABSCISSA_M, side="right")) - 1
+        if first > last:
             raise ValueError(f"X = {X} m is not a node (cuts must be given to build_nodes)")
-        return int(hits[0] if side == "left" else hits[-1])
+        return first if side == "left" else last
 
 
 def build_nodes(rod: Rod, field: StrainField, t: float, cuts=(), upto: float | None = None) -> Nodes:

@@ -13,6 +13,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .laws import CompiledLaw
+
 #: xi of the straight, unstretched reference configuration (paper order: Gamma then K).
 REFERENCE_STRAIN = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 #: Smallest stretch Gamma_X accepted: at 0 a section has collapsed onto its neighbour (the beam is singular:
@@ -54,9 +56,11 @@ ActuationLaw = Callable[[np.ndarray, float], tuple[np.ndarray, np.ndarray, np.nd
 
 @dataclass(frozen=True)
 class StrainField:
-    """The imposed strain ``xi_d(X, t)`` of a rod: a Table I case and the law of its actuated components."""
+    """The imposed strain ``xi_d(X, t)`` of a rod: a Table I case and the law of its actuated components;
+    ``compiled``: the law's compiled form (sim/cosserat/laws/), None when it has none (the Python path only)."""
     case: StrainCase
     law: ActuationLaw
+    compiled: CompiledLaw | None = None
 
     def __call__(self, X: np.ndarray, t: float) -> StrainSample:
         X = np.asarray(X, dtype=float)
@@ -66,6 +70,12 @@ class StrainField:
         for target, value in zip(out, values):
             target[:, self.case.actuated] = np.reshape(value, (X.size, len(self.case.actuated)))
         return StrainSample(*out)
+
+    def kernel_law(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """(kind id, params (P,), actuated component indices (m,)): the law as sim/cosserat/kernels.py takes it."""
+        if self.compiled is None:
+            raise ValueError(f"this {self.case.name} strain law has no compiled form (sim/cosserat/laws/)")
+        return self.compiled.kind_id, self.compiled.params, np.array(self.case.actuated, dtype=np.int64)
 
     def singular_at(self, X: np.ndarray, t: float) -> float | None:
         """The first X (m) where the beam is singular at time t (stretch Gamma_X below :data:`MIN_STRETCH`, or
@@ -83,4 +93,4 @@ def constant_field(case: str, xi: np.ndarray) -> StrainField:
     def law(X, t):
         zeros = np.zeros((X.size, values.size))
         return np.broadcast_to(values, zeros.shape), zeros, zeros, zeros
-    return StrainField(chosen, law)
+    return StrainField(chosen, law, CompiledLaw("constant", values))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import ConfigError, integer, number, one_of, table
-from sim.cosserat.algorithms import run_kinematic
+from sim.cosserat.algorithms import has_compiled_form, run_kinematic
 from sim.cosserat.contacts import CannotHold
 from sim.cosserat.examples import earthworm_robot, inchworm_robot, snake_robot
 from sim.cosserat.live import MAX_SEGMENTS, LiveRodModel, live_settings
@@ -235,7 +235,8 @@ def simulate_offline(config: dict, path, args, progress: bool):
     start = time.perf_counter()
     try:
         states = run_kinematic(example.rod, example.strain, example.contacts, example.driver_at, duration, dt,
-                               every, g_o=example.g_o, dynamics=example.dynamics, progress=bar.update)
+                               every, g_o=example.g_o, dynamics=example.dynamics, progress=bar.update,
+                               compiled=has_compiled_form(example.strain))
     except CannotHold as exc:
         key = "snake.supports" if example.name.startswith("snake") else "robot.example"
         raise ConfigError(path, key, f"the supports cannot hold the body: {exc}") from None
