@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.config import ConfigError
 
-from .algorithms import RodState, advance_head, kinematic_instant
+from .algorithms import RodState, advance_head, has_compiled_form, kinematic_instant
 from .contacts import CannotHold
 from .strains import REFERENCE_STRAIN, StrainField
 
@@ -176,7 +176,8 @@ class LiveRodSimulation:
             if driver is not self.driver:
                 self.driver = driver
                 driver.engage(example.rod, example.strain, now, self.g)
-            self.g = advance_head(example.rod, example.strain, driver, now, h, self.g)
+            self.g = advance_head(example.rod, example.strain, driver, now, h, self.g,
+                                  compiled=has_compiled_form(example.strain))
         self.t = t
         self._outputs = self._sample(t)
         return self._outputs
@@ -191,7 +192,7 @@ class LiveRodSimulation:
         example, chain = self.model.example, self.model.chain
         try:
             state = kinematic_instant(example.rod, example.strain, example.contacts, self.driver, t, self.g,
-                                      example.dynamics)
+                                      example.dynamics, compiled=has_compiled_form(example.strain))
         except CannotHold as exc:
             key = "snake.supports" if example.name.startswith("snake") else "robot.example"
             raise ConfigError(self.model.path, key, f"the supports cannot hold the body at t = {t:.6g} s: {exc}") \
