@@ -28,7 +28,7 @@ import numpy as np
 import zmq
 
 from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
-from hil.recording.template_decode import integers, matches, structure
+from hil.recording.template_decode import Structure, integers, matches, structure
 from firmware_interface.rigs.host import sensor_rig_path
 from hil.foxglove.scene import PoseStream, pose_stream, schema
 from sim.cli_options import DEFAULT_POSES_RATE_HZ, add_network, add_poses_rate, add_quiet, add_rig, add_robot, add_start
@@ -73,6 +73,8 @@ SHAPE_GROUP_MIN_MESSAGES = 32
 #: a run of one shape is checked this many bytes of payloads at a time (they stay in the CPU's cache); a block with
 #: a message of another shape is decoded one by one
 SHAPE_BLOCK_BYTES = 256 * 1024
+#: shapes kept from one write to the next (one per payload length), at most
+SHAPES_KEPT = 64
 #: stands for a message of one frame or of more than two, in the receive queue: an empty payload, which no decode
 #: takes for a map, so it is counted malformed like any other
 MALFORMED_FRAMES = (b"", b"")
@@ -174,12 +176,24 @@ def _shape_groups(codes: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     return np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
 
 
-def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _shape_of(payload: bytes) -> Structure | None:
+    """The shape of a valid payload (a map with non-negative integer seq and stamp_ns), else None."""
+    try:
+        decoded = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        _checked_clocks(decoded)
+    except Exception:   # a malformed message gives no shape: its run is decoded one by one
+        return None
+    return structure(payload, decoded, _CLOCK_KEYS)
+
+
+def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int, Structure] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``seq`` and ``stamp_ns`` of the queued messages that arrive in runs of one topic and shape, validated and read
     from all of them at once (:func:`hil.recording.template_decode.structure`: a message with the bytes of its run's
     first one but for the numbers' values decodes to a map of the same keys and types, so it is as valid as that
     one): (shaped (k,) bool, seqs (k,) uint64, stamps (k,) uint64), the numbers valid where ``shaped``. ``codes``:
-    each message's topic (:func:`_topic_codes`). A block of a run (SHAPE_BLOCK_BYTES) in which any message differs,
+    each message's topic (:func:`_topic_codes`). ``shapes``: payload length -> the last shape seen of that length,
+    kept from batch to batch (a run that still has it is not decoded at all), updated here. A block of a run (SHAPE_BLOCK_BYTES) in which any message differs,
     and runs shorter than SHAPE_GROUP_MIN_MESSAGES, are left to the one-by-one decode (:func:`_seq_and_stamp`)."""
     count = len(payloads)
     shaped = np.zeros(count, dtype=bool)
@@ -191,15 +205,16 @@ def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes]) -> tuple[np.ndarr
         if len(indices) < SHAPE_GROUP_MIN_MESSAGES or lengths[indices[0]] == 0:
             continue
         members = payloads if len(indices) == count else [payloads[i] for i in indices.tolist()]
-        try:
-            first = msgpack.unpackb(members[0], raw=False, strict_map_key=False)
-            _checked_clocks(first)
-        except Exception:   # a malformed first message: the run is decoded one by one
-            continue
-        shape = structure(members[0], first, _CLOCK_KEYS) if isinstance(first, dict) else None
-        if shape is None:
-            continue
         length = int(lengths[indices[0]])
+        shape = shapes.get(length) if shapes is not None else None
+        if shape is None or not matches(shape, np.frombuffer(members[0], dtype=np.uint8)[None, :]):
+            shape = _shape_of(members[0])
+            if shape is None:
+                continue
+            if shapes is not None:
+                if len(shapes) >= SHAPES_KEPT:
+                    shapes.clear()
+                shapes[length] = shape
         block = max(1, SHAPE_BLOCK_BYTES // length)
         for begin in range(0, len(indices), block):
             rows = np.frombuffer(b"".join(members[begin:begin + block]), dtype=np.uint8).reshape(-1, length)
@@ -253,6 +268,7 @@ class Recorder:
         self.pending_topics: list[bytes] = []
         self.pending_payloads: list[bytes] = []
         self.pending_log_times: list[int] = []
+        self.shapes: dict[int, Structure] = {}       # the shapes of recent payloads (:func:`_clocks_by_shape`)
         self.stop_requested = False
         self.dropped_while_idle = 0
         self._last_progress = 0.0
@@ -324,26 +340,29 @@ class Recorder:
         """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn;
         True when the socket was drained. The messages are written by :meth:`write_pending`.
 
-        Frame by frame rather than ``recv_multipart`` (half the CPU per message): a message's frames arrive together
-        (ZeroMQ delivers a multipart message whole), so after a topic frame with more to come the payload frame is
-        there; a message of one frame, or of more than two, is queued as MALFORMED_FRAMES."""
-        recv, more, clock = self.sub.recv, self.sub.getsockopt, time.time_ns
+        Frame by frame as zmq.Frame objects rather than with ``recv_multipart`` (which asks the socket whether more
+        frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. A message's frames
+        arrive together (ZeroMQ delivers a multipart message whole), so after a topic frame with more to come the
+        payload frame is there; a message of one frame, or of more than two, is queued as MALFORMED_FRAMES."""
+        recv, clock = self.sub.recv, time.time_ns
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
         while True:
             for _ in range(RECEIVE_CLOCK_EVERY):
                 try:
-                    topic = recv(zmq.NOBLOCK)
+                    topic = recv(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     return True
-                payload = recv(zmq.NOBLOCK) if more(zmq.RCVMORE) else None
-                if payload is None or more(zmq.RCVMORE):
-                    while more(zmq.RCVMORE):
-                        recv(zmq.NOBLOCK)
-                    topic, payload = MALFORMED_FRAMES
-                topics.append(topic)
-                payloads.append(payload)
                 log_times.append(clock())
+                payload = recv(zmq.NOBLOCK, copy=False) if topic.more else None
+                if payload is not None and not payload.more:
+                    topics.append(topic.bytes)
+                    payloads.append(payload.bytes)
+                    continue
+                while payload is not None and payload.more:
+                    payload = recv(zmq.NOBLOCK, copy=False)
+                topics.append(MALFORMED_FRAMES[0])
+                payloads.append(MALFORMED_FRAMES[1])
             if len(topics) >= PENDING_MAX_MESSAGES or time.monotonic() > turn_end:
                 return False
 
@@ -371,7 +390,7 @@ class Recorder:
             self.dropped_while_idle += count
             return count
         names, codes = _topic_codes(topics)
-        valid, seqs, stamps = _clocks_by_shape(codes, payloads)
+        valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes)
         for index in np.flatnonzero(~valid).tolist():
             try:
                 seqs[index], stamps[index] = _seq_and_stamp(payloads[index])
