@@ -122,14 +122,14 @@ def test_a_bad_message_inside_a_batch_is_counted_and_dropped_and_the_rest_record
     assert template[v_at] == 1 and template[seq_at] == 0xcc
     nested_at = template.index(b"\xaacrc_errors") + 11    # a fixint inside the nested map "link"
     bad = {
-        5: template[:v_at] + b"\xc1" + template[v_at + 1:],           # a never-used type byte: not MessagePack
-        6: template[:nested_at] + b"\xc1" + template[nested_at + 1:],  # the same, inside the nested map
-        7: template[:seq_at] + b"\xd0\xf6" + template[seq_at + 2:],    # seq = int8 -10: negative
-        8: msgpack.packb([1, 2, 3]),                                   # not a map
+        3: template[:v_at] + b"\xc1" + template[v_at + 1:],           # a never-used type byte: not MessagePack
+        12: template[:nested_at] + b"\xc1" + template[nested_at + 1:],  # the same, inside the nested map
+        21: template[:seq_at] + b"\xd0\xf6" + template[seq_at + 2:],    # seq = int8 -10: negative
+        30: msgpack.packb([1, 2, 3]),                                   # not a map
     }
     unusual_but_valid = {
-        9: template[:v_at] + b"\x02" + template[v_at + 1:],            # another fixint: a valid map, kept
-        10: msgpack.packb({**hw_status(138), "estop": True}),          # a bool flipped: same length, kept
+        45: template[:v_at] + b"\x02" + template[v_at + 1:],            # another fixint: a valid map, kept
+        50: msgpack.packb({**hw_status(178), "estop": True}),          # a bool flipped: same length, kept
     }
     sent, malformed_frames = [], 0
     for k, payload in enumerate(good):
@@ -137,7 +137,7 @@ def test_a_bad_message_inside_a_batch_is_counted_and_dropped_and_the_rest_record
         pub.send_multipart([b"hw/status", payload])
         if k not in bad:
             sent.append(("hw/status", payload))
-        if k == 40:
+        if k == 60:
             pub.send(b"hw/status")                                      # one frame
             pub.send_multipart([b"hw/status", payload, b"extra"])       # three frames
             pub.send_multipart([b"hw/\xff", payload])                   # a topic that is not ascii
