@@ -12,7 +12,7 @@ The file format (docs/recording.md) is the contract with the dashboard's replay 
   a two-device rig's microcontroller), ``software`` (versions),
   ``recording`` (endpoints, start time) and, when the recording is finished cleanly, ``recorder_stats``.
 
-Crash tolerance: the writer closes the open chunk (:meth:`mcap.writer.Writer.flush`) and ``fsync``s the file
+Crash tolerance: the writer closes the open chunk (:meth:`RecordingWriter.sync`) and ``fsync``s the file
 at least every ``flush_interval_s`` (0.5 s by default). A ``kill -9`` therefore leaves a file whose every
 top-level record up to the last flush is complete, and :func:`iter_complete_records` reads it up to the last
 complete record with the mcap package's non-seeking :class:`mcap.stream_reader.StreamReader`;

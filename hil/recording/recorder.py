@@ -50,8 +50,8 @@ DEFAULT_HWM = 1_000_000
 PROGRESS_INTERVAL_S = 0.5
 #: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
 LOOP_TIMEOUT_S = 0.05
-#: the receive path only takes messages off the SUB socket and stamps them (``log_time``); decoding, gap counting
-#: and MCAP writing (about 3x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
+#: the receive path only takes messages off the SUB socket and stamps them (``log_time``); validating, gap counting
+#: and MCAP writing (0.2-0.5x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
 #: over), so that a burst is taken at the socket's rate with exact receipt times ...
 QUIET_MS = 2
 #: ... or until the file's flush is due (every message received before a flush is in it: the crash-loss bound
@@ -193,8 +193,9 @@ def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int,
     first one but for the numbers' values decodes to a map of the same keys and types, so it is as valid as that
     one): (shaped (k,) bool, seqs (k,) uint64, stamps (k,) uint64), the numbers valid where ``shaped``. ``codes``:
     each message's topic (:func:`_topic_codes`). ``shapes``: payload length -> the last shape seen of that length,
-    kept from batch to batch (a run that still has it is not decoded at all), updated here. A block of a run (SHAPE_BLOCK_BYTES) in which any message differs,
-    and runs shorter than SHAPE_GROUP_MIN_MESSAGES, are left to the one-by-one decode (:func:`_seq_and_stamp`)."""
+    kept from batch to batch (a run that still has it is not decoded at all), updated here. A block of a run
+    (SHAPE_BLOCK_BYTES) in which any message differs, and runs shorter than SHAPE_GROUP_MIN_MESSAGES, are left to the
+    one-by-one decode (:func:`_seq_and_stamp`)."""
     count = len(payloads)
     shaped = np.zeros(count, dtype=bool)
     seqs, stamps = np.zeros(count, dtype=np.uint64), np.zeros(count, dtype=np.uint64)

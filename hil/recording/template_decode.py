@@ -1,4 +1,5 @@
-"""Many MessagePack maps of one shape decoded at once into numpy columns (the fast path of hil.recording.series).
+"""Many MessagePack maps of one shape decoded at once into numpy columns (the fast path of hil.recording.series), or
+checked at once to be of one shape (:func:`structure`, :func:`matches`: the recorder's validation).
 
 A publisher sends the same map over and over with new numbers: the same keys, the same name lists, the same
 lengths; only the bytes of the numbers change. The first message of a batch is the *template*: its bytes are
