@@ -1,19 +1,20 @@
-"""Recorder throughput: sustained messages/s and MB/s of `mms record` with zero drops (issue 8).
+"""Recorder cost: CPU per message of `mms record` against a raw pyzmq receive loop, same run (issues 8, 25).
 
 A publisher in this process sends ``--messages`` schema-valid messages as fast as it can over a real ZeroMQ PUB
-socket, once to a raw pyzmq receive loop (a subprocess that only counts: the baseline) and once to a real
-`mms record` subprocess; then the same for the other payload size. Rates are measured by each receiver from its
-first to its last message (for the recorder, the ``log_time`` span in the MCAP file it wrote, read back with the
-mcap reader), drops are ``seq`` gaps plus missing messages. Two payloads: hw/status-sized (~200 B) and a
-sim/state of a 32-joint robot (~1.9 kB).
+socket to a raw pyzmq receive loop (a subprocess that polls, receives each message with ``recv_multipart`` and only
+counts: the baseline), then to a real `mms record` subprocess, and again, ``--repeats`` times, alternating (raw,
+recorder, raw, recorder...), so that a change in the machine's load falls on both alike; then the same for the other
+payload size. Two payloads: hw/status (140 B, a nested map) and a sim/state of a 32-joint robot (2.1 kB).
 
-The publisher is a Python loop, so when the baseline's rate equals the publisher's, the figure is a lower bound
-of what the receivers can take; the ratio recorder/baseline is the figure of merit. Each receiver's CPU time
-per message (its process's user + system time from ready to done, from /proc) is printed too: it does not
-depend on the other load of the machine, and it counts the recorder's decoding and writing, which it does
-once a burst is drained (so they do not show in the receive rate).
+The figure of merit is the ratio of the raw loop's CPU time per message to the recorder's, pair by pair (each
+receiver's process, all threads: user + system time, from /proc for the recorder, ``time.process_time`` for the
+raw loop), printed as the median over the pairs with its spread (min-max); the recorder's includes validating,
+counting and writing the messages, which it does once a burst is drained. Receive rates (msg/s over each receiver's
+first to last message; the recorder's from the ``log_time`` span of the MCAP file it wrote, read back with the mcap
+reader) and drops (``seq`` gaps plus missing messages) are printed too: the publisher is a Python loop on the same
+two cores, so they follow the machine's load more than the receivers.
 
-Usage: python benchmarks/bench_recorder.py [--messages 100000]
+Usage: python benchmarks/bench_recorder.py [--messages 200000] [--repeats 5]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import os
 import select
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,9 @@ from mcap.reader import make_reader
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-MMS = Path(sys.executable).parent / "mms"
+#: `mms record` of this checkout (not an installed one)
+RECORD = [sys.executable, "-m", "hil.cli", "record"]
+RECORDER_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
 WARMUP_TOPIC = "bench/warmup"
 DEADLINE_S = 120.0
 
@@ -149,8 +153,8 @@ def request(endpoint: str, message: dict) -> dict | None:
 
 
 def run_recorder(network: Path, control: str, pub, topic: str, make, total: int, out: Path) -> dict:
-    proc = subprocess.Popen([str(MMS), "record", "--network", str(network), "--out", str(out), "--quiet"],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*RECORD, "--network", str(network), "--out", str(out), "--quiet"],
+                            cwd=REPO, env=RECORDER_ENV, stderr=subprocess.PIPE, text=True)
 
     cpu_at_ready = []
 
@@ -185,35 +189,61 @@ def run_recorder(network: Path, control: str, pub, topic: str, make, total: int,
             "cpu_us": cpu / len(seqs) * 1e6}
 
 
+def spread(values: list[float]) -> str:
+    """median (min-max) of ``values``."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=100_000, help="messages per payload size and receiver")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per run (default 200000)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="raw/recorder pairs per payload size, run alternately (default 5)")
+    parser.add_argument("--payloads", nargs="+", choices=("hw/status", "sim/state"), default=["hw/status", "sim/state"],
+                        help="payload sizes to run (default both)")
     args = parser.parse_args()
+    if args.messages < 2 or args.repeats < 1:
+        parser.error("--messages must be at least 2 and --repeats at least 1")
     ports = [free_port() for _ in range(3)]
     sim_pub, driver_pub, control = (f"tcp://127.0.0.1:{p}" for p in ports)
     context = zmq.Context.instance()
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 10_000_000)
     pub.bind(sim_pub)
-    cases = (("hw/status", status_payload), ("sim/state", state_payload))
+    makers = {"hw/status": status_payload, "sim/state": state_payload}
+    print(f"load average before: {Path('/proc/loadavg').read_text().strip()}")
     with tempfile.TemporaryDirectory() as folder:
         network = Path(folder) / "network.toml"
         network.write_text(f'[sim]\npub = "{sim_pub}"\n[driver]\npub = "{driver_pub}"\n'
                            f'[recorder]\ncontrol = "{control}"\n')
-        print(f"{args.messages} messages per case, sent as fast as a Python PUB loop can")
-        print(f"{'payload':<10} {'bytes':>6} {'receiver':<10} {'msg/s':>9} {'MB/s':>7} {'drops':>6} {'pub msg/s':>10}"
-              f" {'ratio':>6} {'CPU us/msg':>10}")
-        for topic, make in cases:
+        print(f"{args.messages} messages per run, {args.repeats} raw/recorder pairs per payload, alternating")
+        print(f"{'payload':<10} {'bytes':>6} {'run':>3} {'receiver':<10} {'msg/s':>9} {'MB/s':>7} {'drops':>6} "
+              f"{'pub msg/s':>10} {'CPU us/msg':>10} {'CPU ratio':>9}")
+        summary = []
+        for topic in args.payloads:
+            make = makers[topic]
             size = len(msgpack.packb(make(0)))
-            raw = run_raw(sim_pub, pub, topic, make, args.messages)
-            rec = run_recorder(network, control, pub, topic, make, args.messages,
-                               Path(folder) / f"{topic.replace('/', '_')}.mcap")
-            for name, result in (("raw pyzmq", raw), ("mms record", rec)):
-                ratio = result["msg_s"] / raw["msg_s"]
-                print(f"{topic:<10} {size:>6} {name:<10} {result['msg_s']:>9.0f} {result['mb_s']:>7.1f} "
-                      f"{result['drops']:>6} {result['publish_msg_s']:>10.0f} {ratio:>6.2f} {result['cpu_us']:>10.1f}")
-            print(f"{'':<10} {'':>6} file {rec['file_mb']:.1f} MB (zstd chunks) for "
+            out = Path(folder) / f"{topic.replace('/', '_')}.mcap"
+            ratios, raw_cpu, rec_cpu = [], [], []
+            for run in range(1, args.repeats + 1):
+                raw = run_raw(sim_pub, pub, topic, make, args.messages)
+                out.unlink(missing_ok=True)
+                rec = run_recorder(network, control, pub, topic, make, args.messages, out)
+                ratios.append(raw["cpu_us"] / rec["cpu_us"])
+                raw_cpu.append(raw["cpu_us"])
+                rec_cpu.append(rec["cpu_us"])
+                for name, result, ratio in (("raw pyzmq", raw, ""), ("mms record", rec, f"{ratios[-1]:.2f}")):
+                    print(f"{topic:<10} {size:>6} {run:>3} {name:<10} {result['msg_s']:>9.0f} {result['mb_s']:>7.1f} "
+                          f"{result['drops']:>6} {result['publish_msg_s']:>10.0f} {result['cpu_us']:>10.1f} "
+                          f"{ratio:>9}", flush=True)
+            print(f"{'':<10} {'':>6} {'':>3} file {rec['file_mb']:.1f} MB (zstd chunks) for "
                   f"{rec['received'] * size / 1e6:.1f} MB of payloads")
+            summary.append((topic, size, ratios, raw_cpu, rec_cpu))
+    print(f"load average after: {Path('/proc/loadavg').read_text().strip()}")
+    print("CPU ratio raw/recorder (1: the recorder costs what receiving alone costs), median (min-max) over the pairs:")
+    for topic, size, ratios, raw_cpu, rec_cpu in summary:
+        print(f"  {topic} ({size} B): ratio {spread(ratios)}; CPU us/msg raw {spread(raw_cpu)}, "
+              f"mms record {spread(rec_cpu)}")
     pub.close(0)
     return 0
 

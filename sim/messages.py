@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import numpy as np
 
 SCHEMA_VERSION = 1
+_INT64_MAX = (1 << 63) - 1
 
 TOPIC_SIM_STATE = "sim/state"
 TOPIC_SIM_STATUS = "sim/status"
@@ -178,6 +180,27 @@ class SeqTracker:
         if missed:
             self.gaps[topic] = self.gaps.get(topic, 0) + missed
         return missed
+
+    def update_many(self, topic: str, seqs: np.ndarray) -> None:
+        """:meth:`update` with each of ``seqs`` ((k,) non-negative integers, in receipt order), counted at once."""
+        if not len(seqs):
+            return
+        last = self.last_seq.get(topic)
+        if int(seqs.max()) > _INT64_MAX or (last is not None and last > _INT64_MAX):
+            for seq in seqs.tolist():          # beyond int64's differences: counted one by one, exactly
+                self.update(topic, seq)
+            return
+        seqs = seqs.astype(np.int64)
+        steps = np.diff(seqs) if last is None else np.diff(seqs, prepend=np.int64(last))
+        self.received[topic] = self.received.get(topic, 0) + len(seqs)
+        self.last_seq[topic] = int(seqs[-1])
+        restarts = int(np.count_nonzero(steps <= 0))
+        if restarts:
+            self.restarts[topic] = self.restarts.get(topic, 0) + restarts
+        forward = steps[steps > 0]
+        missed = int(forward.sum()) - len(forward)
+        if missed:
+            self.gaps[topic] = self.gaps.get(topic, 0) + missed
 
 
 def drain_latest(socket, max_messages: int = 100_000) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ The file format (docs/recording.md) is the contract with the dashboard's replay 
   a two-device rig's microcontroller), ``software`` (versions),
   ``recording`` (endpoints, start time) and, when the recording is finished cleanly, ``recorder_stats``.
 
-Crash tolerance: the writer closes the open chunk (:meth:`mcap.writer.Writer.flush`) and ``fsync``s the file
+Crash tolerance: the writer closes the open chunk (:meth:`RecordingWriter.sync`) and ``fsync``s the file
 at least every ``flush_interval_s`` (0.5 s by default). A ``kill -9`` therefore leaves a file whose every
 top-level record up to the last flush is complete, and :func:`iter_complete_records` reads it up to the last
 complete record with the mcap package's non-seeking :class:`mcap.stream_reader.StreamReader`;
@@ -29,15 +29,19 @@ import os
 import platform
 import struct
 import time
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+import zstandard
 from mcap.exceptions import EndOfFile, McapError, UnsupportedCompressionError
 from mcap.opcode import Opcode
-from mcap.data_stream import ReadDataStream
-from mcap.records import Attachment, Channel, Footer, Message, Metadata, Schema
+from mcap.data_stream import ReadDataStream, RecordBuilder
+from mcap.records import (Attachment, Channel, ChunkIndex, DataEnd, Footer, Header, Message, Metadata,
+                          MetadataIndex, Schema, Statistics, SummaryOffset)
 from mcap.stream_reader import CRCValidationError, StreamReader
 from mcap.writer import CompressionType, Writer
 
@@ -52,7 +56,22 @@ MAGIC = salvage.MAGIC
 DEFAULT_FLUSH_INTERVAL_S = 0.5
 #: chunks are also closed when they reach this many uncompressed bytes
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+#: zstd level of the chunks (1: the fastest of zstd's standard levels)
+ZSTD_LEVEL = 1
 _RECORD_HEADER = struct.Struct("<BQ")  # opcode, record length (bytes)
+#: a Message record up to its data: opcode, record length, channel id, sequence, log_time, publish_time
+_MESSAGE_RECORD_HEAD = struct.Struct("<BQHIQQ")
+_MESSAGE_RECORD_DTYPE = np.dtype([("opcode", "u1"), ("length", "<u8"), ("channel", "<u2"), ("sequence", "<u4"),
+                                  ("log_time", "<u8"), ("publish_time", "<u8")])
+_MESSAGE_BODY_HEAD_BYTES = _MESSAGE_RECORD_HEAD.size - _RECORD_HEADER.size   # channel id .. publish_time
+#: a Message Index record up to its entries: opcode, record length, channel id, entries' length in bytes
+_MESSAGE_INDEX_HEAD = struct.Struct("<BQHI")
+#: a Chunk record up to its compression name: opcode, record length, message start and end time, uncompressed size
+#: and CRC32
+_CHUNK_HEAD = struct.Struct("<BQQQQI")
+#: the footer's fields its CRC covers: opcode, record length, summary start, summary offset start
+_FOOTER_HEAD = struct.Struct("<BQQQ")
+_FOOTER_BODY_BYTES = 8 + 8 + 4
 _VALID_OPCODES = frozenset(int(op) for op in Opcode)
 _PROGRESS_STEP_BYTES = 1 << 20
 
@@ -91,10 +110,26 @@ def stored_robot_config(metadata: dict[str, dict[str, str]], key: str) -> tuple[
         raise ConfigError(stored.get("path"), None, f"the recorded robot config is not TOML: {exc}") from None
 
 
+class _OpenChunk:
+    """The records of the chunk being filled (uncompressed), with its message indexes and log-time span."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []        # records, in file order
+        self.size = 0                       # bytes of the records so far (the offset of the next one)
+        self.messages = 0
+        self.start_time = 0                 # ns, the earliest log_time (valid when messages > 0)
+        self.end_time = 0
+        self.index: dict[int, list[int]] = {}   # channel id -> [log_time, offset, log_time, offset, ...]
+
+
 class RecordingWriter:
     """Appends ZeroMQ messages to an MCAP file, one channel per topic, crash-tolerant.
 
-    ``add`` never decodes the payload: the caller passes the bytes as received and the two times.
+    ``add`` and ``add_batch`` never decode the payload: the caller passes the bytes as received and the times.
+    The file is what :class:`mcap.writer.Writer` writes (chunks holding the schemas, channels and messages, message
+    indexes after each chunk, metadata between chunks, the summary at the end); the non-message records are the mcap
+    package's own record classes. Message records are packed here, in bulk for ``add_batch``, because the mcap
+    writer's per-message Python path costs more than receiving a message (docs/recording.md, "Figures").
     """
 
     def __init__(self, path: str | Path, *, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
@@ -104,27 +139,64 @@ class RecordingWriter:
         if self.path.exists() and not overwrite:
             raise FileExistsError(f"{self.path} exists (choose another name or allow overwriting)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._compression_name, self._compress = _compressor(compression)
+        self._chunk_bytes = chunk_bytes
         self._file = open(self.path, "wb")
-        self._writer = Writer(self._file, chunk_size=chunk_bytes, compression=compression)
-        self._writer.start(profile=PROFILE, library="mms-hil recorder")
         self._channels: dict[str, int] = {}
+        self._schema_records: list[Schema] = []
+        self._channel_records: list[Channel] = []
+        self._chunk = _OpenChunk()
+        self._chunk_indexes: list[ChunkIndex] = []
+        self._metadata_indexes: list[MetadataIndex] = []
+        self._statistics = Statistics(attachment_count=0, channel_count=0, channel_message_counts={}, chunk_count=0,
+                                      message_count=0, metadata_count=0, message_start_time=0, message_end_time=0,
+                                      schema_count=0)
+        self._file.write(MAGIC)
+        self._write_record(Header(PROFILE, "mms-hil recorder"))
         self._flush_interval_ns = int(flush_interval_s * 1e9)
         self._last_flush_ns = time.monotonic_ns()
         self.closed = False
         self.sync()
+
+    def _write_record(self, record) -> int:
+        """Write one top-level record at the end of the file; its length in bytes."""
+        builder = RecordBuilder()
+        record.write(builder)
+        data = builder.end()
+        self._file.write(data)
+        return len(data)
+
+    def _chunk_record(self, record) -> None:
+        """Put a schema or channel record into the open chunk (where the mcap writer puts them)."""
+        builder = RecordBuilder()
+        record.write(builder)
+        data = builder.end()
+        self._chunk.parts.append(data)
+        self._chunk.size += len(data)
+
+    def _register(self, topic: str, message_encoding: str, schema_name: str | None, schema_data: bytes) -> int:
+        schema_id = 0
+        if schema_name is not None:
+            schema_id = len(self._schema_records) + 1
+            schema = Schema(id=schema_id, name=schema_name, encoding=SCHEMA_ENCODING, data=schema_data)
+            self._schema_records.append(schema)
+            self._chunk_record(schema)
+        channel = Channel(id=len(self._channel_records) + 1, topic=topic, message_encoding=message_encoding,
+                          schema_id=schema_id, metadata={})
+        self._channel_records.append(channel)
+        self._chunk_record(channel)
+        self._channels[topic] = channel.id
+        self._statistics.schema_count = len(self._schema_records)
+        self._statistics.channel_count = len(self._channel_records)
+        return channel.id
 
     def channel_id(self, topic: str) -> int:
         """The channel of ``topic``, registered (with its schema) on first use."""
         channel = self._channels.get(topic)
         if channel is None:
             schema = SCHEMAS.get(topic)
-            schema_id = 0
-            if schema is not None:
-                schema_id = self._writer.register_schema(
-                    name=topic, encoding=SCHEMA_ENCODING, data=json.dumps(schema, sort_keys=True).encode())
-            channel = self._writer.register_channel(topic=topic, message_encoding=MESSAGE_ENCODING,
-                                                    schema_id=schema_id)
-            self._channels[topic] = channel
+            channel = self._register(topic, MESSAGE_ENCODING, None if schema is None else topic,
+                                     json.dumps(schema, sort_keys=True).encode())
         return channel
 
     def add_json(self, topic: str, schema_name: str, schema: dict, data: bytes, log_time_ns: int,
@@ -133,19 +205,119 @@ class RecordingWriter:
         first use with the JSON schema ``schema`` named ``schema_name`` (hil/foxglove/scene.py)."""
         channel = self._channels.get(topic)
         if channel is None:
-            schema_id = self._writer.register_schema(name=schema_name, encoding=SCHEMA_ENCODING,
-                                                     data=json.dumps(schema).encode())
-            channel = self._channels[topic] = self._writer.register_channel(topic=topic, message_encoding="json",
-                                                                            schema_id=schema_id)
-        self._writer.add_message(channel_id=channel, log_time=log_time_ns, data=data, publish_time=publish_time_ns)
+            channel = self._register(topic, "json", schema_name, json.dumps(schema).encode())
+        self._add(channel, data, log_time_ns, publish_time_ns, 0)
 
     def add(self, topic: str, payload: bytes, log_time_ns: int, publish_time_ns: int, seq: int = 0) -> None:
         """Append one message; ``publish_time_ns`` is the payload's ``stamp_ns`` (0 if it had none)."""
-        self._writer.add_message(channel_id=self.channel_id(topic), log_time=log_time_ns, data=payload,
-                                 publish_time=publish_time_ns, sequence=seq & 0xFFFFFFFF)
+        self._add(self._channels.get(topic) or self.channel_id(topic), payload, log_time_ns, publish_time_ns,
+                  seq & 0xFFFFFFFF)
+
+    def _add(self, channel: int, payload: bytes, log_time_ns: int, publish_time_ns: int, sequence: int) -> None:
+        chunk = self._chunk
+        chunk.parts.append(_MESSAGE_RECORD_HEAD.pack(Opcode.MESSAGE, _MESSAGE_BODY_HEAD_BYTES + len(payload), channel,
+                                                     sequence, log_time_ns, publish_time_ns))
+        chunk.parts.append(payload)
+        index = chunk.index.get(channel)
+        if index is None:
+            index = chunk.index[channel] = []
+        index += (log_time_ns, chunk.size)
+        chunk.size += _MESSAGE_RECORD_HEAD.size + len(payload)
+        if chunk.messages == 0 or log_time_ns < chunk.start_time:
+            chunk.start_time = log_time_ns
+        chunk.end_time = max(chunk.end_time, log_time_ns)
+        chunk.messages += 1
+        counts = self._statistics.channel_message_counts
+        counts[channel] = counts.get(channel, 0) + 1
+        if chunk.size > self._chunk_bytes:
+            self._finish_chunk()
+
+    def add_batch(self, channels: np.ndarray, payloads: list[bytes], log_times_ns: np.ndarray,
+                  publish_times_ns: np.ndarray, sequences: np.ndarray) -> None:
+        """Append k messages in this order: ``channels`` (k,) channel ids (:meth:`channel_id`), ``payloads`` k
+        bytes, ``log_times_ns`` and ``publish_times_ns`` (k,) ns, ``sequences`` (k,) the MCAP sequence (u32). Chunks
+        close where :meth:`add` would close them (past ``chunk_bytes``)."""
+        lengths = np.fromiter(map(len, payloads), dtype=np.uint64, count=len(payloads))
+        done = 0
+        while done < len(payloads):
+            chunk = self._chunk
+            ends = chunk.size + np.cumsum(lengths[done:] + _MESSAGE_RECORD_HEAD.size)
+            take = min(int(np.searchsorted(ends, self._chunk_bytes, side="right")) + 1, len(ends))
+            part = slice(done, done + take)
+            self._add_to_chunk(channels[part], payloads[part], lengths[part], log_times_ns[part],
+                               publish_times_ns[part], sequences[part])
+            done += take
+            if chunk.size > self._chunk_bytes:
+                self._finish_chunk()
+
+    def _add_to_chunk(self, channels, payloads, lengths, log_times_ns, publish_times_ns, sequences) -> None:
+        chunk, count = self._chunk, len(payloads)
+        heads = np.empty(count, dtype=_MESSAGE_RECORD_DTYPE)
+        heads["opcode"] = Opcode.MESSAGE
+        heads["length"] = lengths + _MESSAGE_BODY_HEAD_BYTES
+        heads["channel"] = channels
+        heads["sequence"] = sequences
+        heads["log_time"] = log_times_ns
+        heads["publish_time"] = publish_times_ns
+        packed, width = heads.tobytes(), _MESSAGE_RECORD_HEAD.size
+        records: list[bytes] = [b""] * (2 * count)
+        records[0::2] = [packed[i:i + width] for i in range(0, count * width, width)]
+        records[1::2] = payloads
+        chunk.parts += records
+        sizes = lengths + width
+        offsets = chunk.size + np.cumsum(sizes) - sizes
+        for channel in np.unique(channels).tolist():
+            mine = channels == channel
+            pairs = np.column_stack((log_times_ns[mine].astype(np.uint64), offsets[mine]))
+            chunk.index.setdefault(channel, []).extend(pairs.ravel().tolist())
+            counts = self._statistics.channel_message_counts
+            counts[channel] = counts.get(channel, 0) + int(mine.sum())
+        chunk.size += int(sizes.sum())
+        first, last = int(log_times_ns.min()), int(log_times_ns.max())
+        chunk.start_time = first if chunk.messages == 0 else min(chunk.start_time, first)
+        chunk.end_time = max(chunk.end_time, last)
+        chunk.messages += count
+
+    def _finish_chunk(self) -> None:
+        """Write the open chunk (compressed, CRC of its records) and its message indexes; a chunk without messages
+        stays open (its schema and channel records go with the next messages, as in the mcap writer)."""
+        chunk = self._chunk
+        if chunk.messages == 0:
+            return
+        records = b"".join(chunk.parts)
+        data = self._compress(records) if self._compress else records
+        start = self._file.tell()
+        name = self._compression_name.encode()
+        head_length = _CHUNK_HEAD.size - _RECORD_HEADER.size + 4 + len(name) + 8
+        self._file.write(_CHUNK_HEAD.pack(Opcode.CHUNK, head_length + len(data), chunk.start_time, chunk.end_time,
+                                          len(records), zlib.crc32(records)))
+        self._file.write(struct.pack("<I", len(name)) + name + struct.pack("<Q", len(data)))
+        self._file.write(data)
+        index_start = self._file.tell()
+        offsets: dict[int, int] = {}
+        for channel, entries in chunk.index.items():
+            offsets[channel] = self._file.tell()
+            self._file.write(_MESSAGE_INDEX_HEAD.pack(Opcode.MESSAGE_INDEX, 6 + 8 * len(entries), channel,
+                                                      8 * len(entries)))
+            self._file.write(np.asarray(entries, dtype="<u8").tobytes())
+        self._chunk_indexes.append(ChunkIndex(
+            message_start_time=chunk.start_time, message_end_time=chunk.end_time, chunk_start_offset=start,
+            chunk_length=index_start - start, message_index_offsets=offsets,
+            message_index_length=self._file.tell() - index_start, compression=self._compression_name,
+            compressed_size=len(data), uncompressed_size=len(records)))
+        statistics = self._statistics
+        statistics.message_start_time = (chunk.start_time if statistics.message_count == 0
+                                         else min(statistics.message_start_time, chunk.start_time))
+        statistics.message_end_time = max(statistics.message_end_time, chunk.end_time)
+        statistics.message_count += chunk.messages
+        statistics.chunk_count += 1
+        self._chunk = _OpenChunk()
 
     def add_metadata(self, name: str, data: dict[str, str]) -> None:
-        self._writer.add_metadata(name, {str(k): str(v) for k, v in data.items()})
+        offset = self._file.tell()
+        length = self._write_record(Metadata(name=name, metadata={str(k): str(v) for k, v in data.items()}))
+        self._metadata_indexes.append(MetadataIndex(offset=offset, length=length, name=name))
+        self._statistics.metadata_count += 1
 
     def maybe_sync(self) -> bool:
         """Close the open chunk and fsync if ``flush_interval_s`` has passed since the last time."""
@@ -157,7 +329,8 @@ class RecordingWriter:
 
     def sync(self) -> None:
         """Close the open chunk, write everything buffered, fsync: all messages so far survive a crash."""
-        self._writer.flush()
+        self._finish_chunk()
+        self._file.flush()
         os.fsync(self._file.fileno())
         self._last_flush_ns = time.monotonic_ns()
 
@@ -165,11 +338,50 @@ class RecordingWriter:
         """Write the summary (indexes, statistics) and footer; the file is then complete."""
         if self.closed:
             return
-        self._writer.finish()
+        self._finish_chunk()
+        self._write_record(DataEnd(0))
+        self._file.write(self._summary(self._file.tell()))
+        self._file.write(MAGIC)
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
         self.closed = True
+
+    def _summary(self, start: int) -> bytes:
+        """The summary section at file offset ``start`` and the footer, as the mcap writer makes them: the schemas,
+        channels, statistics, chunk indexes, (no) attachment indexes and metadata indexes, each group located by a
+        summary offset record; the footer's CRC covers the summary and the footer's own first fields."""
+        builder = RecordBuilder()
+        offsets = []
+        for opcode, records in ((Opcode.SCHEMA, self._schema_records), (Opcode.CHANNEL, self._channel_records),
+                                (Opcode.STATISTICS, [self._statistics]), (Opcode.CHUNK_INDEX, self._chunk_indexes),
+                                (Opcode.ATTACHMENT_INDEX, []), (Opcode.METADATA_INDEX, self._metadata_indexes)):
+            group_start = builder.count
+            for record in records:
+                record.write(builder)
+            offsets.append(SummaryOffset(group_opcode=opcode, group_start=start + group_start,
+                                         group_length=builder.count - group_start))
+        offset_start = start + builder.count
+        for offset in offsets:
+            offset.write(builder)
+        summary = builder.end()
+        crc = zlib.crc32(_FOOTER_HEAD.pack(Opcode.FOOTER, _FOOTER_BODY_BYTES, start, offset_start),
+                         zlib.crc32(summary))
+        footer = RecordBuilder()
+        Footer(summary_start=start, summary_offset_start=offset_start, summary_crc=crc).write(footer)
+        return summary + footer.end()
+
+
+def _compressor(compression: CompressionType):
+    """The MCAP compression name and the function that compresses a chunk's records (None: stored as they are).
+    zstd at level 1: on the recorder's payloads it compresses as well as the default level 3 at about half the
+    CPU (docs/recording.md, "Figures")."""
+    if compression == CompressionType.ZSTD:
+        return "zstd", zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress
+    if compression == CompressionType.LZ4:
+        import lz4.frame
+        return "lz4", lz4.frame.compress
+    return "", None
 
 
 class _BoundedReader(io.RawIOBase):

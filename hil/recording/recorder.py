@@ -28,7 +28,7 @@ import numpy as np
 import zmq
 
 from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
-from hil.recording.template_decode import decode_batch, template
+from hil.recording.template_decode import Structure, integers, matches, structure
 from firmware_interface.rigs.host import sensor_rig_path
 from hil.foxglove.scene import PoseStream, pose_stream, schema
 from sim.cli_options import DEFAULT_POSES_RATE_HZ, add_network, add_poses_rate, add_quiet, add_rig, add_robot, add_start
@@ -50,8 +50,8 @@ DEFAULT_HWM = 1_000_000
 PROGRESS_INTERVAL_S = 0.5
 #: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
 LOOP_TIMEOUT_S = 0.05
-#: the receive path only takes messages off the SUB socket and stamps them (``log_time``); decoding, gap counting
-#: and MCAP writing (about 3x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
+#: the receive path only takes messages off the SUB socket and stamps them (``log_time``); validating, gap counting
+#: and MCAP writing (0.2-0.5x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
 #: over), so that a burst is taken at the socket's rate with exact receipt times ...
 QUIET_MS = 2
 #: ... or until the file's flush is due (every message received before a flush is in it: the crash-loss bound
@@ -70,6 +70,14 @@ RECEIVE_CLOCK_EVERY = 512
 #: queued messages of one topic and payload length read together by shape (fewer: decoded one by one, the
 #: batch set-up would cost more than it saves)
 SHAPE_GROUP_MIN_MESSAGES = 32
+#: a run of one shape is checked this many bytes of payloads at a time (they stay in the CPU's cache); a block with
+#: a message of another shape is decoded one by one
+SHAPE_BLOCK_BYTES = 256 * 1024
+#: shapes kept from one write to the next (one per payload length), at most
+SHAPES_KEPT = 64
+#: stands for a message of one frame or of more than two, in the receive queue: an empty payload, which no decode
+#: takes for a map, so it is counted malformed like any other
+MALFORMED_FRAMES = (b"", b"")
 DEFAULT_RUN_DIR = Path("runs")
 RECORDING_SUFFIX = ".mcap"
 
@@ -146,44 +154,90 @@ class Session:
 def _seq_and_stamp(payload: bytes) -> tuple[int, int]:
     """A payload's ``seq`` and ``stamp_ns`` (0 when absent); raises on a payload that is not a map with both
     non-negative integers."""
-    decoded = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    seq = decoded["seq"]
-    stamp = decoded.get("stamp_ns", 0)
-    if not (isinstance(seq, int) and isinstance(stamp, int) and seq >= 0 and stamp >= 0):
-        raise ValueError("seq and stamp_ns must be non-negative integers")
-    return seq, stamp
+    return _checked_clocks(msgpack.unpackb(payload, raw=False, strict_map_key=False))
 
 
 _CLOCK_KEYS = frozenset(("seq", "stamp_ns"))
 
 
-def _seqs_and_stamps_by_shape(pending: list[tuple[list[bytes], int]]) -> dict[int, tuple[int, int]]:
-    """``seq`` and ``stamp_ns`` of the queued messages that arrive in runs of one shape, read from all of them at
-    once (:mod:`hil.recording.template_decode`; decoding each payload whole is most of the writing's cost): index
-    in ``pending`` -> (seq, stamp_ns). Messages left out are decoded one by one (:func:`_seq_and_stamp`)."""
-    groups: dict[tuple[bytes, int], list[int]] = {}
-    for index, (frames, _log_time) in enumerate(pending):
-        if len(frames) == 2:
-            groups.setdefault((frames[0], len(frames[1])), []).append(index)
-    known: dict[int, tuple[int, int]] = {}
-    for indices in groups.values():
-        if len(indices) < SHAPE_GROUP_MIN_MESSAGES:
+def _topic_codes(topics: list[bytes]) -> tuple[list[bytes], np.ndarray]:
+    """The distinct topics of a batch and, per message, the index of its topic among them: (k,) int64."""
+    distinct = list(set(topics))
+    code = {topic: i for i, topic in enumerate(distinct)}
+    return distinct, np.fromiter(map(code.__getitem__, topics), dtype=np.int64, count=len(topics))
+
+
+def _shape_groups(codes: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Indices of the messages of each (topic, payload length), in receipt order within a group."""
+    keys = codes * (int(lengths.max()) + 1) + lengths
+    if (keys == keys[0]).all():
+        return [np.arange(len(keys))]
+    order = np.argsort(keys, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
+
+
+def _shape_of(payload: bytes) -> Structure | None:
+    """The shape of a valid payload (a map with non-negative integer seq and stamp_ns), else None."""
+    try:
+        decoded = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        _checked_clocks(decoded)
+    except Exception:   # a malformed message gives no shape: its run is decoded one by one
+        return None
+    return structure(payload, decoded, _CLOCK_KEYS)
+
+
+def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int, Structure] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``seq`` and ``stamp_ns`` of the queued messages that arrive in runs of one topic and shape, validated and read
+    from all of them at once (:func:`hil.recording.template_decode.structure`: a message with the bytes of its run's
+    first one but for the numbers' values decodes to a map of the same keys and types, so it is as valid as that
+    one): (shaped (k,) bool, seqs (k,) uint64, stamps (k,) uint64), the numbers valid where ``shaped``. ``codes``:
+    each message's topic (:func:`_topic_codes`). ``shapes``: payload length -> the last shape seen of that length,
+    kept from batch to batch (a run that still has it is not decoded at all), updated here. A block of a run
+    (SHAPE_BLOCK_BYTES) in which any message differs, and runs shorter than SHAPE_GROUP_MIN_MESSAGES, are left to the
+    one-by-one decode (:func:`_seq_and_stamp`)."""
+    count = len(payloads)
+    shaped = np.zeros(count, dtype=bool)
+    seqs, stamps = np.zeros(count, dtype=np.uint64), np.zeros(count, dtype=np.uint64)
+    if count < SHAPE_GROUP_MIN_MESSAGES:
+        return shaped, seqs, stamps
+    lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
+    for indices in _shape_groups(codes, lengths):
+        if len(indices) < SHAPE_GROUP_MIN_MESSAGES or lengths[indices[0]] == 0:
             continue
-        payloads = [pending[i][0][1] for i in indices]
-        try:
-            first = msgpack.unpackb(payloads[0], raw=False, strict_map_key=False)
-        except Exception:   # a malformed first message: the group is decoded one by one
-            continue
-        shape = template(payloads[0], first) if isinstance(first, dict) else None
-        columns = decode_batch(shape, payloads, _CLOCK_KEYS) if shape is not None else None
-        if columns is None:
-            continue
-        seqs, stamps = columns.get("seq"), columns.get("stamp_ns", np.zeros(len(indices), dtype=np.int64))
-        if not all(isinstance(c, np.ndarray) and c.dtype.kind == "i" and c.ndim == 1 and (c >= 0).all()
-                   for c in (seqs, stamps)):
-            continue
-        known.update(zip(indices, zip(seqs.tolist(), stamps.tolist())))
-    return known
+        members = payloads if len(indices) == count else [payloads[i] for i in indices.tolist()]
+        length = int(lengths[indices[0]])
+        shape = shapes.get(length) if shapes is not None else None
+        if shape is None or not matches(shape, np.frombuffer(members[0], dtype=np.uint8)[None, :]):
+            shape = _shape_of(members[0])
+            if shape is None:
+                continue
+            if shapes is not None:
+                if len(shapes) >= SHAPES_KEPT:
+                    shapes.clear()
+                shapes[length] = shape
+        block = max(1, SHAPE_BLOCK_BYTES // length)
+        for begin in range(0, len(indices), block):
+            rows = np.frombuffer(b"".join(members[begin:begin + block]), dtype=np.uint8).reshape(-1, length)
+            if not matches(shape, rows):
+                continue
+            seq = integers(shape, rows, "seq")
+            stamp = integers(shape, rows, "stamp_ns") if "stamp_ns" in shape.fields else np.zeros(len(rows), int)
+            if seq is None or stamp is None or (seq < 0).any() or (stamp < 0).any():
+                continue
+            where = indices[begin:begin + block]
+            shaped[where], seqs[where], stamps[where] = True, seq, stamp
+    return shaped, seqs, stamps
+
+
+def _checked_clocks(decoded: Any) -> tuple[int, int]:
+    """``seq`` and ``stamp_ns`` (0 when absent) of a decoded payload; raises unless it is a map with both
+    non-negative integers."""
+    seq = decoded["seq"]
+    stamp = decoded.get("stamp_ns", 0)
+    if not (isinstance(seq, int) and isinstance(stamp, int) and seq >= 0 and stamp >= 0):
+        raise ValueError("seq and stamp_ns must be non-negative integers")
+    return seq, stamp
 
 
 class Recorder:
@@ -211,7 +265,11 @@ class Recorder:
             self.sub.close()
             raise
         self.session: Session | None = None
-        self.pending: list[tuple[list[bytes], int]] = []     # (frames, log_time ns) received, not yet written
+        # received, not yet written, in receipt order: topic frame, payload frame, receipt time (ns)
+        self.pending_topics: list[bytes] = []
+        self.pending_payloads: list[bytes] = []
+        self.pending_log_times: list[int] = []
+        self.shapes: dict[int, Structure] = {}       # the shapes of recent payloads (:func:`_clocks_by_shape`)
         self.stop_requested = False
         self.dropped_while_idle = 0
         self._last_progress = 0.0
@@ -281,17 +339,32 @@ class Recorder:
     # --- the loop -----------------------------------------------------------------------------------------
     def receive_batch(self) -> bool:
         """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn;
-        True when the socket was drained. The messages are written by :meth:`write_pending`."""
-        recv, clock, pending = self.sub.recv_multipart, time.time_ns, self.pending
+        True when the socket was drained. The messages are written by :meth:`write_pending`.
+
+        Frame by frame as zmq.Frame objects rather than with ``recv_multipart`` (which asks the socket whether more
+        frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. A message's frames
+        arrive together (ZeroMQ delivers a multipart message whole), so after a topic frame with more to come the
+        payload frame is there; a message of one frame, or of more than two, is queued as MALFORMED_FRAMES."""
+        recv, clock = self.sub.recv, time.time_ns
+        topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
         while True:
             for _ in range(RECEIVE_CLOCK_EVERY):
                 try:
-                    frames = recv(zmq.NOBLOCK)
+                    topic = recv(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     return True
-                pending.append((frames, clock()))
-            if len(pending) >= PENDING_MAX_MESSAGES or time.monotonic() > turn_end:
+                log_times.append(clock())
+                payload = recv(zmq.NOBLOCK, copy=False) if topic.more else None
+                if payload is not None and not payload.more:
+                    topics.append(topic.bytes)
+                    payloads.append(payload.bytes)
+                    continue
+                while payload is not None and payload.more:
+                    payload = recv(zmq.NOBLOCK, copy=False)
+                topics.append(MALFORMED_FRAMES[0])
+                payloads.append(MALFORMED_FRAMES[1])
+            if len(topics) >= PENDING_MAX_MESSAGES or time.monotonic() > turn_end:
                 return False
 
     def drain(self) -> None:
@@ -308,36 +381,70 @@ class Recorder:
                 break
 
     def write_pending(self) -> int:
-        """Decode, count and write (if recording) the messages received so far; their number."""
-        pending, self.pending = self.pending, []
-        session = self.session
-        if session is None:
-            self.dropped_while_idle += len(pending)
-            return len(pending)
-        writer, stats, seq_tracker = session.writer, session.stats, session.seq
-        known = _seqs_and_stamps_by_shape(pending)
-        for index, (frames, log_time) in enumerate(pending):
-            if len(frames) != 2:
-                session.malformed += 1
-                continue
+        """Validate, count and write (if recording) the messages received so far, in receipt order; their number.
+        A message that is not [ascii topic, msgpack map with non-negative integer seq (and stamp_ns)] is counted
+        malformed and not written."""
+        topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
+        self.pending_topics, self.pending_payloads, self.pending_log_times = [], [], []
+        count, session = len(topics), self.session
+        if session is None or count == 0:
+            self.dropped_while_idle += count
+            return count
+        names, codes = _topic_codes(topics)
+        valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes)
+        for index in np.flatnonzero(~valid).tolist():
             try:
-                topic = frames[0].decode("ascii")
-                seq, stamp = known[index] if index in known else _seq_and_stamp(frames[1])
+                seqs[index], stamps[index] = _seq_and_stamp(payloads[index])
             except Exception:  # anything undecodable is one malformed message, never a crash
-                session.malformed += 1
                 continue
-            writer.add(topic, frames[1], log_time, stamp, seq)
-            if topic == TOPIC_SIM_STATE and session.poses is not None and session.poses.due(stamp):
-                for message in session.poses.messages(msgpack.unpackb(frames[1], raw=False, strict_map_key=False)):
-                    writer.add_json(message.topic, message.schema_name, schema(message.schema_name), message.data,
-                                    log_time, message.stamp_ns)
-            topic_stats = stats.get(topic)
+            valid[index] = True
+        for code, name in enumerate(names):
+            if not name.isascii():
+                valid[codes == code] = False
+        kept = np.flatnonzero(valid)
+        session.malformed += count - len(kept)
+        if len(kept) < count:
+            codes, seqs, stamps = codes[kept], seqs[kept], stamps[kept]
+            payloads = [payloads[i] for i in kept.tolist()]
+            log_times = [log_times[i] for i in kept.tolist()]
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        channels = np.zeros(len(names), dtype=np.uint16)
+        for code in np.unique(codes).tolist():
+            topic = names[code].decode("ascii")
+            channels[code] = session.writer.channel_id(topic)
+            mine = codes == code
+            topic_stats = session.stats.get(topic)
             if topic_stats is None:
-                topic_stats = stats[topic] = TopicStats()
-            topic_stats.messages += 1
-            topic_stats.bytes += len(frames[1])
-            seq_tracker.update(topic, seq)
-        return len(pending)
+                topic_stats = session.stats[topic] = TopicStats()
+            topic_stats.messages += int(np.count_nonzero(mine))
+            topic_stats.bytes += int(lengths[mine].sum())
+            session.seq.update_many(topic, seqs[mine])
+        self._write(session, codes, channels[codes], payloads, np.array(log_times, dtype=np.uint64), stamps, seqs,
+                    names)
+        return count
+
+    @staticmethod
+    def _write(session: Session, codes: np.ndarray, channels: np.ndarray, payloads: list[bytes],
+               log_times: np.ndarray, stamps: np.ndarray, seqs: np.ndarray, names: list[bytes]) -> None:
+        """Write valid messages in receipt order, each state that is due for a Foxglove pose followed by its pose
+        messages (hil/foxglove)."""
+        writer, sequences, begin = session.writer, seqs & np.uint64(0xFFFFFFFF), 0
+        state = TOPIC_SIM_STATE.encode()
+        if session.poses is not None and state in names:
+            for index in np.flatnonzero(codes == names.index(state)).tolist():
+                stamp = int(stamps[index])
+                if not session.poses.due(stamp):
+                    continue
+                end = index + 1
+                writer.add_batch(channels[begin:end], payloads[begin:end], log_times[begin:end], stamps[begin:end],
+                                 sequences[begin:end])
+                begin = end
+                for message in session.poses.messages(msgpack.unpackb(payloads[index], raw=False,
+                                                                      strict_map_key=False)):
+                    writer.add_json(message.topic, message.schema_name, schema(message.schema_name), message.data,
+                                    int(log_times[index]), message.stamp_ns)
+        if begin < len(payloads):
+            writer.add_batch(channels[begin:], payloads[begin:], log_times[begin:], stamps[begin:], sequences[begin:])
 
     def handle_control(self) -> None:
         try:
@@ -381,11 +488,12 @@ class Recorder:
         timeout_ms = int(LOOP_TIMEOUT_S * 1000)
         try:
             while not self.stop_requested:
-                events = dict(poller.poll(QUIET_MS if self.pending else timeout_ms))
+                events = dict(poller.poll(QUIET_MS if self.pending_topics else timeout_ms))
                 quiet = self.sub not in events
                 if not quiet:
                     self.receive_batch()
-                if self.pending and (quiet or len(self.pending) >= PENDING_MAX_MESSAGES or self._sync_due()):
+                if self.pending_topics and (quiet or len(self.pending_topics) >= PENDING_MAX_MESSAGES
+                                            or self._sync_due()):
                     self.write_pending()
                 if self.control in events:
                     self.handle_control()

@@ -1,4 +1,5 @@
-"""Many MessagePack maps of one shape decoded at once into numpy columns (the fast path of hil.recording.series).
+"""Many MessagePack maps of one shape decoded at once into numpy columns (the fast path of hil.recording.series), or
+checked at once to be of one shape (:func:`structure`, :func:`matches`: the recorder's validation).
 
 A publisher sends the same map over and over with new numbers: the same keys, the same name lists, the same
 lengths; only the bytes of the numbers change. The first message of a batch is the *template*: its bytes are
@@ -106,17 +107,10 @@ def template(data: bytes, payload: dict, matrices: bool = False) -> Template | N
     this module does not column (numbers inside nested maps, lists of lists unless ``matrices``, numbers of mixed
     types in a list, non-string or repeated keys)."""
     data = bytes(data)
-    tag = data[0]
-    if 0x80 <= tag <= 0x8f:
-        count, pos = tag & 0x0f, 1
-    elif tag == 0xde:
-        count, pos = struct.unpack_from(">H", data, 1)[0], 3
-    elif tag == 0xdf:
-        count, pos = struct.unpack_from(">I", data, 1)[0], 5
-    else:
+    header = _map_header(data, payload)
+    if header is None:
         return None
-    if count != len(payload):
-        return None                      # a repeated key: the map keeps the last one
+    count, pos = header
     keys, constants, numbers, leaves = [], {}, {}, []
     try:
         for _ in range(count):
@@ -147,13 +141,33 @@ def template(data: bytes, payload: dict, matrices: bool = False) -> Template | N
         return None
     if pos != len(data):
         return None
-    structure = np.ones(len(data), dtype=bool)
+    return Template(data, keys, constants, numbers, _structure_mask(len(data), leaves))
+
+
+def _map_header(data: bytes, payload: dict) -> tuple[int, int] | None:
+    """(entries, position of the first key) of the map ``data`` holds, which decodes to ``payload``; None when it is
+    not a map or has a repeated key (the decoded map keeps the last one)."""
+    tag = data[0]
+    if 0x80 <= tag <= 0x8f:
+        count, pos = tag & 0x0f, 1
+    elif tag == 0xde:
+        count, pos = struct.unpack_from(">H", data, 1)[0], 3
+    elif tag == 0xdf:
+        count, pos = struct.unpack_from(">I", data, 1)[0], 5
+    else:
+        return None
+    return (count, pos) if count == len(payload) else None
+
+
+def _structure_mask(length: int, leaves: list[_Leaf]) -> np.ndarray:
+    """(length,) bool: True at the bytes that are not a number's value (a fixint is its type byte)."""
+    structure = np.ones(length, dtype=bool)
     for leaf in leaves:
         if leaf.code in _FIXINTS:
             structure[leaf.offset] = False
         else:
             structure[leaf.offset + 1:leaf.offset + 1 + np.dtype(leaf.code).itemsize] = False
-    return Template(data, keys, constants, numbers, structure)
+    return structure
 
 
 def _kind(code: str) -> str:
@@ -177,21 +191,95 @@ def decode_batch(shape: Template, messages: list, keys: frozenset[str] | None = 
     for key, (leaves, array_shape) in shape.numbers.items():
         if keys is not None and key not in keys:
             continue
-        code = leaves[0].code
-        offsets = np.array([leaf.offset for leaf in leaves])
-        if code in _FIXINTS:     # a one-byte integer, positive (0x00-0x7f) or negative (0xe0-0xff) in any message
-            values = rows[:, offsets].astype(np.int64)
-            negative = values >= 0xe0
-            if ((values > 0x7f) & ~negative).any():
-                return None
-            values[negative] -= 0x100
-        else:
-            size = np.dtype(code).itemsize
-            raw = np.ascontiguousarray(rows[:, (offsets[:, None] + 1 + np.arange(size)).ravel()])
-            values = raw.view(code).reshape(len(messages), len(leaves))
-            if code == ">u8" and (values > _INT64_MAX).any():
-                return None   # np.asarray of such ints is not int64: leave them to the reference path
-            values = values.astype(np.float64 if values.dtype.kind == "f" else np.int64)
+        values = _leaf_values(rows, leaves)
+        if values is None:
+            return None
         columns[key] = values.reshape((len(messages),) + array_shape)
     return columns
+
+
+def _leaf_values(rows: np.ndarray, leaves: list[_Leaf]) -> np.ndarray | None:
+    """The numbers at ``leaves`` (all of one code) of each message, ``rows`` (k, length) uint8: (k, leaves) int64
+    or float64; None where a fixint's byte is not one in some message, or a uint64 exceeds int64 (np.asarray of such
+    ints is not int64: the reference path decodes them)."""
+    code = leaves[0].code
+    offsets = np.array([leaf.offset for leaf in leaves])
+    if code in _FIXINTS:     # a one-byte integer, positive (0x00-0x7f) or negative (0xe0-0xff) in any message
+        values = rows[:, offsets].astype(np.int64)
+        negative = values >= 0xe0
+        if ((values > 0x7f) & ~negative).any():
+            return None
+        values[negative] -= 0x100
+        return values
+    size = np.dtype(code).itemsize
+    raw = np.ascontiguousarray(rows[:, (offsets[:, None] + 1 + np.arange(size)).ravel()])
+    values = raw.view(code).reshape(len(rows), len(leaves))
+    if code == ">u8" and (values > _INT64_MAX).any():
+        return None
+    return values.astype(np.float64 if values.dtype.kind == "f" else np.int64)
+
+
+@dataclass
+class Structure:
+    """What a message of one shape is made of, for validating many at once (:func:`structure`): its bytes, which of
+    them every message of the shape shares (all but the numbers' value bytes), where its fixints are (a byte that
+    must stay one) and where some top-level numbers are (``fields``: key -> its leaf)."""
+    data: np.ndarray               # (length,) uint8
+    structure: np.ndarray          # (length,) bool
+    fixints: np.ndarray            # (n,) offsets of the fixint bytes
+    fields: dict[str, _Leaf]
+
+
+def structure(data: bytes, payload: dict, keys: frozenset[str]) -> Structure | None:
+    """The shape of ``data``, which decodes (``msgpack.unpackb``) to the map ``payload``, for :func:`matches`, with the
+    leaves of the ``keys`` that hold one number each at the top level; numbers may be anywhere (nested maps, lists
+    of lists: they are leaves like any other). None for a repeated key, a number as a key, an ext type, or a key of
+    ``keys`` that is not one number."""
+    data = bytes(data)
+    header = _map_header(data, payload)
+    if header is None:
+        return None
+    count, pos = header
+    leaves: list[_Leaf] = []
+    fields: dict[str, _Leaf] = {}
+    try:
+        for key in payload:
+            key_leaves: list[_Leaf] = []
+            pos = _walk(data, pos, key_leaves)
+            start = pos
+            value_leaves: list[_Leaf] = []
+            pos = _walk(data, pos, value_leaves)
+            if key_leaves:
+                return None
+            if key in keys:
+                if len(value_leaves) != 1 or value_leaves[0].offset != start:
+                    return None
+                fields[key] = value_leaves[0]
+            leaves += value_leaves
+    except (_Shape, IndexError, struct.error):
+        return None
+    if pos != len(data):
+        return None
+    fixints = np.array([leaf.offset for leaf in leaves if leaf.code in _FIXINTS], dtype=np.intp)
+    return Structure(np.frombuffer(data, dtype=np.uint8), _structure_mask(len(data), leaves), fixints, fields)
+
+
+def matches(shape: Structure, rows: np.ndarray) -> bool:
+    """Whether every message of ``rows`` ((k, length) uint8) has ``shape``: its structure bytes, and a fixint
+    (0x00-0x7f, 0xe0-0xff) at each of its fixints. Such a message decodes to a map with the same keys, each value of
+    the same type (its numbers of the same MessagePack types) as the shape's."""
+    if ((rows != shape.data) & shape.structure).any():
+        return False
+    fixints = rows[:, shape.fixints]
+    return not ((fixints > 0x7f) & (fixints < 0xe0)).any()
+
+
+def integers(shape: Structure, rows: np.ndarray, key: str) -> np.ndarray | None:
+    """The top-level integer ``key`` (a field of ``shape``) of each message of ``rows`` (which :func:`matches`):
+    (k,) int64; None when the shape holds a float there or a uint64 exceeds int64."""
+    leaf = shape.fields[key]
+    if _kind(leaf.code) != "i":
+        return None
+    values = _leaf_values(rows, [leaf])
+    return None if values is None else values[:, 0]
 

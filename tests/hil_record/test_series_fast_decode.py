@@ -110,7 +110,8 @@ def test_shapes_the_columnar_decode_leaves_to_the_reference_path():
 def test_the_recorder_reads_seq_and_stamp_by_shape_as_one_by_one():
     """The recorder's write path: runs of one shape give the seq and stamp_ns a whole decode gives; other messages
     (a short run, a run whose shape changes, a malformed payload) are left to the one-by-one decode."""
-    from hil.recording.recorder import SHAPE_GROUP_MIN_MESSAGES, _seq_and_stamp, _seqs_and_stamps_by_shape
+    from hil.recording.recorder import (MALFORMED_FRAMES, SHAPE_GROUP_MIN_MESSAGES, _clocks_by_shape,
+                                        _seq_and_stamp, _topic_codes)
 
     rng = np.random.default_rng(5)
     states = [_state(1000 + k, rng) for k in range(3 * SHAPE_GROUP_MIN_MESSAGES)]
@@ -118,7 +119,9 @@ def test_the_recorder_reads_seq_and_stamp_by_shape_as_one_by_one():
     flipped = [dict(_state(2000 + k, rng), flag=k == 3) for k in range(SHAPE_GROUP_MIN_MESSAGES)]
     pending += [([b"other", msgpack.packb(p)], 0) for p in flipped]                   # the shape changes
     pending += [([b"short", msgpack.packb(_state(5, rng))], 0), ([b"bad", b"\xc1"], 0), ([b"one frame"], 0)]
-    known = _seqs_and_stamps_by_shape(pending)
+    queued = [frames if len(frames) == 2 else MALFORMED_FRAMES for frames, _ in pending]    # the receive queue
+    shaped, seqs, stamps = _clocks_by_shape(_topic_codes([t for t, _ in queued])[1], [p for _, p in queued])
+    known = {i: (int(seqs[i]), int(stamps[i])) for i in np.flatnonzero(shaped).tolist()}
     assert sorted(known) == list(range(len(states)))
     assert known == {i: _seq_and_stamp(pending[i][0][1]) for i in known}
     assert known[0] == (1000, states[0]["stamp_ns"])
