@@ -655,8 +655,7 @@ class SimulationServer:
             return True
         if self.mode != "lockstep":
             return False
-        fresh = self.feedback.wait_fresh(FEEDBACK_WAIT_S)
-        for _ in range(min(fresh, MAX_REQUESTS_PER_WAKE)):
+        for _ in range(self.feedback.wait_fresh(FEEDBACK_WAIT_S, MAX_REQUESTS_PER_WAKE)):
             if self.state == STALLED:
                 self.log(f"lockstep resumed by a measurement after {self.clock() - self.stalled_since:.1f} s")
                 self._set_state(RUNNING)

@@ -66,7 +66,8 @@ GROWTH_WINDOWS = 3
 GROWTH_FLOOR = 0.1
 #: how long the guard waits for the driver to answer its e-stop request, ms
 ESTOP_REPLY_MS = 500
-#: samples kept for the rate estimate, at most (a 20 kHz device over a 0.05 s window)
+#: samples kept for the rate estimate, at most (a 20 kHz device over a 0.05 s window; the window's own length
+#: trims it first)
 MAX_RATE_SAMPLES = 1000
 
 
@@ -174,8 +175,12 @@ class FeedbackLoop:
     :meth:`open` once its context exists, :meth:`ready` and :meth:`update` before each period (a hold reason or
     None), :meth:`wait_fresh` in lockstep, :meth:`status` for sim/status, and :meth:`close`."""
 
-    def __init__(self, rig_path: Path, robot_path: Path, log: Callable[[str], None], clock=time.perf_counter):
+    def __init__(self, rig_path: Path, robot_path: Path, log: Callable[[str], None], lockstep: bool = False,
+                 clock=time.perf_counter):
         self.rig, self.spec = load_feedback(rig_path)
+        #: lockstep: simulated time follows the measurements, not the wall clock: no stale hold (no measurement, no
+        #: step; the server's lockstep stall watch reports the silence) and no age to carry the wrench over
+        self.lockstep = lockstep
         self.rig_path, self.robot_path, self.log, self.clock = rig_path, robot_path, log, clock
         self.wrench = None                     # the MeasuredWrench of the current model
         self.twin: ModelTwin | None = None
@@ -234,14 +239,15 @@ class FeedbackLoop:
         self._drain()
         return self.tare is not None
 
-    def wait_fresh(self, timeout_s: float) -> int:
-        """Lockstep: wait up to ``timeout_s`` for measurements; the usable samples that arrived since the last
-        call."""
+    def wait_fresh(self, timeout_s: float, most: int) -> int:
+        """Lockstep: wait up to ``timeout_s`` for measurements; how many usable samples arrived that were not yet
+        counted (at most ``most``: the others are counted by the next calls)."""
         if self.fresh == 0 and self.socket is not None:
             self.socket.poll(max(0, int(timeout_s * 1000)))
         self._drain()
-        fresh, self.fresh = self.fresh, 0
-        return fresh
+        taken = min(self.fresh, most)
+        self.fresh -= taken
+        return taken
 
     def update(self, simulation, t: float) -> str | None:
         """Take the queued measurements, set the plug-in's wrench from simulated time ``t`` (s) on; a reason to
@@ -250,17 +256,14 @@ class FeedbackLoop:
         now = self.clock()
         if self.tare is None or self.last_used_at is None:
             return None
-        age = now - self.last_used_at
+        age = 0.0 if self.lockstep else now - self.last_used_at
         if age > self.spec.stale_s:
             return self._hold(f"feedback stale: no usable hw/telemetry for {age:.3f} s (stale_s "
                               f"{self.spec.stale_s:g} s); the driver's watchdog holds the servos", simulation)
-        times = np.array([w for w, _ in self.recent])
-        values = np.array([v for _, v in self.recent])
-        newest = values[-1]
+        newest = self.recent[-1][1]
         rate = np.zeros(6)
         if self.spec.compensation == "extrapolate":
-            window = times >= times[-1] - self.spec.rate_window_s
-            rate = slope(times[window], values[window])
+            rate = slope(np.array([w for w, _ in self.recent]), np.array([v for _, v in self.recent]))
         value = newest + (age + self.spec.latency_s) * rate
         force, moment = float(np.linalg.norm(value[:3])), float(np.linalg.norm(value[3:]))
         if force > self.spec.max_force_n or moment > self.spec.max_moment_nm:
@@ -361,6 +364,8 @@ class FeedbackLoop:
         self.used += 1
         self.fresh += 1
         self.recent.append((sampled, error - self.tare))
+        while sampled - self.recent[0][0] > self.spec.rate_window_s:      # only the rate's window is kept
+            self.recent.popleft()
         self.last_used_at = max(sampled, self.last_used_at or -math.inf)
 
 

@@ -21,4 +21,5 @@ def run(args: argparse.Namespace) -> int:
         return server.run(args)
     from hil.feedback.loop import FeedbackLoop
 
-    return server.run(args, feedback_factory=lambda log: FeedbackLoop(args.feedback, args.config, log))
+    return server.run(args, feedback_factory=lambda log: FeedbackLoop(args.feedback, args.config, log,
+                                                                           lockstep=args.mode == "lockstep"))

@@ -4,6 +4,7 @@ measured moment a function of the simulator's newest sim/state: the loop's gain)
 socket (it records the e-stop the guard sends)."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ stale_s = {STALE_S}
 tare_s = {TARE_S}
 compensation = "none"
 [feedback.wrench]
-channels = {list(LOADS)!r}
+channels = {json.dumps(list(LOADS))}
 body = 2
 [feedback.guard]
 max_force_n = 10.0
