@@ -66,7 +66,7 @@ SCHEMAS: dict[str, dict] = {
          "warmup": _object({"first_call_s": _num, "rtf": _num}, ["first_call_s", "rtf"]),
          "feedback": _object({"rig": _str, "ready": _bool, "samples": _int, "used": _int,
                               "refused": {"type": "object", "additionalProperties": _int}, "age_s": _num,
-                              "wrench": _vec(6), "trips": _int, "holds": _int},
+                              "wrench": _vec(6), "trips": _int, "holds": _int, "tare": _vec()},
                              ["ready", "samples", "used", "refused", "age_s", "wrench", "trips", "holds"])},
         ["v", "seq", "t", "stamp_ns", "mode", "state", "rtf", "step_us", "deadline_misses",
          "state_rate_hz", "robot", "joint_names", "actuated"]),

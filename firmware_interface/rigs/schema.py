@@ -192,8 +192,10 @@ def feedback_schema(load_names: list[str]) -> dict[str, Any]:
     return table({
         "max_age_s": seconds, "stale_s": seconds,
         "latency_s": number(0.0, MAX_FEEDBACK_AGE_S, expected=f"a latency in [0, {MAX_FEEDBACK_AGE_S:g}] s"),
-        "compensation": one_of("extrapolate", "none"),
+        "compensation": one_of("extrapolate", "periodic", "none"),
         "rate_window_s": seconds,
+        "period_s": number(above=0.0, maximum=60.0, expected="the drive's period in (0, 60] s"),
+        "periods": integer(1, 1000), "harmonics": integer(1, 1000),
         "tare_s": number(0.0, 10.0, expected="a time in [0, 10] s"),
         "wrench": table({
             "channels": array(channel, len(WRENCH_COMPONENTS), len(WRENCH_COMPONENTS),

@@ -59,6 +59,8 @@ DEFAULT_MAX_FORCE_N = 1.0
 DEFAULT_MAX_MOMENT_NM = 0.1
 DEFAULT_MAX_GROWTH = 2.0
 DEFAULT_GROWTH_WINDOW_S = 0.1
+DEFAULT_PERIODS = 8
+DEFAULT_HARMONICS = 4
 #: consecutive windows whose RMS grows by more than max_growth each: an unstable loop (one window could be a
 #: transient: a stroke starting)
 GROWTH_WINDOWS = 3
@@ -80,8 +82,11 @@ class FeedbackSpec:
     max_age_s: float
     stale_s: float
     latency_s: float
-    compensation: str              # "extrapolate" or "none"
+    compensation: str              # "extrapolate", "periodic" or "none"
     rate_window_s: float
+    period_s: float                # periodic: the drive's period (0: none given)
+    periods: int                   # periodic: periods averaged
+    harmonics: int                 # periodic: harmonics of the drive kept
     tare_s: float
     max_force_n: float
     max_moment_nm: float
@@ -99,13 +104,17 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
                                             "measured wrench's channels (docs/rigs.md)")
     table, wrench = doc["feedback"], doc["feedback"]["wrench"]
     guard = table.get("guard", {})
+    if table.get("compensation") == "periodic" and "period_s" not in table:
+        raise ConfigError(path, "feedback.period_s", 'missing: compensation = "periodic" needs the drive\'s period')
     get = lambda where, key, default: float(require(where, key, (int, float), path=path, prefix="feedback",  # noqa: E731
                                                     default=default))
     return rig, FeedbackSpec(
         channels=tuple(wrench["channels"]), body=int(wrench.get("body", 0)), scale=float(wrench.get("scale", 1.0)),
         max_age_s=get(table, "max_age_s", DEFAULT_MAX_AGE_S), stale_s=get(table, "stale_s", DEFAULT_STALE_S),
         latency_s=get(table, "latency_s", 0.0), compensation=table.get("compensation", "extrapolate"),
-        rate_window_s=get(table, "rate_window_s", DEFAULT_RATE_WINDOW_S), tare_s=get(table, "tare_s", DEFAULT_TARE_S),
+        rate_window_s=get(table, "rate_window_s", DEFAULT_RATE_WINDOW_S),
+        period_s=get(table, "period_s", 0.0), periods=int(table.get("periods", DEFAULT_PERIODS)),
+        harmonics=int(table.get("harmonics", DEFAULT_HARMONICS)), tare_s=get(table, "tare_s", DEFAULT_TARE_S),
         max_force_n=get(guard, "max_force_n", DEFAULT_MAX_FORCE_N),
         max_moment_nm=get(guard, "max_moment_nm", DEFAULT_MAX_MOMENT_NM),
         max_growth=get(guard, "max_growth", DEFAULT_MAX_GROWTH),
@@ -143,6 +152,42 @@ def slope(times: np.ndarray, values: np.ndarray) -> np.ndarray:
     centred = times - times.mean()
     denominator = float(centred @ centred)
     return np.zeros(values.shape[1]) if denominator == 0.0 else centred @ (values - values.mean(0)) / denominator
+
+
+class PhaseTable:
+    """The model's error as a function of a periodic drive's phase: ``n`` bins of one drive period, each the
+    running mean over the last ``periods`` periods of the samples that fell in it, read through its first
+    ``harmonics`` harmonics of the drive frequency (recomputed once per period of samples). A synchronous
+    average: what is not locked to the drive (sensor noise) averages out, what is locked but above the harmonics
+    kept (the structure's free vibration rung by the servos' steps, which the simulation's smooth drive does not
+    have) is cut, and a bin is read one period after it was measured, whatever the loop's latency."""
+
+    def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int):
+        self.n = max(2, round(period_s / bin_s))
+        self.period_s, self.bin_s, self.periods, self.harmonics = period_s, period_s / self.n, periods, harmonics
+        self.values = np.zeros((self.n, 6))          # (n, 6) N, N m: the running means
+        self.smooth = np.zeros((self.n, 6))          # (n, 6) N, N m: their first harmonics
+        self.counts = np.zeros(self.n, dtype=np.int64)
+        self.added = 0
+
+    def add(self, t: float, value: np.ndarray) -> None:
+        """One sample (6,) at drive time ``t`` (s)."""
+        b = int((t % self.period_s) / self.bin_s) % self.n
+        self.counts[b] = min(self.counts[b] + 1, self.periods)
+        self.values[b] += (value - self.values[b]) / self.counts[b]
+        self.added += 1
+        if self.added % self.n == 0:
+            spectrum = np.fft.rfft(self.values, axis=0)
+            spectrum[self.harmonics + 1:] = 0.0
+            self.smooth = np.fft.irfft(spectrum, self.n, axis=0)
+
+    def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """The error (6,) at drive time ``t`` (s), linear between bins, and its rate (6,) per s."""
+        x = (t % self.period_s) / self.bin_s
+        b = int(x) % self.n
+        after = (b + 1) % self.n
+        rate = (self.smooth[after] - self.smooth[b]) / self.bin_s
+        return self.smooth[b] + (x - int(x)) * self.bin_s * rate, rate
 
 
 class GrowthWatch:
@@ -198,6 +243,9 @@ class FeedbackLoop:
         self.last_used_at: float | None = None  # wall s (self.clock) of the newest usable sample
         self.fresh = 0                          # usable samples since the last wait_fresh
         self.applied = np.zeros(6)
+        self.phases = None if self.spec.compensation != "periodic" else \
+            PhaseTable(self.spec.period_s, 1.0 / self.rig.telemetry_hz, self.spec.periods, self.spec.harmonics)
+        self.sim_clock = (0.0, 0.0)             # (wall s on self.clock, simulated time s) at the last update
         self.growth = GrowthWatch(self.spec.growth_window_s, self.spec.max_growth,
                                   GROWTH_FLOOR * self.spec.max_force_n)
 
@@ -252,19 +300,22 @@ class FeedbackLoop:
     def update(self, simulation, t: float) -> str | None:
         """Take the queued measurements, set the plug-in's wrench from simulated time ``t`` (s) on; a reason to
         hold the simulation, or None."""
-        self._drain()
         now = self.clock()
+        self.sim_clock = (now, t)
+        self._drain()
         if self.tare is None or self.last_used_at is None:
             return None
         age = 0.0 if self.lockstep else now - self.last_used_at
         if age > self.spec.stale_s:
             return self._hold(f"feedback stale: no usable hw/telemetry for {age:.3f} s (stale_s "
                               f"{self.spec.stale_s:g} s); the driver's watchdog holds the servos", simulation)
-        newest = self.recent[-1][1]
-        rate = np.zeros(6)
-        if self.spec.compensation == "extrapolate":
-            rate = slope(np.array([w for w, _ in self.recent]), np.array([v for _, v in self.recent]))
-        value = newest + (age + self.spec.latency_s) * rate
+        if self.phases is not None:
+            value, rate = self.phases.at(t)
+        else:
+            rate = np.zeros(6)
+            if self.spec.compensation == "extrapolate":
+                rate = slope(np.array([w for w, _ in self.recent]), np.array([v for _, v in self.recent]))
+            value = self.recent[-1][1] + (age + self.spec.latency_s) * rate
         force, moment = float(np.linalg.norm(value[:3])), float(np.linalg.norm(value[3:]))
         if force > self.spec.max_force_n or moment > self.spec.max_moment_nm:
             return self._trip(f"feedback unstable: fed-back wrench |F| {force:.4g} N, |M| {moment:.4g} N m beyond "
@@ -282,7 +333,8 @@ class FeedbackLoop:
         age = None if self.last_used_at is None else self.clock() - self.last_used_at
         return {"rig": str(self.rig_path), "ready": self.tare is not None, "samples": self.samples,
                 "used": self.used, "refused": dict(self.refused), "age_s": -1.0 if age is None else age,
-                "wrench": self.applied.tolist(), "trips": self.trips, "holds": self.holds}
+                "wrench": self.applied.tolist(), "trips": self.trips, "holds": self.holds,
+                "tare": [] if self.tare is None else self.tare.tolist()}
 
     # ---------------------------------------------------------------- inside
     def _apply(self, simulation, t: float, value: np.ndarray, rate: np.ndarray) -> None:
@@ -364,6 +416,9 @@ class FeedbackLoop:
         self.used += 1
         self.fresh += 1
         self.recent.append((sampled, error - self.tare))
+        if self.phases is not None:      # the simulated time whose drive the rig's wing followed at this sample
+            wall, t = self.sim_clock
+            self.phases.add(t + (sampled - wall) - self.spec.latency_s, error - self.tare)
         while sampled - self.recent[0][0] > self.spec.rate_window_s:      # only the rate's window is kept
             self.recent.popleft()
         self.last_used_at = max(sampled, self.last_used_at or -math.inf)
