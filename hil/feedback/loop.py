@@ -176,13 +176,19 @@ class PhaseTable:
         self.counts[b] = min(self.counts[b] + 1, self.periods)
         self.values[b] += (value - self.values[b]) / self.counts[b]
         self.added += 1
-        if self.added % self.n == 0:
+        if self.added % self.n == 0 and self.full():
             spectrum = np.fft.rfft(self.values, axis=0)
             spectrum[self.harmonics + 1:] = 0.0
             self.smooth = np.fft.irfft(spectrum, self.n, axis=0)
 
+    def full(self) -> bool:
+        """Every bin holds its ``periods`` samples: until then the table reads zero (a bin of one or two samples is
+        mostly the free vibration and noise the average is there to remove)."""
+        return bool(self.counts.min() >= self.periods)
+
     def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """The error (6,) at drive time ``t`` (s), linear between bins, and its rate (6,) per s."""
+        """The error (6,) at drive time ``t`` (s), linear between bins, and its rate (6,) per s (zero until the
+        table is full)."""
         x = (t % self.period_s) / self.bin_s
         b = int(x) % self.n
         after = (b + 1) % self.n
