@@ -9,7 +9,8 @@ where (t0 s, w0 (6,), w_rate (6,) per s) are live parameters: :meth:`MeasuredWre
 integration calls (the fused stepper reads this plug-in's packed parameters in place: sim.fused.kernel_table with
 ``share``). The caller then tells the simulation that its inputs changed (``Simulation.inputs_changed``), so no
 derivative computed with the previous values is reused. Registered by name (``measured_wrench``) on import of
-this module; nothing else in sim/ names it.
+this module, which sim/fused.py imports with the other built-in force models (so the closed loop's processes load
+the stepper compiled at install); nothing in the core calls it by name.
 """
 from __future__ import annotations
 
