@@ -42,7 +42,11 @@ body = 2
 max_force_n = 10.0
 max_moment_nm = {MAX_MOMENT_NM}
 """
-    return f"""[rig]
+    servo = ('name = "shoulder_servo", unit = "us", center = 1500.0, gain = 636.62, direction = 1, min_raw = 800.0, '
+             'max_raw = 2200.0, min_rad = -1.0, max_rad = 1.0, max_rate_rad_s = 25.0')
+    return f"""servos = [{{{servo}}}]
+joints = [{{joint = "shoulder", servo = "shoulder_servo"}}]
+[rig]
 name = "pendulum-test"
 protocol_version = 1
 [serial]
@@ -54,20 +58,6 @@ telemetry_hz = {SAMPLE_HZ}
 samples_per_frame = {SAMPLES_PER_FRAME}
 [watchdog]
 timeout_s = 0.1
-[[servos]]
-name = "shoulder_servo"
-unit = "us"
-center = 1500.0
-gain = 636.62
-direction = 1
-min_raw = 800.0
-max_raw = 2200.0
-min_rad = -1.0
-max_rad = 1.0
-max_rate_rad_s = 25.0
-[[joints]]
-joint = "shoulder"
-servo = "shoulder_servo"
 {loads}
 {default if feedback is None else feedback}"""
 
