@@ -170,7 +170,7 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
                               "integrator": one_of(*INTEGRATORS),
                               "sensors": _sub_tables(sensors, physics_source)}, ["robot"]),
         }),
-        "feedback": feedback_schema(_names(doc, "load")),
+        "feedback": feedback_schema(_names(doc, "load"), _names(doc, "strain") + servos),
     }, ["rig", "serial", "rates", "watchdog", "servos"])
 
 
@@ -182,10 +182,10 @@ MAX_FEEDBACK_WRENCH = 1e4
 WRENCH_COMPONENTS = ("fx", "fy", "fz", "mx", "my", "mz")
 
 
-def feedback_schema(load_names: list[str]) -> dict[str, Any]:
+def feedback_schema(load_names: list[str], angle_names: list[str]) -> dict[str, Any]:
     """The `[feedback]` table of a rig file (docs/rigs.md, docs/closed-loop.md): ``mms serve --feedback``. Its
-    wrench channels must be `[[load]]` channels of the rig (a channel the rig does not measure is refused with the
-    channels it has)."""
+    wrench channels must be `[[load]]` channels of the rig, its joints' channels `[[strain]]` or `[[servos]]`
+    channels (a channel the rig does not measure is refused with the channels it has)."""
     seconds = number(above=0.0, maximum=MAX_FEEDBACK_AGE_S, expected=f"a time in (0, {MAX_FEEDBACK_AGE_S:g}] s")
     channel = one_of(*load_names, expected=f"a [[load]] channel of this rig ({', '.join(load_names) or 'it has none'})")
     bound = number(above=0.0, maximum=MAX_FEEDBACK_WRENCH, expected=f"a bound in (0, {MAX_FEEDBACK_WRENCH:g}]")
@@ -202,6 +202,11 @@ def feedback_schema(load_names: list[str]) -> dict[str, Any]:
                               expected="six [[load]] channels: fx, fy, fz (N), mx, my, mz (N m), body frame"),
             "body": integer(0, 100_000), "scale": _CALIBRATION | {"not": {"const": 0}, EXPECTED: (
                 f"a non-zero number in [-{MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}]")}}, ["channels"]),
+        "joints": {"type": "object", "additionalProperties": table({
+            "channel": one_of(*angle_names, expected=("a [[strain]] or [[servos]] channel of this rig "
+                                                      f"({', '.join(angle_names) or 'it has none'})")),
+            "scale": _CALIBRATION | {"not": {"const": 0}, EXPECTED: (
+                f"a non-zero number in [-{MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}]")}}, ["channel"])},
         "guard": table({"max_force_n": bound, "max_moment_nm": bound,
                         "max_growth": number(above=1.0, maximum=1e3, expected="a factor in (1, 1000]"),
                         "growth_window_s": seconds}),

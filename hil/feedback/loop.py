@@ -92,6 +92,8 @@ class FeedbackSpec:
     max_moment_nm: float
     max_growth: float
     growth_window_s: float
+    #: measured joints: (joint name, channel ([[strain]] or [[servos]]), joint rad per channel unit)
+    joints: tuple[tuple[str, str, float], ...] = ()
 
 
 def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
@@ -118,7 +120,9 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
         max_force_n=get(guard, "max_force_n", DEFAULT_MAX_FORCE_N),
         max_moment_nm=get(guard, "max_moment_nm", DEFAULT_MAX_MOMENT_NM),
         max_growth=get(guard, "max_growth", DEFAULT_MAX_GROWTH),
-        growth_window_s=get(guard, "growth_window_s", DEFAULT_GROWTH_WINDOW_S))
+        growth_window_s=get(guard, "growth_window_s", DEFAULT_GROWTH_WINDOW_S),
+        joints=tuple((joint, entry["channel"], float(entry.get("scale", 1.0)))
+                     for joint, entry in table.get("joints", {}).items()))
 
 
 class ModelTwin:
@@ -234,6 +238,9 @@ class FeedbackLoop:
         self.lockstep = lockstep
         self.rig_path, self.robot_path, self.log, self.clock = rig_path, robot_path, log, clock
         self.wrench = None                     # the MeasuredWrench of the current model
+        self.joint_laws: list = []             # the ExternalMotion of each measured joint ([feedback.joints] order)
+        self.recent_joints: deque[tuple[float, np.ndarray]] = deque(maxlen=MAX_RATE_SAMPLES)   # (wall s, rad)
+        self.joint_angles = np.zeros(len(self.spec.joints))
         self.twin: ModelTwin | None = None
         self.socket: zmq.Socket | None = None
         self.driver_control: str | None = None
@@ -259,6 +266,7 @@ class FeedbackLoop:
     def install(self, model):
         """``model`` with the measured-wrench plug-in on the [feedback.wrench] body (a body it does not have is a
         one-line ConfigError)."""
+        from sim.laws import ExternalMotion
         from sim.measured_wrench import MeasuredWrench
 
         bodies = len(model.body_names)
@@ -266,7 +274,22 @@ class FeedbackLoop:
             raise ConfigError(self.rig_path, "feedback.wrench.body",
                               f"got {self.spec.body}, expected a body of the robot, 0..{bodies - 1}")
         self.wrench = MeasuredWrench(self.spec.body)
-        return model.replace(force_models=[*model.force_models, self.wrench])
+        actuated, motion_laws = np.array(model.actuated, dtype=bool), dict(model.motion_laws)
+        self.joint_laws = []
+        for joint, _, _ in self.spec.joints:
+            key = f"feedback.joints.{joint}"
+            if joint not in model.joint_names:
+                raise ConfigError(self.rig_path, key, f"no joint {joint!r} in the robot (joints: "
+                                                      f"{', '.join(model.joint_names)})")
+            j = model.joint_names.index(joint)
+            if actuated[j]:
+                raise ConfigError(self.rig_path, key, "the joint is actuated: its motion is the simulation's own "
+                                                      "(a measured angle replaces a passive joint's state)")
+            actuated[j] = True
+            motion_laws[j] = ExternalMotion(float(model.q_rest[j]))
+            self.joint_laws.append(motion_laws[j])
+        return model.replace(force_models=[*model.force_models, self.wrench], actuated=actuated,
+                             motion_laws=motion_laws)
 
     def start(self, simulation) -> None:
         """The model's twin, with the simulation's integrator at one step per measurement sample (the sample
@@ -333,14 +356,28 @@ class FeedbackLoop:
                               f"{self.spec.growth_window_s:g} s window {GROWTH_WINDOWS} times in a row "
                               f"([feedback.guard] max_growth {self.spec.max_growth:g})", simulation)
         self._apply(simulation, t, value, rate)
+        self._set_joints(age)
         return None
+
+    def _set_joints(self, age: float) -> None:
+        """The measured joints' angles (rad), carried over the age and latency with their rate (as "extrapolate";
+        "none": as measured), into their motion laws (held over the next integration call)."""
+        if not self.joint_laws:
+            return
+        angles = self.recent_joints[-1][1]
+        rates = np.zeros(angles.size)
+        if self.spec.compensation != "none":
+            rates = slope(np.array([w for w, _ in self.recent_joints]), np.array([a for _, a in self.recent_joints]))
+        self.joint_angles = angles + (age + self.spec.latency_s) * rates
+        for law, angle, rate in zip(self.joint_laws, self.joint_angles, rates):
+            law.set(angle, rate)
 
     def status(self) -> dict[str, Any]:
         age = None if self.last_used_at is None else self.clock() - self.last_used_at
         return {"rig": str(self.rig_path), "ready": self.tare is not None, "samples": self.samples,
                 "used": self.used, "refused": dict(self.refused), "age_s": -1.0 if age is None else age,
                 "wrench": self.applied.tolist(), "trips": self.trips, "holds": self.holds,
-                "tare": [] if self.tare is None else self.tare.tolist()}
+                "tare": [] if self.tare is None else self.tare.tolist(), "joints": self.joint_angles.tolist()}
 
     # ---------------------------------------------------------------- inside
     def _apply(self, simulation, t: float, value: np.ndarray, rate: np.ndarray) -> None:
@@ -389,7 +426,7 @@ class FeedbackLoop:
 
     def _take(self, payload: dict[str, Any]) -> None:
         """One hw/telemetry frame: each sample through the twin into the residual track (bad frames refused)."""
-        servo, load, device_us = _frame_arrays(payload, self.rig, self.spec)
+        servo, load, angles, device_us = _frame_arrays(payload, self.rig, self.spec)
         received = self.clock() - (time.time_ns() - payload["host_ns"]) * 1e-9   # host receipt on self.clock
         if self.t_device0 is None:
             self.t_device0 = int(device_us[0])
@@ -407,9 +444,9 @@ class FeedbackLoop:
                 (servo[k] - self.previous[1]) / (t_twin - self.previous[0])
             self.previous = (t_twin, servo[k])
             error = (load[k] - self.twin.predict(t_twin, servo[k], rate)) / self.spec.scale
-            self._track(sampled, t_twin, error)
+            self._track(sampled, t_twin, error, angles[k])
 
-    def _track(self, sampled: float, t_twin: float, error: np.ndarray) -> None:
+    def _track(self, sampled: float, t_twin: float, error: np.ndarray, angles: np.ndarray) -> None:
         if self.tare is None:
             self.tare_sum += error
             self.tare_count += 1
@@ -425,8 +462,10 @@ class FeedbackLoop:
         if self.phases is not None:      # the simulated time whose drive the rig's wing followed at this sample
             wall, t = self.sim_clock
             self.phases.add(t + (sampled - wall) - self.spec.latency_s, error - self.tare)
-        while sampled - self.recent[0][0] > self.spec.rate_window_s:      # only the rate's window is kept
-            self.recent.popleft()
+        self.recent_joints.append((sampled, angles))
+        for recent in (self.recent, self.recent_joints):
+            while sampled - recent[0][0] > self.spec.rate_window_s:       # only the rate's window is kept
+                recent.popleft()
         self.last_used_at = max(sampled, self.last_used_at or -math.inf)
 
 
@@ -434,18 +473,25 @@ class _Refused(ValueError):
     """A telemetry frame the loop cannot use; its message is the reason counted."""
 
 
-def _frame_arrays(payload: dict[str, Any], rig: Rig, spec: FeedbackSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(servo (s, n_servo) rad in the rig's order, load (s, 6) in the feedback channels' order, device_us (s,)) of
-    a hw/telemetry payload; _Refused naming the reason otherwise."""
+def _frame_arrays(payload: dict[str, Any], rig: Rig,
+                  spec: FeedbackSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(servo (s, n_servo) rad in the rig's order, load (s, 6) in the feedback channels' order, the measured joints'
+    angles (s, n_joints) rad, device_us (s,)) of a hw/telemetry payload; _Refused naming the reason otherwise."""
     try:
         servo_names, load_names = list(payload["servo_names"]), list(payload["load_names"])
+        strain_names = list(payload["strain_names"])
         servo = np.asarray(payload["servo_rad"], dtype=float)
         load = np.asarray(payload["load"], dtype=float)
+        strain = np.asarray(payload["strain"], dtype=float)
         device_us = np.asarray(payload["device_us"], dtype=np.int64)
         int(payload["host_ns"])
     except (KeyError, TypeError, ValueError):
         raise _Refused("malformed") from None
     try:
+        columns = [strain[:, strain_names.index(channel)] if channel in strain_names else
+                   servo[:, servo_names.index(channel)] for _, channel, _ in spec.joints]
+        angles = np.column_stack(columns) * np.array([scale for _, _, scale in spec.joints]) if columns else \
+            np.zeros((len(servo), 0))
         servo = servo[:, [servo_names.index(s.name) for s in rig.servos]]
         load = load[:, [load_names.index(name) for name in spec.channels]]
     except (ValueError, IndexError):
@@ -453,6 +499,6 @@ def _frame_arrays(payload: dict[str, Any], rig: Rig, spec: FeedbackSpec) -> tupl
     if device_us.ndim != 1 or device_us.size == 0 or servo.shape[0] != device_us.size or \
             load.shape[0] != device_us.size:
         raise _Refused("shape")
-    if not (np.isfinite(servo).all() and np.isfinite(load).all()):
+    if not (np.isfinite(servo).all() and np.isfinite(load).all() and np.isfinite(angles).all()):
         raise _Refused("non_finite")
-    return servo, load, device_us
+    return servo, load, angles, device_us

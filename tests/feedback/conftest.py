@@ -23,11 +23,14 @@ SAMPLE_HZ, SAMPLES_PER_FRAME = 1000, 8
 LOADS = ("fx", "fy", "fz", "mx", "my", "mz")
 #: the rig's [feedback] settings the tests rely on (s; N m)
 MAX_AGE_S, STALE_S, TARE_S, MAX_MOMENT_NM = 0.05, 0.2, 0.05, 0.2
+#: the elbow gauge's strain per rad of elbow angle
+ELBOW_GAUGE_SCALE = 1e-3
 
 
-def rig_text(feedback: str | None = None) -> str:
-    """A rig for the shipped double pendulum: its shoulder on one servo, a six-axis load cell on the lower rod
-    (body 2, frame at the elbow, elbow axis y: channel my is a moment about the elbow)."""
+def rig_text(feedback: str | None = None, joints: str = "") -> str:
+    """A rig for the shipped double pendulum: its shoulder on one servo, a gauge at the elbow (rad per
+    ELBOW_GAUGE_SCALE strain), a six-axis load cell on the lower rod (body 2, frame at the elbow, elbow axis y:
+    channel my is a moment about the elbow); ``joints``: the [feedback.joints] table."""
     loads = "".join(f'[[load]]\nname = "{name}"\nunit = "{"N" if name[0] == "f" else "N m"}"\ngain = 1e-6\n'
                     for name in LOADS)
     default = f"""[feedback]
@@ -41,7 +44,7 @@ body = 2
 [feedback.guard]
 max_force_n = 10.0
 max_moment_nm = {MAX_MOMENT_NM}
-"""
+{joints}"""
     servo = ('name = "shoulder_servo", unit = "us", center = 1500.0, gain = 636.62, direction = 1, min_raw = 800.0, '
              'max_raw = 2200.0, min_rad = -1.0, max_rad = 1.0, max_rate_rad_s = 25.0')
     return f"""servos = [{{{servo}}}]
@@ -58,6 +61,10 @@ telemetry_hz = {SAMPLE_HZ}
 samples_per_frame = {SAMPLES_PER_FRAME}
 [watchdog]
 timeout_s = 0.1
+[[strain]]
+name = "elbow_gauge"
+unit = "strain"
+gain = 1e-9
 {loads}
 {default if feedback is None else feedback}"""
 
@@ -85,6 +92,7 @@ class FakeRig:
         self.requests: list[dict] = []
         self.frames = 0
         self.qd_elbow = 0.0
+        self.elbow_strain = 0.0        # what the elbow gauge reads
         self.paused = threading.Event()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -110,7 +118,8 @@ class FakeRig:
             self.pub.send_multipart(encode(TOPIC_HW_TELEMETRY, {
                 "v": 1, "seq": seq, "stamp_ns": time.time_ns(), "host_ns": time.time_ns() - int(self.age_s * 1e9),
                 "device_us": samples, "servo_names": ["shoulder_servo"], "servo_rad": [[0.0]] * len(samples),
-                "strain_names": [], "strain": [[]] * len(samples), "load_names": list(LOADS),
+                "strain_names": ["elbow_gauge"], "strain": [[self.elbow_strain]] * len(samples),
+                "load_names": list(LOADS),
                 "load": [load] * len(samples)}))
             seq += 1
             self.frames += 1

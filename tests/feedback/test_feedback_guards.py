@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.feedback.conftest import LOADS, MAX_AGE_S, STALE_S, rig_text
+from tests.feedback.conftest import ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, STALE_S, rig_text
 from hil.cli import main
 from hil.testing import Collector, endpoints, wait_for
 from sim.config import shipped_config
@@ -113,6 +113,25 @@ def test_lockstep_advances_one_period_per_usable_measurement(closed_loop):
         sim.close()
 
 
+def test_a_measured_joint_angle_replaces_the_passive_joints_state(closed_loop):
+    """[feedback.joints]: the elbow (passive in the model) follows the rig's elbow gauge; with compensation "none"
+    it is the gauge's reading over its scale, exactly."""
+    text = rig_text(joints=f'[feedback.joints]\nelbow = {{channel = "elbow_gauge", scale = {1 / ELBOW_GAUGE_SCALE}}}\n')
+    server, fake = closed_loop(text, *SERVE)
+    sim = Collector(fake.endpoints.sim_pub, topics=("sim/",))
+    try:
+        for angle in (0.3, -0.1):
+            fake.elbow_strain = angle * ELBOW_GAUGE_SCALE
+            state = wait_for(lambda: (s := sim.last("sim/state")) and abs(s["q"][1] - angle) < 1e-12 and s, 120,
+                             what=f"the elbow at {angle} rad", logs=[server.log_path])
+            assert state["qd"][1] == 0.0           # a constant reading: no rate
+        names = server.ctl("get", what="joint_names")
+        assert names["joint_names"] == ["shoulder", "elbow"] and names["actuated"] == [True, True]
+        assert state["strain"] == []                # no passive joint left
+    finally:
+        sim.close()
+
+
 def test_bad_feedback_tables_are_one_line_each_and_nothing_starts(tmp_path, capsys):
     from hil.testing import write_network
 
@@ -139,6 +158,12 @@ def test_bad_feedback_tables_are_one_line_each_and_nothing_starts(tmp_path, caps
     assert "feedback.wrench.body: got 7, expected a body of the robot, 0..2" in line
     line = refused(base.replace("channels = [", 'channels = ["fx", '))   # seven channels
     assert "feedback.wrench.channels" in line and "six [[load]] channels" in line
+    line = refused(rig_text(joints='[feedback.joints]\nelbow = {channel = "knee_gauge"}\n'))
+    assert "feedback.joints.elbow.channel" in line and "(elbow_gauge, shoulder_servo)" in line
+    line = refused(rig_text(joints='[feedback.joints]\nshoulder = {channel = "elbow_gauge"}\n'))
+    assert "feedback.joints.shoulder: the joint is actuated" in line
+    line = refused(rig_text(joints='[feedback.joints]\nwrist = {channel = "elbow_gauge"}\n'))
+    assert "feedback.joints.wrist: no joint 'wrist' in the robot (joints: shoulder, elbow)" in line
     # nothing was served: the server's endpoints were never bound
     sim = Collector(endpoints(network).sim_pub, topics=("sim/",))
     time.sleep(0.2)
