@@ -15,6 +15,11 @@ REP control socket between publications through a :class:`zmq.Poller`. Three clo
   after the last one. When no request comes for ``--stall-timeout`` seconds the state becomes ``stalled``:
   a ``sim/status`` goes out at once and a line is printed on stderr, so a dead peer is never a silent hang.
 
+With a closed loop (``mms serve --feedback RIG``, docs/closed-loop.md: hil/feedback/loop.py hands it in, since
+``sim`` imports nothing of the rig's packages) the model carries the loop's measured-wrench plug-in, each period
+first asks the loop for its measurements (a guard's reason pauses the simulation), simulated time waits at 0 until
+the loop is ready, and lockstep advances one period per usable measurement instead of per step request.
+
 The control protocol (pure bytes <-> requests) is in :mod:`sim.server_control` (on :mod:`sim.control`, shared
 with the driver and the recorder); docs/messages.md documents
 both the topics and the commands.
