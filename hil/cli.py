@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("sim.cli_sim", "run a robot simulation offline, write its time series, plots and summary"),
     "check": ("sim.cli_check", "compare the hybrid algorithm with the TMT engine on a robot's states"),
     "sweep": ("sim.cli_sweep", "sweep a robot's actuation parameters and tabulate the steady results"),
-    "serve": ("sim.server", "run a simulation in real time and publish its state over ZeroMQ"),
+    "serve": ("hil.feedback.serve", "run a simulation in real time and publish its state over ZeroMQ"),
     "emulate": ("firmware_interface.emulate_command", "emulate a rig's firmware on a pseudo-terminal"),
     "drive": ("hil.drive.driver", "servo driver: simulator states to the rig, telemetry back, rig kept safe"),
     "dash": ("gui.dashboard", "live dashboard: simulated vs measured torques, strains and tracking"),

@@ -55,6 +55,9 @@ HELP: dict[str, str] = {
     "--scheduler": ("where the study's simulations run: local (a Dask LocalCluster, one worker process per core), "
                     "tcp://HOST:PORT (an existing Dask cluster's scheduler) or serial (this process, in order)"),
     "--workers": "worker processes of the local Dask cluster",
+    "--feedback": ("close the loop: subscribe to the driver's hw/telemetry and put the rig's measured wrench on the "
+                   "simulation per the rig file's [feedback] table (docs/closed-loop.md); RIG: a shipped name or a "
+                   "rig TOML file"),
 }
 
 #: Old spelling -> new spelling, for the deprecation line and the docs (removed in the next release).
@@ -161,6 +164,11 @@ def recorded_or_robot(value: str):
     """A robot option of a command that reads a recording: "recorded" (kept as the string), or a robot name or file
     (resolved to its path)."""
     return value if value == RECORDED else config_type("robot")(value)
+
+
+def add_feedback(parser) -> None:
+    """``--feedback RIG`` into ``args.feedback`` (a rig path, or None: the loop stays open)."""
+    parser.add_argument("--feedback", metavar="RIG", type=config_type("rig"), default=None, help=HELP["--feedback"])
 
 
 def add_rig(parser, *, required: bool = False, default: str | None = None, extra: str = "", **kwargs) -> None:

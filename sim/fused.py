@@ -52,8 +52,9 @@ from .plugins import (FORCE_KERNEL_SIGNATURE, FORCE_KERNELS, JOINT_LAW_SIGNATURE
 from .spatial import quat_derivative, quat_to_matrix
 from .kernel_cache import discard_stale_kernels
 
-# the force models' kernels register on import: a model built from them needs them in the registry
-from . import aero, hydro  # noqa: E402,F401  (isort: skip)
+# the force models' kernels register on import: a model built from them needs them in the registry (the measured
+# wrench of the closed loop too: its processes then share the shipped robots' compiled stepper, warmed at install)
+from . import aero, hydro, measured_wrench  # noqa: E402,F401  (isort: skip)
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 

@@ -68,7 +68,12 @@ SCHEMAS: dict[str, dict] = {
          "states": _int, "window_misses": _int, "late_max_s": _num, "stalls": _int, "stall_s": _num,
          "recent_stalls": {"type": "array", "items": _object({"t": _num, "stamp_ns": _int, "length_s": _num},
                                                              ["t", "stamp_ns", "length_s"])},
-         "warmup": _object({"first_call_s": _num, "rtf": _num}, ["first_call_s", "rtf"])},
+         "warmup": _object({"first_call_s": _num, "rtf": _num}, ["first_call_s", "rtf"]),
+         "feedback": _object({"rig": _str, "ready": _bool, "samples": _int, "used": _int,
+                              "refused": {"type": "object", "additionalProperties": _int}, "age_s": _num,
+                              "wrench": _vec(6), "trips": _int, "holds": _int, "tare": _vec(),
+                              "joints": _vec()},
+                             ["ready", "samples", "used", "refused", "age_s", "wrench", "trips", "holds"])},
         ["v", "seq", "t", "stamp_ns", "mode", "state", "rtf", "step_us", "deadline_misses",
          "state_rate_hz", "robot", "joint_names", "actuated"]),
     # The hw/* schemas are owned by the driver (hil/drive/driver.py, docs/driver.md); the required keys are the core

@@ -15,6 +15,11 @@ REP control socket between publications through a :class:`zmq.Poller`. Three clo
   after the last one. When no request comes for ``--stall-timeout`` seconds the state becomes ``stalled``:
   a ``sim/status`` goes out at once and a line is printed on stderr, so a dead peer is never a silent hang.
 
+With a closed loop (``mms serve --feedback RIG``, docs/closed-loop.md: hil/feedback/loop.py hands it in, since
+``sim`` imports nothing of the rig's packages) the model carries the loop's measured-wrench plug-in, each period
+first asks the loop for its measurements (a guard's reason pauses the simulation), simulated time waits at 0 until
+the loop is ready, and lockstep advances one period per usable measurement instead of per step request.
+
 The control protocol (pure bytes <-> requests) is in :mod:`sim.server_control` (on :mod:`sim.control`, shared
 with the driver and the recorder); docs/messages.md documents
 both the topics and the commands.
@@ -64,6 +69,8 @@ PUB_SNDHWM = 10_000                 # 10 s of 1 kHz states queued per subscriber
 #: a wall-clock gap between two consecutive sim/state messages of a running simulation longer than this is a stall:
 #: 50 publish periods at 1 kHz, far beyond scheduling jitter (< 1 ms) and long enough to disturb a 5 Hz stroke
 STALL_GAP_S = 0.05
+#: closed loop: longest wait for a measurement before the loop serves control and status again, s
+FEEDBACK_WAIT_S = 0.01
 #: stalls listed in each sim/status (the newest ones; the totals count all of them)
 RECENT_STALLS = 10
 
@@ -147,7 +154,7 @@ class SimulationServer:
 
     def __init__(self, config_path: Path, config: dict[str, Any], *, mode: str, rate_hz: float,
                  dt: float | None, integrator: str | None, stall_timeout_s: float, max_lag_s: float,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], feedback=None) -> None:
         self.config_path = config_path
         self.config = config
         self.mode = mode
@@ -158,8 +165,12 @@ class SimulationServer:
         self.stall_timeout_s = stall_timeout_s
         self.max_lag_s = max_lag_s
         self.log = log
-        self.model = _build_model(config, config_path)
+        #: the closed loop (hil/feedback/loop.py: FeedbackLoop, duck-typed here: sim imports nothing of hil), or None
+        self.feedback = feedback
+        self.model = self._build(config)
         self.simulation = _new_simulation(self.model, config, config_path, integrator, dt)
+        if feedback is not None:
+            feedback.start(self.simulation)
         self.simulation.reset()
         self.warmup: dict[str, float] | None = None     # set by serve() before anything is published
         self.robot_name = self._robot_name()
@@ -262,9 +273,14 @@ class SimulationServer:
             raise ConfigError(self.config_path, None,
                               f"the simulation's outputs break the sim/state schema: {one_line(str(exc))}") from None
 
+    def _build(self, config: dict[str, Any]):
+        """The model of ``config``, with the feedback's measured-wrench plug-in when the loop is closed."""
+        model = _build_model(config, self.config_path)
+        return model if self.feedback is None else self.feedback.install(model)
+
     def _replace_model(self, config: dict[str, Any]) -> None:
         """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
-        model = _build_model(config, self.config_path)
+        model = self._build(config)
         simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
         warm_up(simulation, self.period, self.log)
         previous = (self.config, self.model, self.simulation)
@@ -351,6 +367,8 @@ class SimulationServer:
                    "recent_stalls": list(self.recent_stalls)}
         if self.warmup is not None:
             payload["warmup"] = dict(self.warmup)
+        if self.feedback is not None:
+            payload["feedback"] = self.feedback.status()
         if self.reason:
             payload["reason"] = self.reason
         return payload
@@ -398,7 +416,13 @@ class SimulationServer:
         return self._prepare_tick() and self._send_pending()
 
     def _prepare_tick(self) -> bool:
-        """Integrate one publish period and prepare its state. False when the simulation failed (then paused)."""
+        """Integrate one publish period and prepare its state. False when the simulation failed (then paused), or
+        when the closed loop's guard holds it."""
+        if self.feedback is not None:
+            reason = self.feedback.update(self.simulation, self.t)
+            if reason is not None:
+                self._fault(reason)
+                return False
         try:
             outputs = self._advance_one_period()
             return self._prepare_state(self.t, outputs)
@@ -636,6 +660,8 @@ class SimulationServer:
         else:
             self._publish_status(self.clock())
         while self.stop_reason is None:
+            if self.feedback is not None and self.state in (RUNNING, STALLED) and self._feedback_period():
+                continue
             if self.state == RUNNING and self.mode == "realtime":
                 self._realtime_period()
             elif self.state == RUNNING and self.mode == "fast":
@@ -646,6 +672,27 @@ class SimulationServer:
         self.state, self.reason = STOPPED, self.stop_reason
         self._publish_status(self.clock())
         return self.stop_reason
+
+    def _feedback_period(self) -> bool:
+        """The closed loop's part of the loop (docs/closed-loop.md); True when it took the period. Until the first
+        measurements are in, simulated time stands still (the clock re-anchors when they come); in lockstep, each
+        usable measurement sample advances one publish period."""
+        if not self.feedback.ready():
+            self._wait_until(self.clock() + FEEDBACK_WAIT_S)
+            self._restart_clock()
+            return True
+        if self.mode != "lockstep":
+            return False
+        for _ in range(self.feedback.wait_fresh(FEEDBACK_WAIT_S, MAX_REQUESTS_PER_WAKE)):
+            if self.state == STALLED:
+                self.log(f"lockstep resumed by a measurement after {self.clock() - self.stalled_since:.1f} s")
+                self._set_state(RUNNING)
+            if self.state != RUNNING or not self._tick():
+                break
+            self.last_step_request = self.clock()
+        self._housekeeping(self.clock())
+        self._serve_control(0)
+        return True
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -690,7 +737,8 @@ def _log(message: str) -> None:
     print(f"mms serve: {message}", file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = None) -> int:
+    """``mms serve``; ``feedback_factory(log)``, when given, builds the closed loop (hil/feedback/serve.py)."""
     from sim.cosserat.live import check_rig_joints, serve_rate_hz
 
     config = load_toml(args.config)
@@ -705,9 +753,10 @@ def run(args: argparse.Namespace) -> int:
     if args.rt_priority and args.mode != "realtime":
         raise ConfigError(None, "--rt-priority", f"applies to --mode realtime only (a {args.mode} run does not sleep "
                                                  "between states: under SCHED_FIFO it would hold a core)")
+    feedback = None if feedback_factory is None else feedback_factory(_log)
     server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
                               integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
-                              log=_log)
+                              log=_log, feedback=feedback)
     if args.rig is not None:
         check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
     set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
@@ -715,6 +764,8 @@ def run(args: argparse.Namespace) -> int:
     previous_handlers = {}
     try:
         server.open(pub_endpoint, control_endpoint, context, endpoints.curve)
+        if feedback is not None:
+            feedback.open(context, endpoints)
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous_handlers[signum] = signal.signal(
                 signum, lambda number, frame: server.request_stop(signal.Signals(number).name))
@@ -728,5 +779,7 @@ def run(args: argparse.Namespace) -> int:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
         server.close()
+        if feedback is not None:
+            feedback.close()
         context.term()
     return 0

@@ -137,6 +137,14 @@ class Simulation:
             self._fused.set_fixed_pose(self._fixed_pose)
         self._data_from_fused = False
 
+    def inputs_changed(self) -> None:
+        """A live force-model parameter was changed from outside (sim.measured_wrench): the derivative kept from
+        the last evaluation no longer holds (the step ends kept for dense output stay: they are what was
+        integrated)."""
+        if self._fused is not None:
+            self._fused.invalidate()
+        self._data_from_fused = False
+
     @property
     def path(self) -> str:
         """"fused" (whole steps in one numba call, sim/fused.py) or "python" (one kernel call per stage)."""

@@ -170,7 +170,47 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
                               "integrator": one_of(*INTEGRATORS),
                               "sensors": _sub_tables(sensors, physics_source)}, ["robot"]),
         }),
+        "feedback": feedback_schema(_names(doc, "load"), _names(doc, "strain") + servos),
     }, ["rig", "serial", "rates", "watchdog", "servos"])
+
+
+#: Longest age limit and stale time of `[feedback]`, s: beyond a second a measurement is no longer part of the loop.
+MAX_FEEDBACK_AGE_S = 1.0
+#: Largest wrench bound of `[feedback.guard]`: N and N m (a bench rig's F/T sensor reads far less).
+MAX_FEEDBACK_WRENCH = 1e4
+#: The measured wrench's channels, in order: force x, y, z (N), moment x, y, z (N m).
+WRENCH_COMPONENTS = ("fx", "fy", "fz", "mx", "my", "mz")
+
+
+def feedback_schema(load_names: list[str], angle_names: list[str]) -> dict[str, Any]:
+    """The `[feedback]` table of a rig file (docs/rigs.md, docs/closed-loop.md): ``mms serve --feedback``. Its
+    wrench channels must be `[[load]]` channels of the rig, its joints' channels `[[strain]]` or `[[servos]]`
+    channels (a channel the rig does not measure is refused with the channels it has)."""
+    seconds = number(above=0.0, maximum=MAX_FEEDBACK_AGE_S, expected=f"a time in (0, {MAX_FEEDBACK_AGE_S:g}] s")
+    channel = one_of(*load_names, expected=f"a [[load]] channel of this rig ({', '.join(load_names) or 'it has none'})")
+    bound = number(above=0.0, maximum=MAX_FEEDBACK_WRENCH, expected=f"a bound in (0, {MAX_FEEDBACK_WRENCH:g}]")
+    return table({
+        "max_age_s": seconds, "stale_s": seconds,
+        "latency_s": number(0.0, MAX_FEEDBACK_AGE_S, expected=f"a latency in [0, {MAX_FEEDBACK_AGE_S:g}] s"),
+        "compensation": one_of("extrapolate", "periodic", "none"),
+        "rate_window_s": seconds,
+        "period_s": number(above=0.0, maximum=60.0, expected="the drive's period in (0, 60] s"),
+        "periods": integer(1, 1000), "harmonics": integer(1, 1000),
+        "tare_s": number(0.0, 10.0, expected="a time in [0, 10] s"),
+        "wrench": table({
+            "channels": array(channel, len(WRENCH_COMPONENTS), len(WRENCH_COMPONENTS),
+                              expected="six [[load]] channels: fx, fy, fz (N), mx, my, mz (N m), body frame"),
+            "body": integer(0, 100_000), "scale": _CALIBRATION | {"not": {"const": 0}, EXPECTED: (
+                f"a non-zero number in [-{MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}]")}}, ["channels"]),
+        "joints": {"type": "object", "additionalProperties": table({
+            "channel": one_of(*angle_names, expected=("a [[strain]] or [[servos]] channel of this rig "
+                                                      f"({', '.join(angle_names) or 'it has none'})")),
+            "scale": _CALIBRATION | {"not": {"const": 0}, EXPECTED: (
+                f"a non-zero number in [-{MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}]")}}, ["channel"])},
+        "guard": table({"max_force_n": bound, "max_moment_nm": bound,
+                        "max_growth": number(above=1.0, maximum=1e3, expected="a factor in (1, 1000]"),
+                        "growth_window_s": seconds}),
+    }, ["wrench"])
 
 
 def dxl_schema(doc: dict[str, Any]) -> dict[str, Any]:

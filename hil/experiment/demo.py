@@ -152,15 +152,19 @@ RIGS = {
 }
 
 
-def write_demo_robot(rig: DemoRig, path: Path) -> Path:
-    """The robot config the demo's simulator runs: the robot's file with the demo's overrides applied."""
+def write_demo_robot(rig: DemoRig, path: Path, closed_loop: bool = False) -> Path:
+    """The robot config the demo's simulator runs: the robot's file with the demo's overrides applied (in free
+    flight for the closed loop)."""
     import tomli_w
 
+    from hil.experiment.closed_loop import free_robot_config
     from sim.config import load_toml
 
     config = load_toml(rig.robot)
     for table, values in rig.overrides.items():
         config.setdefault(table, {}).update(values)
+    if closed_loop:
+        config = free_robot_config(config)
     path.write_text(f"# {rig.robot.name} with the overrides of `mms demo` ({__name__}.RIGS)\n" + tomli_w.dumps(config))
     return path
 
@@ -200,6 +204,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "runs/demo-<time> in the current folder", type=Path)
     parser.add_argument("--gui", action="store_true", help="also open the live dashboard")
     add_rt_priority(parser, default=DEMO_RT_PRIORITY)
+    parser.add_argument("--closed-loop", action="store_true",
+                        help="close the loop: the simulator runs the robot in free flight with the rig's measured "
+                             "wrench fed back (mms serve --feedback, docs/closed-loop.md) and the thorax's motion is "
+                             "compared with the open loop's and the truth's (instead of the validation)")
     parser.add_argument("--no-replay", action="store_true",
                         help="skip the second validation against the model driven by the measured servo motion "
                              "(mms validate --sim recorded)")
@@ -287,9 +295,10 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     network = run_dir / "network.toml"
     endpoints = write_loopback_network(network)
-    robot = write_demo_robot(rig, run_dir / rig.robot.name)
+    robot = write_demo_robot(rig, run_dir / rig.robot.name, args.closed_loop)
     if rig.chain:
         check_chain(rig, robot)
+    feedback = ("--feedback", str(rig.rig)) if args.closed_loop else ()
     recording = run_dir / "run.mcap"
     report_dir = run_dir / "report"
     say = lambda text: print(f"[demo] {text}", flush=True)  # noqa: E731 - one-line local printer
@@ -301,7 +310,8 @@ def run(args: argparse.Namespace) -> int:
         realtime = ("--rt-priority", str(args.rt_priority))
         below_server = ("--rt-priority", str(below_server_priority(args.rt_priority)))
         supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), "--mode", "realtime",
-                                           *realtime, *(("--rig", str(rig.rig)) if rig.chain else ())))
+                                           *realtime, *(("--rig", str(rig.rig)) if rig.chain else ()),
+                                           *feedback))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network),
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
@@ -354,6 +364,12 @@ def run(args: argparse.Namespace) -> int:
         context.term()
 
     say(f"recording: {recording}")
+    if args.closed_loop:
+        # the free-flying model has no tether to pair with the rig's channels: the thorax's motion is the result
+        from hil.experiment.closed_loop import compare
+
+        compare(recording, robot, rig.rig, report_dir, say)
+        return 0
     metrics = _validate(recording, robot, rig.rig, report_dir, say)
     if metrics is None:
         return 1
