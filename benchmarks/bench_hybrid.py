@@ -13,7 +13,7 @@ file and read by both libraries) it prints microseconds per evaluation of
   one ``advance()`` of 100 steps / 400 (no Python per step),
 - the public ``sim.hybrid_dynamics`` with a reused ``data=`` and without it (a workspace kept per model),
 and the ratio to ``pin.aba`` timed in the same rounds, interleaved (targets: hybrid_dynamics(data=) <= 2x,
-without data= <= 4x). Times are the calling thread's CPU time per call (best of 3): every contender runs in
+without data= <= 4x). Times are the calling thread's CPU time per call (best of ROUNDS): every contender runs in
 that thread, and a shared machine's preemptions do not count against either side.
 """
 from __future__ import annotations
@@ -31,8 +31,9 @@ from sim.model import Data
 from sim.simulation import Simulation
 from sim.urdf import load_urdf, random_tree_urdf
 
-#: Timing rounds per figure (best of): the machine may be shared.
-ROUNDS = 3
+#: Timing rounds per figure (best of): the machine may be shared (7: at load 9, 3 rounds gave 1.66-2.31x for one
+#: figure).
+ROUNDS = 7
 
 
 def _timed_us(fn, count: int) -> float:
