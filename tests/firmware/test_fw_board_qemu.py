@@ -13,6 +13,7 @@ import contextlib
 import json
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -35,17 +36,19 @@ SETPOINT_HZ = 50
 TIMEOUT_S = 10.0                # for anything the device should do well within a second
 
 
-def build_image(rig, folder: Path) -> Path:
-    """The board port for QEMU (the Makefile's `qemu` target) with ``rig``'s generated table."""
+def build_image(rig, folder: Path, *, qemu: bool = True) -> Path:
+    """The board port with ``rig``'s generated table: for QEMU (the Makefile's `qemu` target, the clock tree
+    preset) or for the part (`stm32f405`)."""
     table = folder / "rig_table.c"
     table.write_text(config_c_source(rig))
-    elf = folder / "rig_qemu.elf"
+    elf = folder / ("rig_qemu.elf" if qemu else "rig_stm32f405.elf")
     sources = [BOARD / "rig_board.c", BOARD / "bsp_stm32f405.c", BOARD / "startup_stm32f405.c", table,
                RIG_DIR / "rig_fw.c", FIRMWARE / "mms_proto.c"]
     subprocess.run(["arm-none-eabi-gcc", *WARNINGS, *M4, "-O2", "-ffunction-sections", "-fdata-sections",
                     "-I", str(FIRMWARE), "-I", str(RIG_DIR), "-I", str(BOARD), "-nostartfiles", "--specs=nano.specs",
-                    "--specs=nosys.specs", f"-T{BOARD / 'stm32f405.ld'}", "-Wl,--gc-sections", "-DBSP_PRESET_CLOCKS",
-                    "-o", str(elf), *map(str, sources), "-lm"], check=True, capture_output=True)
+                    "--specs=nosys.specs", f"-T{BOARD / 'stm32f405.ld'}", "-Wl,--gc-sections",
+                    *(["-DBSP_PRESET_CLOCKS"] if qemu else []), "-o", str(elf), *map(str, sources), "-lm"],
+                   check=True, capture_output=True)
     return elf
 
 
@@ -226,3 +229,20 @@ def test_the_board_port_in_qemu_talks_to_the_driver_link(tmp_path):
         assert session.link.decoder.counters.errors == 0
         stats = session.request(p.GetLinkStats(), lambda m, seq: isinstance(m, p.LinkStats)).message
         assert stats.watchdog_trips == 1 and stats.tx_dropped == 0
+
+
+def test_the_image_for_the_part_boots_from_flash(tmp_path):
+    """What the part reads at reset from 0x08000000 (RM0090 §2.4, the Cortex-M4 vector table): the initial stack
+    pointer at the top of the 128 KiB SRAM, and a Thumb reset vector into the flash image."""
+    elf = build_image(load_rig(RAYBOT), tmp_path, qemu=False)
+    image = tmp_path / "rig_stm32f405.bin"
+    subprocess.run(["arm-none-eabi-objcopy", "-O", "binary", str(elf), str(image)], check=True)
+    data = image.read_bytes()
+    stack_top, reset = struct.unpack_from("<II", data)
+    assert stack_top == 0x2000_0000 + 128 * 1024
+    assert reset & 1 and 0x0800_0000 <= reset - 1 < 0x0800_0000 + len(data)
+    symbols = subprocess.run(["arm-none-eabi-nm", str(elf)], check=True, capture_output=True, text=True).stdout
+    addresses = {line.split()[2]: int(line.split()[0], 16) for line in symbols.splitlines() if len(line.split()) == 3}
+    assert reset - 1 == addresses["Reset_Handler"]
+    # the static data leaves the stack its 8 KiB (the linker script asserts it too)
+    assert addresses["_ebss"] + 8 * 1024 <= stack_top
