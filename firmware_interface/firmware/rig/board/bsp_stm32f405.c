@@ -2,7 +2,8 @@
  * needs, named and laid out as in the reference manual RM0090 (rev 19), section numbers below.
  *
  *   clock     HSI 16 MHz -> PLL -> 168 MHz SYSCLK, AHB 168, APB1 42 (timers 84), APB2 84 MHz (§6)
- *   µs clock  SysTick at SYSCLK, an interrupt every BSP_TICK_US (Cortex-M4 Generic User Guide §4.4)
+ *   µs clock  TIM2, 32 bit, free running at 1 MHz: it wraps at 2^32 µs as the core expects (§18)
+ *   wake-up   SysTick at SYSCLK, an interrupt every BSP_TICK_US (Cortex-M4 Generic User Guide §4.4)
  *   link      USART1 on PA9 (TX) / PA10 (RX), AF7: receive interrupt into a ring, transmit interrupt from the
  *             port's ring (§30); the rig file's baud
  *   servos    PWM mode 1 at the hobby-servo frame (BSP_SERVO_FRAME_US), 1 µs resolution: servo 0-3 on
@@ -14,8 +15,9 @@
  *   idle      WFI until the next interrupt (the SysTick bounds the sleep to BSP_TICK_US)
  *
  * Built with -DBSP_PRESET_CLOCKS for QEMU's netduinoplus2 (docs/firmware.md, "The board port"): QEMU does not
- * model the RCC (its reads are 0: the PLL would never report lock) and runs the core at 168 MHz from reset,
- * so that build leaves the clock tree alone. Nothing else differs.
+ * model the RCC (its reads are 0: the PLL would never report lock), runs the core at 168 MHz from reset and
+ * clocks TIM2-TIM5 at 1 GHz (hw/arm/stm32f405_soc.c), so that build leaves the clock tree alone and divides
+ * the timers' clock by 1000 instead of 84. Nothing else differs.
  */
 #include "bsp.h"
 
@@ -28,6 +30,7 @@
 #define GPIOB_BASE 0x40020400u
 #define GPIOC_BASE 0x40020800u
 #define USART1_BASE 0x40011000u
+#define TIM2_BASE 0x40000000u
 #define TIM3_BASE 0x40000400u
 #define TIM4_BASE 0x40000800u
 #define ADC1_BASE 0x40012000u
@@ -50,6 +53,7 @@
 #define RCC_AHB1ENR_GPIOAEN (1u << 0)
 #define RCC_AHB1ENR_GPIOBEN (1u << 1)
 #define RCC_AHB1ENR_GPIOCEN (1u << 2)
+#define RCC_APB1ENR_TIM2EN (1u << 0)
 #define RCC_APB1ENR_TIM3EN (1u << 1)
 #define RCC_APB1ENR_TIM4EN (1u << 2)
 #define RCC_APB2ENR_USART1EN (1u << 4)
@@ -99,6 +103,7 @@
 #define TIM_CCER(base) REG((base) + 0x20u)
 #define TIM_PSC(base) REG((base) + 0x28u)
 #define TIM_ARR(base) REG((base) + 0x2Cu)
+#define TIM_CNT(base) REG((base) + 0x24u)
 #define TIM_CCR(base, ch) REG((base) + 0x34u + 4u * (ch))
 #define TIM_CR1_CEN (1u << 0)
 #define TIM_CR1_ARPE (1u << 7)
@@ -137,8 +142,12 @@
 
 #define SYSCLK_HZ 168000000u
 #define APB2_HZ 84000000u
+#ifdef BSP_PRESET_CLOCKS
+#define TIMER_APB1_HZ 1000000000u          /* QEMU's model */
+#else
 #define TIMER_APB1_HZ 84000000u            /* APB1 prescaled: its timers run at twice PCLK1 (§6.2) */
-#define BSP_TICK_US 100u                   /* SysTick period: the µs clock's interrupt and the longest sleep */
+#endif
+#define BSP_TICK_US 100u                   /* SysTick period: the longest sleep */
 #define BSP_SERVO_FRAME_US 20000u          /* hobby servo frame: 50 Hz */
 #define ESTOP_PIN 12u                      /* PB12 */
 #define ESTOP_RELEASE_US 20000u            /* a release counts once the input has been low this long */
@@ -146,7 +155,6 @@
 
 const uint8_t bsp_pwm_channels = 8, bsp_adc_channels = 16;
 
-static volatile uint32_t tick_us;          /* µs at the last SysTick interrupt */
 static volatile uint8_t rx_ring[RX_RING_BYTES];
 static volatile uint32_t rx_head, rx_tail;
 /* what the interrupt saw: bytes lost to a full ring, USART overruns (for a debugger; LINK_STATS counts the
@@ -156,7 +164,8 @@ volatile uint32_t bsp_rx_ring_full, bsp_rx_overruns, bsp_adc_timeouts;
 void SysTick_Handler(void);
 void USART1_IRQHandler(void);
 
-void SysTick_Handler(void) { tick_us += BSP_TICK_US; }
+/* Its only work is to end a WFI (bsp_idle). */
+void SysTick_Handler(void) {}
 
 static void clocks_init(void) {
 #ifndef BSP_PRESET_CLOCKS
@@ -168,7 +177,7 @@ static void clocks_init(void) {
     while ((RCC_CFGR & RCC_CFGR_SWS_MASK) != RCC_CFGR_SWS_PLL) {}
 #endif
     RCC_AHB1ENR |= RCC_AHB1ENR_GPIOAEN | RCC_AHB1ENR_GPIOBEN | RCC_AHB1ENR_GPIOCEN;
-    RCC_APB1ENR |= RCC_APB1ENR_TIM3EN | RCC_APB1ENR_TIM4EN;
+    RCC_APB1ENR |= RCC_APB1ENR_TIM2EN | RCC_APB1ENR_TIM3EN | RCC_APB1ENR_TIM4EN;
     RCC_APB2ENR |= RCC_APB2ENR_USART1EN | RCC_APB2ENR_ADC1EN;
 }
 
@@ -187,6 +196,14 @@ static void uart_init(uint32_t baud) {
     USART1_BRR = (APB2_HZ + baud / 2u) / baud;
     USART1_CR1 = USART_CR1_UE | USART_CR1_TE | USART_CR1_RE | USART_CR1_RXNEIE;
     NVIC_ISER(USART1_IRQ / 32u) = 1u << (USART1_IRQ % 32u);
+}
+
+/* TIM2 counts µs from 0 to 2^32 - 1 and wraps, with no interrupt: nothing to lose under load. */
+static void clock_init(void) {
+    TIM_PSC(TIM2_BASE) = TIMER_APB1_HZ / 1000000u - 1u;
+    TIM_ARR(TIM2_BASE) = 0xFFFFFFFFu;
+    TIM_EGR(TIM2_BASE) = TIM_EGR_UG;
+    TIM_CR1(TIM2_BASE) = TIM_CR1_CEN;
 }
 
 static void pwm_timer_init(uint32_t tim) {
@@ -224,6 +241,7 @@ static void adc_init(void) {
 
 void bsp_init(uint32_t baud) {
     clocks_init();
+    clock_init();
     pin_mode(GPIOB_BASE, ESTOP_PIN, 0u, 0u);              /* input */
     GPIO_PUPDR(GPIOB_BASE) = (GPIO_PUPDR(GPIOB_BASE) & ~(0x3u << (2u * ESTOP_PIN))) | (PULL_UP << (2u * ESTOP_PIN));
     pwm_init();
@@ -234,15 +252,7 @@ void bsp_init(uint32_t baud) {
     SYST_CSR = SYST_CSR_ENABLE_TICKINT_CPUCLK;
 }
 
-/* The tick count and the SysTick's down-counter, read again if the tick interrupt came in between. */
-uint32_t bsp_micros(void) {
-    uint32_t base, count;
-    do {
-        base = tick_us;
-        count = SYST_CVR;
-    } while (base != tick_us);
-    return base + (SYST_RVR - count) / (SYSCLK_HZ / 1000000u);
-}
+uint32_t bsp_micros(void) { return TIM_CNT(TIM2_BASE); }
 
 /* As many bytes from the transmit ring as the transmitter takes now: one or two on the part (TXE drops while a
  * byte waits), the whole ring under QEMU, whose USART is always empty. Called with the USART interrupt unable to
