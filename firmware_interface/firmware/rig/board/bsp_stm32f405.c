@@ -4,8 +4,8 @@
  *   clock     HSI 16 MHz -> PLL -> 168 MHz SYSCLK, AHB 168, APB1 42 (timers 84), APB2 84 MHz (§6)
  *   µs clock  TIM2, 32 bit, free running at 1 MHz: it wraps at 2^32 µs as the core expects (§18)
  *   wake-up   SysTick at SYSCLK, an interrupt every BSP_TICK_US (Cortex-M4 Generic User Guide §4.4)
- *   link      USART1 on PA9 (TX) / PA10 (RX), AF7: receive interrupt into a ring, transmit interrupt from the
- *             port's ring (§30); the rig file's baud
+ *   link      USART1 on PA9 (TX) / PA10 (RX), AF7: receive interrupt into a ring; the transmit-empty interrupt
+ *             and the idle loop move bytes from the port's ring (§30); the rig file's baud
  *   servos    PWM mode 1 at the hobby-servo frame (BSP_SERVO_FRAME_US), 1 µs resolution: servo 0-3 on
  *             TIM3 CH1-4 (PC6-PC9), servo 4-7 on TIM4 CH1-4 (PB6-PB9), AF2 (§18)
  *   feedback  the pulse width each timer is generating, read back from its CCR (hobby servos report no position)
