@@ -122,7 +122,8 @@ def init_record(rig: Rig) -> bytes:
 
 
 def config_c_source(rig: Rig) -> str:
-    """The rig's table as a C file for a board port (``const rig_config rig_table``)."""
+    """The rig's table as a C file for a board port (``const rig_config rig_table``, and the UART's
+    ``const uint32_t rig_baud`` in bit/s)."""
     t = config_table(rig)
 
     def floats(key: str) -> str:
@@ -135,7 +136,8 @@ def config_c_source(rig: Rig) -> str:
             f'    "{escaped}", {len(name)}, {t["n_servo"]}, {t["n_strain"]}, {t["n_load"]},\n'
             f'    {t["sample_rate_hz"]}, {t["samples_per_frame"]}, {t["watchdog_us"]}u, {t["heartbeat_period_us"]}u,\n'
             f'    {floats("min_raw")},\n    {floats("max_raw")},\n    {floats("neutral_raw")},\n'
-            f'    {floats("max_rate_raw_per_s")}\n}};\n')
+            f'    {floats("max_rate_raw_per_s")}\n}};\n\n'
+            f'const uint32_t rig_baud = {rig.baud}u;   /* bit/s */\n')
 
 
 class FirmwareProcess:

@@ -144,7 +144,7 @@ def test_hw_status_health_carries_the_emulators_physics_plant(stack, device):
     assert drv.collector.invalid == [] and drv.collector.count > 10       # every hw/* message schema-checked
     # a kinematic plant has no figures to report: no "plant" key
     assert drv.stop() == 0
-    kinematic = stack.driver("--emulate")
+    kinematic = stack.driver("--emulate", *(("--emulator-args", device.strip()) if device else ()))
     status = kinematic.wait_status(lambda s: s["link"]["state"] == "up", "the link up")
     assert "plant" not in kinematic.wait_status(lambda s: s["stamp_ns"] > status["stamp_ns"] + 2 * 10**9,
                                                 "two seconds of status")["health"]

@@ -2,6 +2,7 @@
 #include "bsp.h"
 
 static uint32_t fake_us;
+const uint8_t bsp_pwm_channels = 8, bsp_adc_channels = 24;
 
 void bsp_init(uint32_t baud) { (void)baud; }
 uint32_t bsp_micros(void) { return fake_us; }

@@ -1,6 +1,6 @@
 /* The board port of the rig firmware: the HAL (rig_fw.h) on board support (bsp.h) and the main loop.
  *
- * The transmit ring is a fixed 16 KiB buffer drained by the UART's DMA (bsp_uart_kick); frames that do not fit
+ * The transmit ring is a fixed 16 KiB buffer drained by the UART (bsp_uart_kick); frames that do not fit
  * whole are dropped (the core counts tx_dropped). The rig's table comes from a generated rig_table.c
  * (python -m firmware_interface.c_firmware RIG.toml -o rig_table.c). Define RIG_BOARD_STEPS to run a bounded
  * number of loop passes (a test on the host); a board loops forever.
@@ -8,14 +8,10 @@
 #include "bsp.h"
 #include "rig_fw.h"
 
-#ifndef RIG_BAUD
-#define RIG_BAUD 921600u
-#endif
-#define TX_RING_BYTES 16384u
-
 extern const rig_config rig_table;
+extern const uint32_t rig_baud;           /* bit/s, the rig file's */
 
-/* The transmit ring: the core writes at head, the DMA reads from tail (bsp_uart_kick). */
+/* The transmit ring: the core writes at head, the UART reads from tail (bsp_uart_kick). */
 volatile uint8_t tx_ring[TX_RING_BYTES];
 volatile uint32_t tx_head, tx_tail;
 
@@ -56,8 +52,10 @@ int main(void) {
     static rig_fw fw;
     static const rig_hal hal = {0, hal_micros, hal_uart_read, hal_uart_write, hal_servo_write, hal_sample,
                                 hal_estop_input, 0};
-    bsp_init(RIG_BAUD);
-    if (rig_init(&fw, &rig_table, &hal) != 0) return 1;   /* a table the firmware cannot hold: never starts */
+    /* a table the firmware or the board cannot hold: never starts */
+    if (rig_table.n_servo > bsp_pwm_channels || rig_table.n_strain + rig_table.n_load > bsp_adc_channels) return 1;
+    bsp_init(rig_baud);
+    if (rig_init(&fw, &rig_table, &hal) != 0) return 1;
 #ifdef RIG_BOARD_STEPS
     for (unsigned long pass = 0; pass < RIG_BOARD_STEPS; pass++) {
 #else
