@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed
 TESTING := $(VENV)/.installed-test
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean system-tools
 
 # After the install, the simulation kernels are compiled (once, into numba's on-disk cache next to the sources)
 # so that no first run pays the compile inside what it measures.
@@ -34,7 +34,18 @@ demo: $(RUNTIME)
 lint: $(TESTING)
 	$(BIN)/ruff check .
 
-test: lint
+# tests/firmware/test_fw_board_qemu.py cross-compiles the STM32F405 board port and runs it in QEMU: Debian's
+# toolchain and emulator, installed when missing (docs/firmware.md: about 60 s and 0.9 GB; sudo unless root).
+system-tools:
+	@if ! command -v arm-none-eabi-gcc >/dev/null || ! command -v qemu-system-arm >/dev/null; then \
+	    sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	    echo "installing Debian's gcc-arm-none-eabi, libnewlib-arm-none-eabi and qemu-system-arm (the board port's tests)"; \
+	    $$sudo apt-get update -qq && \
+	    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	        gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm; \
+	fi
+
+test: lint system-tools
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --durations=25
 
 bench: $(TESTING)
