@@ -145,15 +145,15 @@ class _Column:
         return np.concatenate([b for _, b in self.blocks]).astype(np.int64)
 
     def matrix(self, total_rows: int) -> np.ndarray:
-        """(total_rows, width) float64; rows without this key are NaN."""
+        """(total_rows, width) float64, each column contiguous in memory (Fortran order: the table's columns are
+        single signals, read whole many times over); rows without this key are NaN."""
         width = max((b.shape[1] if b.ndim == 2 else 1) for _, b in self.blocks)
-        if self._back_to_back(total_rows, width):   # every row, in order: one copy
-            return np.concatenate([b.reshape(len(b), width) for _, b in self.blocks], dtype=np.float64)
-        out = np.full((total_rows, width), np.nan)
+        complete = self._back_to_back(total_rows, width)
+        out = np.empty((width, total_rows)) if complete else np.full((width, total_rows), np.nan)
         for row, block in self.blocks:
             block = block.reshape(len(block), -1)
-            out[row:row + len(block), :block.shape[1]] = block
-        return out
+            out[:block.shape[1], row:row + len(block)] = block.T
+        return out.T
 
 
 def _numeric_block(values: list) -> np.ndarray | None:

@@ -25,6 +25,8 @@ _NUMBER_TYPES = {0xca: (">f4", "f"), 0xcb: (">f8", "f"), 0xcc: (">u1", "i"), 0xc
 _POSITIVE_FIXINT, _NEGATIVE_FIXINT = "pfix", "nfix"
 _FIXINTS = frozenset((_POSITIVE_FIXINT, _NEGATIVE_FIXINT))
 _INT64_MAX = (1 << 63) - 1
+#: payload bytes compared with a template at a time (a scratch block that stays in the processor's cache)
+MATCH_BLOCK_BYTES = 1 << 20
 
 
 class _Shape(Exception):
@@ -198,9 +200,16 @@ def rows_of(shape: Template, messages: list) -> np.ndarray | None:
 def matching(shape: Template, rows: np.ndarray) -> np.ndarray:
     """(k,) bool: which ``rows`` ((k, length) uint8, :func:`rows_of`) have the shape: the template's structure
     bytes, a fixint wherever it has one, and no uint64 beyond int64 (np.asarray would not make it int64)."""
-    differ = np.bitwise_xor(rows, shape.template_bytes)
-    differ &= shape.structure_mask
-    ok = np.ones(len(rows), dtype=bool) if not np.count_nonzero(differ) else ~differ.any(axis=1)
+    ok = np.ones(len(rows), dtype=bool)
+    step = max(1, MATCH_BLOCK_BYTES // max(rows.shape[1], 1))
+    scratch = np.empty((min(step, len(rows)), rows.shape[1]), dtype=np.uint8)   # reused: it stays in the cache
+    for start in range(0, len(rows), step):
+        block = rows[start:start + step]
+        differ = scratch[:len(block)]
+        np.bitwise_xor(block, shape.template_bytes, out=differ)
+        differ &= shape.structure_mask
+        if np.count_nonzero(differ):
+            ok[start:start + len(block)] = ~differ.any(axis=1)
     if len(shape.fixint_offsets):
         values = rows[:, shape.fixint_offsets]
         ok &= ~((values > 0x7f) & (values < 0xe0)).any(axis=1)

@@ -223,8 +223,16 @@ def _fundamentals(phasor: tuple[np.ndarray, np.ndarray, np.ndarray], signals: li
     out = []
     for x in signals:
         xm = x[mask] - np.mean(x[mask])
-        out.append(complex(2.0 * np.dot(xm, cos) / len(xm), -2.0 * np.dot(xm, sin) / len(xm)))
+        out.append(complex(2.0 * inner(xm, cos) / len(xm), -2.0 * inner(xm, sin) / len(xm)))
     return out
+
+
+def inner(a: np.ndarray, b: np.ndarray) -> float:
+    """The sum of the products of ``a`` and ``b`` (both (n,)) by numpy's pairwise summation, in this thread: the
+    same number on every machine. (BLAS's dot splits the sum over its threads, so its last bits depend on the
+    number of cores, and under load its threads cost three times the CPU, beside the processes that already
+    compare channels in parallel.)"""
+    return float(np.add.reduce(a * b))
 
 
 def wrap_degrees(angle: float) -> float:
@@ -390,8 +398,8 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
     s_in = np.interp(t_meas[inside] - shift, *simulated_source)
     s_mean, m_mean = float(np.mean(s_in)), float(np.mean(m_in))
     s_centred = s_in - s_mean
-    s_var = float(np.dot(s_centred, s_centred))
-    gain = float(np.dot(s_centred, m_in - m_mean)) / s_var if s_var > 0 else float("nan")
+    s_var = inner(s_centred, s_centred)
+    gain = inner(s_centred, m_in - m_mean) / s_var if s_var > 0 else float("nan")
     bias = m_mean - gain * s_mean
     residual = m_in - (gain * s_in + bias)
     # On the measured samples without a lag (for a channel with no prediction, where the lag means nothing).
