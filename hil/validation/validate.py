@@ -776,7 +776,7 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
             keys.setdefault(ref.topic, set()).add(ref.key)
     if resim is not None:
         keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("servo_rad")
-    keys.setdefault(TOPIC_SIM_STATE, set())
+    keys.setdefault(TOPIC_SIM_STATE, set()).add("t")   # the run health's pace check reads the simulated time
     keys.setdefault(TOPIC_HW_TELEMETRY, set())
     tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
     health = assess(recording.messages, tables, settings.health, recording_warnings(recording),

@@ -345,7 +345,7 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
                    plant_lag: tuple[float, float, float] | None = None,
                    busy: tuple[float, float, float] | None = None, status: bool = True, seed: int = 0,
                    origin_ns: int = 1_700_000_000_000_000_000, link_down: tuple[float, float] | None = None,
-                   bad_every: int = 0) -> dict:
+                   bad_every: int = 0, slow: tuple[float, float, float] | None = None) -> dict:
     """A recording of a whole live loop as `mms record` writes it (every topic), with injected faults.
 
     Wall time ``w`` (s) runs at ``rate_hz``. The simulation (``q[tail_yaw] = amplitude sin(2 pi f t)``) publishes
@@ -362,7 +362,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
     no telemetry then, and ``hw/status`` says the link is ``down``. ``bad_every``: after every that many
     ``sim/state`` and ``hw/telemetry`` messages, a bad one on the topic (in turn: bytes that are not MessagePack, a
     payload cut short, and one of the same length whose ``q`` / ``servo_rad`` key is renamed ``Q`` / ``servo_raD``),
-    and a skipped ``seq``.
+    and a skipped ``seq``. ``slow = (start, length, rate)``: the simulation advances at ``rate`` times the wall
+    clock's pace then (a simulator falling behind), and on at the wall clock's pace after it.
     """
     import numpy as np
 
@@ -377,6 +378,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
 
     stalled = inside(stall, w)
     sim_t = w - (np.clip(w - stall[0], 0.0, stall[1]) if stall else 0.0)
+    if slow:
+        sim_t = sim_t - (1.0 - slow[2]) * np.clip(w - slow[0], 0.0, slow[1])
     angle = amplitude * np.sin(2 * np.pi * frequency_hz * sim_t)
     tracking = ~(stalled | inside(hold, w))
     held = np.maximum.accumulate(np.where(tracking, np.arange(len(w)), 0))
