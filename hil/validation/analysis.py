@@ -202,7 +202,7 @@ def _phasor(t: np.ndarray, frequency_hz: float) -> tuple[np.ndarray, np.ndarray,
     """The samples of ``t`` (n,) s inside whole cycles (mask (n,)) and cos, sin of ``2 pi f t`` on them."""
     mask = whole_cycles(t, frequency_hz)
     angle = (2.0 * np.pi * frequency_hz) * t[mask]
-    return _read_only(mask, np.cos(angle), np.sin(angle))
+    return mask, np.cos(angle), np.sin(angle)
 
 
 def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -210,12 +210,6 @@ def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     for array in arrays:
         array.flags.writeable = False
     return arrays
-
-
-@lru_cache(maxsize=8)
-def _grid_phasor(start: float, n: int, rate_hz: float, frequency_hz: float) -> tuple[np.ndarray, ...]:
-    """:func:`_phasor` of the grid :func:`grid_times` ``(start, n, rate_hz)``, computed once per grid."""
-    return _phasor(grid_times(start, n, rate_hz), frequency_hz)
 
 
 def _fundamentals(phasor: tuple[np.ndarray, np.ndarray, np.ndarray], signals: list[np.ndarray]) -> list[complex]:
@@ -385,8 +379,7 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
 
     # Amplitude and phase of the channel's own main harmonic (a thrust or lift channel beats at twice the stroke
     # frequency); the phase lag in degrees of the stroke cycle comes from the cross-correlation lag.
-    # t is grid_times(t[0], len(t), grid_hz): what depends on it alone is computed once for all channels on it
-    a_sim, a_meas = _fundamentals(_grid_phasor(float(t[0]), len(t), grid_hz, f_harmonic), [s, m])
+    a_sim, a_meas = fundamentals(t, [s, m], f_harmonic)   # at the channel's own harmonic: not shared
     defined = abs(a_sim) > scale
     ratio = abs(a_meas) / abs(a_sim) if defined else float("nan")
     harmonic_lag = wrap_degrees(np.degrees(np.angle(a_sim) - np.angle(a_meas))) if defined else float("nan")
@@ -407,6 +400,7 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
     m_samples, s_samples = x_meas[on_grid], np.interp(t_meas[on_grid], *simulated_source)
 
     t0 = t[0]
+    # t is grid_times(t[0], len(t), grid_hz): its phase bins are computed once for all channels on it
     bins = _grid_phase_bins(float(t0), len(t), grid_hz, float(f), phase_bins)
     cycles = float((t[-1] - t[0]) * f)
     starts, cycle_error = cycle_rms_error(t, error, f, t0)
