@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_validate import read_only, synthesise  # noqa: E402
+from bench_validate import CHILD_ENV, read_only, synthesise  # noqa: E402
 from hil.recording.export import FORMATS, export_csv, export_h5, export_mat, export_table  # noqa: E402
 from hil.recording.mcap_io import read_recording  # noqa: E402
 from hil.recording.series import build_tables  # noqa: E402
@@ -74,7 +74,7 @@ def main() -> int:
                 out = Path(folder) / f"export_{fmt}_{k}"
                 cpu_before, start = _children_cpu_s(), time.perf_counter()
                 result = subprocess.run([str(MMS), "export", str(run), "--to", fmt, "--out", str(out), "--quiet"],
-                                        cwd=REPO, capture_output=True, text=True)
+                                        cwd=REPO, capture_output=True, text=True, env=CHILD_ENV)
                 wall_s, cpu_s = time.perf_counter() - start, _children_cpu_s() - cpu_before
                 if result.returncode != 0:
                     print(result.stderr)

@@ -32,6 +32,9 @@ sys.path.insert(0, str(REPO))
 from hil.recording.mcap_io import RecordingWriter  # noqa: E402
 
 MMS = Path(sys.executable).parent / "mms"
+#: the subprocess runs this checkout's code (not whichever one the environment's mms was installed from)
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+    os.pathsep) if p])}
 RATE_HZ = 1000.0
 FRAME = 10
 N_JOINTS, N_STRAIN = 32, 26
@@ -111,8 +114,8 @@ def main() -> int:
         out = Path(folder) / "report"
         start = time.perf_counter()
         cpu_before = _children_cpu_s()
-        result = subprocess.run([str(MMS), "validate", str(run), "--out", str(out), "--quiet"], cwd=REPO,
-                                capture_output=True, text=True)
+        result = subprocess.run([str(MMS), "validate", str(run), "--out", str(out), "--plots", "all", "--quiet"],
+                                cwd=REPO, capture_output=True, text=True, env=CHILD_ENV)
         validate_s = time.perf_counter() - start
         validate_cpu_s = _children_cpu_s() - cpu_before
         document = json.loads((out / "metrics.json").read_text())

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from sim.config import ConfigError, resolve_config, shipped_configs
-from sim.integrators import INTEGRATORS
+from sim.integrator_names import INTEGRATORS
 
 #: The distribution whose version ``mms --version`` prints.
 DISTRIBUTION = "mms-hil"

@@ -22,12 +22,11 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from .integrator_names import INTEGRATORS  # noqa: F401 (the names, kept importable from here)
 from .kernel_cache import discard_stale_kernels
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 
-#: the integrators a Simulation runs, by name (sim/simulation.py): the one list every config and option checks
-INTEGRATORS = ("rk4", "rk45", "rosw")
 
 Derivative = Callable[[float, np.ndarray], np.ndarray]
 

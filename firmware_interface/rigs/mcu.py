@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import ConfigError, load_toml, require
-from sim.integrators import INTEGRATORS
-from sim.robots import check_robot
+from sim.integrator_names import INTEGRATORS
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
 from firmware_interface.rigs.schema import DEFAULT_HEARTBEAT_HZ, check_mcu_rig
@@ -412,6 +411,8 @@ def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[S
 def _check_overrides(robot: Path, overrides: dict, path: Path) -> None:
     """The physics plant's robot file with ``overrides`` merged in must pass the robot schema (a misspelt override
     would otherwise be ignored and the "truth" model would not be the one the rig file describes)."""
+    from sim.robots import check_robot   # here: the model's numba kernels are not paid by tools that read a rig
+
     try:
         check_robot(deep_merge(load_toml(robot), overrides), robot)
     except ConfigError as exc:

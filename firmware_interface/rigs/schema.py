@@ -24,7 +24,7 @@ from typing import Any
 
 from sim.config import (BOOLEAN, EXPECTED, REFERENCE, ConfigError, array, check_schema, integer, number, one_of, refuse_other_kind,
                         string, table)
-from sim.integrators import INTEGRATORS
+from sim.integrator_names import INTEGRATORS
 
 from firmware_interface import dynamixel as dxl
 from firmware_interface import protocol as p

@@ -28,7 +28,7 @@ import msgpack
 import numpy as np
 
 from hil.recording.mcap_io import MESSAGE_ENCODING as MSGPACK, RawRecording, gc_paused
-from hil.recording.template_decode import Template, decode_batch, template
+from hil.recording.template_decode import Template, matching, read_columns, template
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 _JOINT_ARRAYS = ("q", "qd", "qdd", "tau", "strain", "actuated")
@@ -70,7 +70,7 @@ _TIME_KEYS = ("stamp_ns",)
 _UINT32 = 1 << 32
 #: messages decoded and turned into numpy blocks at a time (bounds the memory of decoded Python objects)
 _BATCH = 5000
-#: recordings with at least this many messages per available core are decoded in worker processes
+#: recordings with at least this many messages per available core are decoded in several threads
 PARALLEL_MIN_MESSAGES = 50_000
 
 
@@ -127,6 +127,15 @@ class _Column:
         self.vector |= block.ndim == 2
         self.blocks.append((row, block))
 
+    def _back_to_back(self, total_rows: int, width: int) -> bool:
+        """The blocks follow each other from row 0 to ``total_rows``, each ``width`` wide."""
+        row = 0
+        for start, block in self.blocks:
+            if start != row or (block.shape[1] if block.ndim == 2 else 1) != width:
+                return False
+            row += len(block)
+        return row == total_rows
+
     def integers(self, total_rows: int) -> np.ndarray | None:
         """(total_rows,) int64 when every row has an integer, else None."""
         if self.vector or any(b.dtype.kind != "i" for _, b in self.blocks):
@@ -136,13 +145,15 @@ class _Column:
         return np.concatenate([b for _, b in self.blocks]).astype(np.int64)
 
     def matrix(self, total_rows: int) -> np.ndarray:
-        """(total_rows, width) float64; rows without this key are NaN."""
+        """(total_rows, width) float64, each column contiguous in memory (Fortran order: the table's columns are
+        single signals, read whole many times over); rows without this key are NaN."""
         width = max((b.shape[1] if b.ndim == 2 else 1) for _, b in self.blocks)
-        out = np.full((total_rows, width), np.nan)
+        complete = self._back_to_back(total_rows, width)
+        out = np.empty((width, total_rows)) if complete else np.full((width, total_rows), np.nan)
         for row, block in self.blocks:
             block = block.reshape(len(block), -1)
-            out[row:row + len(block), :block.shape[1]] = block
-        return out
+            out[:block.shape[1], row:row + len(block)] = block.T
+        return out.T
 
 
 def _numeric_block(values: list) -> np.ndarray | None:
@@ -201,7 +212,7 @@ class _TableBuilder:
         self.stamp_ns: list[np.ndarray] = []
         self.sample_ns: list[np.ndarray] = []
 
-    def _wanted(self, key: str) -> bool:
+    def wanted(self, key: str) -> bool:
         return (self.keys is None or key in self.keys or key in _ALL_NAME_KEYS
                 or (key == "actuated" and PASSIVE_ONLY_KEY in self.keys))
 
@@ -236,7 +247,7 @@ class _TableBuilder:
             return
         row = self.rows
         for key in dict.fromkeys(k for p in payloads for k in p):
-            if key not in _TIME_KEYS and self._wanted(key):
+            if key not in _TIME_KEYS and self.wanted(key):
                 self._add_values(key, row, [p.get(key) for p in payloads])
         stamps = [p.get("stamp_ns") for p in payloads]
         stamps = [s if type(s) is int else pt for s, pt in zip(stamps, publish_times)]
@@ -248,10 +259,10 @@ class _TableBuilder:
     def add_columns(self, log_times: list[int], publish_times: list[int], shape: Template,
                     columns: dict[str, Any]) -> None:
         """What :meth:`add_batch` makes of a batch of payloads of one ``shape``, from their columns
-        (:func:`hil.recording.template_decode.decode_batch`): numbers as numpy blocks, other values repeated."""
+        (:func:`hil.recording.template_decode.read_columns`): numbers as numpy blocks, other values repeated."""
         row, count = self.rows, len(log_times)
         for key in shape.keys:
-            if key in _TIME_KEYS or not self._wanted(key):
+            if key in _TIME_KEYS or not self.wanted(key):
                 continue
             if key in shape.numbers:
                 self.columns.setdefault(key, _Column()).add(row, columns[key])
@@ -283,7 +294,7 @@ class _TableBuilder:
         host_ns = np.repeat(np.asarray([p.get("host_ns", p.get("stamp_ns", lt)) for lt, p in frames],
                                        dtype=np.int64), counts)
         for key in dict.fromkeys(k for _, p in frames for k in p):
-            if key not in _TIME_KEYS and self._wanted(key):
+            if key not in _TIME_KEYS and self.wanted(key):
                 self._add_frame_values(key, [p.get(key) for _, p in frames], counts, starts)
         stamps = np.asarray([p.get("stamp_ns", 0) for _, p in frames], dtype=np.int64)
         self._add_sample_clocks(np.asarray([lt for lt, _ in frames], dtype=np.int64), stamps, host_ns, back_ns,
@@ -337,7 +348,7 @@ class _TableBuilder:
         starts = self.rows + np.arange(frames) * samples
         back_ns = (((device_us[:, -1:] - device_us) % _UINT32) * 1000).reshape(-1)
         for key in shape.keys:
-            if key in _TIME_KEYS or not self._wanted(key):
+            if key in _TIME_KEYS or not self.wanted(key):
                 continue
             values = columns[key]
             if key not in shape.numbers:
@@ -473,93 +484,143 @@ def build_tables(recording: RawRecording, topics: Iterable[str] | None = None, p
 
 
 def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> tuple[_TableBuilder, int]:
-    """Decode one topic's messages into a builder; returns it and the number of malformed payloads.
-
-    A batch whose payloads all have the shape of its first one is decoded at once into columns
-    (:mod:`hil.recording.template_decode`); any other batch message by message (the reference path, the same
-    table either way)."""
+    """Decode one topic's messages into a builder; returns it and the number of malformed payloads."""
     builder = _TableBuilder(topic, keys)
     malformed = 0
     for start in range(0, len(messages), _BATCH):
-        batch = messages[start:start + _BATCH]
-        if _fill_by_shape(builder, batch):
-            if bar is not None:
-                bar.update(len(batch))
-            continue
-        log_times, publish_times, payloads = [], [], []
-        for log_time, publish_time, data in batch:
-            payload = decode_payload(data)
-            if payload is None:
-                malformed += 1
-                continue
-            log_times.append(log_time)
-            publish_times.append(publish_time)
-            payloads.append(payload)
-        builder.add_batch(log_times, publish_times, payloads)
+        malformed += _fill_batch(builder, messages[start:start + _BATCH])
         if bar is not None:
             bar.update(min(_BATCH, len(messages) - start))
     return builder, malformed
 
 
-def _fill_by_shape(builder: _TableBuilder, batch: list) -> bool:
-    """Add ``batch`` (messages) to ``builder`` through the columnar decode; False (nothing added) when its
-    payloads do not all share the first one's shape."""
+#: shapes tried per batch; the messages none of them matches are decoded one by one (a topic whose payloads keep
+#: changing shape, or have one the columnar decode does not read, costs a few templates per batch, not one each)
+SHAPES_PER_BATCH = 4
+#: payload keys the clocks of the rows are made of, decoded whatever keys are asked for
+_CLOCK_KEYS = frozenset(("stamp_ns", "device_us", "host_ns"))
+
+
+@dataclass
+class _Shaped:
+    """Which messages of a batch have one shape: ``matches`` (batch,) bool; ``row`` (batch,) their row in ``rows``
+    ((candidates, length) uint8: the batch's messages of the shape's length, in order)."""
+    shape: Template
+    rows: np.ndarray
+    matches: np.ndarray
+    row: np.ndarray
+
+
+def _fill_batch(builder: _TableBuilder, batch: list) -> int:
+    """Add ``batch`` (messages) to ``builder``; returns the number of malformed payloads.
+
+    Each run of consecutive messages that share a shape is decoded at once into columns
+    (:mod:`hil.recording.template_decode`): the first message not matched by a shape found so far gives a new one
+    (up to SHAPES_PER_BATCH), whose matches are found among the whole batch at once. Every other message is decoded
+    one by one (the reference path, which gives the same table)."""
     telemetry = builder.topic == TOPIC_HW_TELEMETRY
-    first = decode_payload(batch[0][2])
-    shape = template(batch[0][2], first, matrices=telemetry) if first is not None else None
-    columns = decode_batch(shape, [data for _, _, data in batch]) if shape is not None else None
-    if columns is None:
-        return False
-    if telemetry:
-        return builder.add_sample_columns([m[0] for m in batch], shape, columns)
-    builder.add_columns([m[0] for m in batch], [m[1] for m in batch], shape, columns)
-    return True
+    lengths = np.array([len(message[2]) for message in batch], dtype=np.int64)
+    shapes: list[_Shaped] = []
+    one_by_one: list = []
+    malformed = tries = position = 0
+    while position < len(batch):
+        shaped = next((s for s in shapes if s.matches[position]), None)
+        if shaped is None and tries < SHAPES_PER_BATCH:
+            tries += 1
+            shaped = _shape_at(batch, lengths, position, telemetry)
+            if shaped is not None:
+                shapes.append(shaped)
+        if shaped is None:
+            one_by_one.append(batch[position])
+            position += 1
+            continue
+        end = position + _run_length(shaped.matches[position:])
+        run = batch[position:end]
+        first = shaped.row[position]
+        wanted = frozenset(key for key in shaped.shape.numbers if key in _CLOCK_KEYS or builder.wanted(key))
+        columns = read_columns(shaped.shape, shaped.rows[first:first + len(run)], wanted)
+        malformed += _fill_one_by_one(builder, one_by_one)
+        one_by_one = []
+        if telemetry:
+            if not builder.add_sample_columns([m[0] for m in run], shaped.shape, columns):
+                one_by_one = list(run)   # no integer clocks to place the samples with: the reference path
+        else:
+            builder.add_columns([m[0] for m in run], [m[1] for m in run], shaped.shape, columns)
+        position = end
+    return malformed + _fill_one_by_one(builder, one_by_one)
 
 
-#: (recording, keys, max_messages) of the decode in progress: forked workers inherit it (nothing is pickled in)
-_fork_job: tuple | None = None
+def _run_length(matches: np.ndarray) -> int:
+    """How many leading entries of ``matches`` (n,) bool are True."""
+    misses = np.flatnonzero(~matches)
+    return int(misses[0]) if len(misses) else len(matches)
 
 
-def _fill_range_in_worker(task: tuple[str, int, int]) -> tuple[str, int, _TableBuilder, int]:
-    topic, start, stop = task
-    recording, keys, _ = _fork_job
-    with gc_paused():
-        builder, malformed = _fill_topic(topic, recording.messages[topic][start:stop], keys.get(topic))
-    return topic, start, builder, malformed
+def _shape_at(batch: list, lengths: np.ndarray, position: int, telemetry: bool) -> _Shaped | None:
+    """The shape of message ``position`` of ``batch`` and the messages from there on that have it; None when its
+    payload is malformed or has no shape the columnar decode reads."""
+    data = batch[position][2]
+    payload = decode_payload(data)
+    shape = template(data, payload, matrices=telemetry) if payload is not None else None
+    if shape is None:
+        return None
+    length = len(shape.data)
+    candidates = position + np.flatnonzero(lengths[position:] == length)
+    rows = np.frombuffer(b"".join([batch[i][2] for i in candidates.tolist()]), dtype=np.uint8)
+    rows = rows.reshape(len(candidates), length)
+    matches = np.zeros(len(batch), dtype=bool)
+    matches[candidates] = matching(shape, rows)
+    row = np.full(len(batch), -1, dtype=np.int64)
+    row[candidates] = np.arange(len(candidates))
+    return _Shaped(shape, rows, matches, row)
+
+
+def _fill_one_by_one(builder: _TableBuilder, messages: list) -> int:
+    """Decode ``messages`` one by one (the reference path) into ``builder``; returns the number of malformed ones."""
+    if not messages:
+        return 0
+    log_times, publish_times, payloads = [], [], []
+    for log_time, publish_time, data in messages:
+        payload = decode_payload(data)
+        if payload is None:
+            continue
+        log_times.append(log_time)
+        publish_times.append(publish_time)
+        payloads.append(payload)
+    builder.add_batch(log_times, publish_times, payloads)
+    return len(messages) - len(payloads)
 
 
 def _fill(order, recording, builders, malformed, bar, keys, max_messages) -> None:
-    """Decode every topic of ``order``. Large recordings are decoded in forked worker processes, in ranges of
-    messages (msgpack decoding is the bulk of reading a run); each topic's ranges are joined in order."""
-    global _fork_job
-    import multiprocessing
+    """Decode every topic of ``order``. Large recordings are decoded in threads, in ranges of messages (numpy does
+    the bulk of the columnar decode without holding the interpreter); each topic's ranges are joined in order."""
+    from concurrent.futures import ThreadPoolExecutor
 
     sizes = {topic: len(recording.messages[topic][:max_messages]) for topic in order}
     total = sum(sizes.values())
     workers = min(os.cpu_count() or 1, total // PARALLEL_MIN_MESSAGES)
-    if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
-        step = max(_BATCH, -(-total // (2 * workers)))   # about two ranges per worker
-        tasks = [(topic, start, min(start + step, sizes[topic])) for topic in order
-                 for start in range(0, sizes[topic], step)]
-        parts: dict[tuple[str, int], _TableBuilder] = {}
-        _fork_job = (recording, keys, max_messages)
-        try:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                for topic, start, builder, bad in pool.imap_unordered(_fill_range_in_worker, tasks):
-                    parts[topic, start] = builder
-                    if bad:
-                        malformed[topic] = malformed.get(topic, 0) + bad
-                    if bar is not None:
-                        bar.update(min(step, sizes[topic] - start))
-        finally:
-            _fork_job = None
+    if workers < 2:
         for topic in order:
-            builders[topic] = _TableBuilder(topic, keys.get(topic))
-            for (part_topic, _start), part in sorted(parts.items(), key=lambda item: item[0][1]):
-                if part_topic == topic:
-                    builders[topic].absorb(part)
+            builders[topic], bad = _fill_topic(topic, recording.messages[topic][:max_messages], keys.get(topic),
+                                               bar)
+            if bad:
+                malformed[topic] = bad
         return
-    for topic in order:
-        builders[topic], bad = _fill_topic(topic, recording.messages[topic][:max_messages], keys.get(topic), bar)
+    step = max(_BATCH, -(-total // (2 * workers)))   # about two ranges per worker
+    tasks = [(topic, start, min(start + step, sizes[topic])) for topic in order
+             for start in range(0, sizes[topic], step)]
+
+    def fill_range(task: tuple[str, int, int]) -> tuple[_TableBuilder, int]:
+        topic, start, stop = task
+        return _fill_topic(topic, recording.messages[topic][start:stop], keys.get(topic))
+
+    with ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(fill_range, tasks))
+    for (topic, start, stop), (part, bad) in zip(tasks, parts):
+        if topic not in builders:
+            builders[topic] = _TableBuilder(topic, keys.get(topic))
+        builders[topic].absorb(part)
         if bad:
-            malformed[topic] = bad
+            malformed[topic] = malformed.get(topic, 0) + bad
+        if bar is not None:
+            bar.update(stop - start)

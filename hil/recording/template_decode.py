@@ -14,7 +14,7 @@ the result is the same either way, only the speed differs.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,8 @@ _NUMBER_TYPES = {0xca: (">f4", "f"), 0xcb: (">f8", "f"), 0xcc: (">u1", "i"), 0xc
 _POSITIVE_FIXINT, _NEGATIVE_FIXINT = "pfix", "nfix"
 _FIXINTS = frozenset((_POSITIVE_FIXINT, _NEGATIVE_FIXINT))
 _INT64_MAX = (1 << 63) - 1
+#: payload bytes compared with a template at a time (a scratch block that stays in the processor's cache)
+MATCH_BLOCK_BYTES = 1 << 20
 
 
 class _Shape(Exception):
@@ -80,6 +82,33 @@ class Template:
     constants: dict[str, object]
     numbers: dict[str, tuple[list[_Leaf], tuple[int, ...]]]   # key -> (its leaves, the value's array shape)
     structure: np.ndarray                            # (length,) bool: the bytes every message must share
+    #: per key of ``numbers``, where its value bytes sit in a message: (offset of the first, strides per axis of
+    #: the value's array shape), all bytes; None when they are not evenly spaced (read by gathering them)
+    layouts: dict[str, tuple[int, tuple[int, ...]] | None] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.template_bytes = np.frombuffer(self.data, dtype=np.uint8)
+        self.structure_mask = np.where(self.structure, np.uint8(0xff), np.uint8(0))   # for a bitwise AND
+        fixints = [leaf.offset for leaves, _ in self.numbers.values() for leaf in leaves if leaf.code in _FIXINTS]
+        self.fixint_offsets = np.array(fixints, dtype=np.int64)
+        # the first value byte of every uint64: its top bit set is a number np.asarray does not make int64
+        self.u64_top_offsets = np.array([leaf.offset + 1 for leaves, _ in self.numbers.values() for leaf in leaves
+                                         if leaf.code == ">u8"], dtype=np.int64)
+        self.layouts = {key: _layout(leaves, array_shape) for key, (leaves, array_shape) in self.numbers.items()}
+
+
+def _layout(leaves: list[_Leaf], array_shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """Where a key's value bytes sit, if evenly spaced along each axis of ``array_shape`` (:class:`Template`)."""
+    code = leaves[0].code
+    first = leaves[0].offset + (0 if code in _FIXINTS else 1)   # a fixint is its type byte
+    offsets = np.array([leaf.offset for leaf in leaves]).reshape(array_shape or (1,))
+    strides = []
+    for axis in range(len(array_shape)):
+        steps = np.diff(offsets, axis=axis)
+        if steps.size and not (steps == steps.flat[0]).all():
+            return None
+        strides.append(int(steps.flat[0]) if steps.size else 1)
+    return first, tuple(strides)
 
 
 def _is_number(value) -> bool:
@@ -174,28 +203,75 @@ def _kind(code: str) -> str:
     return "i" if code in _FIXINTS else np.dtype(code).kind.replace("u", "i")
 
 
-def decode_batch(shape: Template, messages: list, keys: frozenset[str] | None = None) -> dict[str, object] | None:
-    """``messages`` (k bytes-like payloads) decoded as ``shape``: per key of the template, its constant value or
-    its numbers as a (k,) array (a number), (k, n) array (a list of n numbers) or (k, rows, columns) array (a
-    matrix), int64 for integers and float64
-    for floats (the arrays ``np.asarray`` makes of the decoded values); None unless every message has the shape.
-    ``keys``: only these keys' numbers are read (the others are left out of the result)."""
+def rows_of(shape: Template, messages: list) -> np.ndarray | None:
+    """``messages`` (k bytes-like payloads) as a (k, length) uint8 array, if each is as long as ``shape``'s."""
     length = len(shape.data)
     if any(len(message) != length for message in messages):
         return None
-    rows = np.frombuffer(b"".join(messages), dtype=np.uint8).reshape(len(messages), length)
-    template_bytes = np.frombuffer(shape.data, dtype=np.uint8)
-    if ((rows != template_bytes) & shape.structure).any():
-        return None
+    return np.frombuffer(b"".join(messages), dtype=np.uint8).reshape(len(messages), length)
+
+
+def matching(shape: Template, rows: np.ndarray) -> np.ndarray:
+    """(k,) bool: which ``rows`` ((k, length) uint8, :func:`rows_of`) have the shape: the template's structure
+    bytes, a fixint wherever it has one, and no uint64 beyond int64 (np.asarray would not make it int64)."""
+    ok = np.ones(len(rows), dtype=bool)
+    step = max(1, MATCH_BLOCK_BYTES // max(rows.shape[1], 1))
+    scratch = np.empty((min(step, len(rows)), rows.shape[1]), dtype=np.uint8)   # reused: it stays in the cache
+    for start in range(0, len(rows), step):
+        block = rows[start:start + step]
+        differ = scratch[:len(block)]
+        np.bitwise_xor(block, shape.template_bytes, out=differ)
+        differ &= shape.structure_mask
+        if np.count_nonzero(differ):
+            ok[start:start + len(block)] = ~differ.any(axis=1)
+    if len(shape.fixint_offsets):
+        values = rows[:, shape.fixint_offsets]
+        ok &= ~((values > 0x7f) & (values < 0xe0)).any(axis=1)
+    if len(shape.u64_top_offsets):
+        ok &= ~(rows[:, shape.u64_top_offsets] > 0x7f).any(axis=1)
+    return ok
+
+
+def read_columns(shape: Template, rows: np.ndarray, keys: frozenset[str] | None = None) -> dict[str, object]:
+    """The columns of ``rows`` ((k, length) uint8, C-contiguous, all :func:`matching`): per key of the template, its
+    constant value or its numbers as a (k,) array (a number), (k, n) array (a list of n numbers) or (k, rows,
+    columns) array (a matrix), int64 for integers and float64 for floats (the arrays ``np.asarray`` makes of the
+    decoded values). ``keys``: only these keys' numbers are read (the others are left out of the result)."""
+    rows = np.ascontiguousarray(rows)
+    count, length = rows.shape
     columns: dict[str, object] = dict(shape.constants)
     for key, (leaves, array_shape) in shape.numbers.items():
         if keys is not None and key not in keys:
             continue
-        values = _leaf_values(rows, leaves)
-        if values is None:
-            return None
-        columns[key] = values.reshape((len(messages),) + array_shape)
+        code = leaves[0].code
+        raw_dtype = np.uint8 if code in _FIXINTS else np.dtype(code)
+        layout = shape.layouts[key]
+        if layout is not None:       # evenly spaced: a strided view of the bytes, read in one pass
+            first, strides = layout
+            raw = np.ndarray((count,) + array_shape, dtype=raw_dtype, buffer=rows, offset=first,
+                             strides=(length,) + strides)
+        else:
+            offsets = np.array([leaf.offset for leaf in leaves])
+            size = np.dtype(raw_dtype).itemsize
+            start = 0 if code in _FIXINTS else 1
+            gathered = np.ascontiguousarray(rows[:, (offsets[:, None] + start + np.arange(size)).ravel()])
+            raw = gathered.view(raw_dtype).reshape((count,) + array_shape)
+        if code in _FIXINTS:   # a one-byte integer, positive (0x00-0x7f) or negative (0xe0-0xff) in any message
+            values = raw.astype(np.int64)
+            values[values >= 0xe0] -= 0x100
+        else:
+            values = raw.astype(np.float64 if raw.dtype.kind == "f" else np.int64)
+        columns[key] = values
     return columns
+
+
+def decode_batch(shape: Template, messages: list, keys: frozenset[str] | None = None) -> dict[str, object] | None:
+    """``messages`` (k bytes-like payloads) decoded as ``shape`` (:func:`read_columns`); None unless every message
+    has the shape (:func:`matching`). ``keys``: only these keys' numbers are read."""
+    rows = rows_of(shape, messages)
+    if rows is None or not matching(shape, rows).all():
+        return None
+    return read_columns(shape, rows, keys)
 
 
 def _leaf_values(rows: np.ndarray, leaves: list[_Leaf]) -> np.ndarray | None:
@@ -282,4 +358,3 @@ def integers(shape: Structure, rows: np.ndarray, key: str) -> np.ndarray | None:
         return None
     values = _leaf_values(rows, [leaf])
     return None if values is None else values[:, 0]
-

@@ -78,13 +78,24 @@ def common_grid(t_a: np.ndarray, t_b: np.ndarray, rate_hz: float, skip_s: float 
     if stop <= start:
         raise ValueError(f"the signals do not overlap in time (after skipping {skip_s} s"
                          + (f", inside the window {window[0]:.3f}-{window[1]:.3f} s)" if window else ")"))
-    n = int(np.floor((stop - start) * rate_hz)) + 1
+    return grid_times(start, int(np.floor((stop - start) * rate_hz)) + 1, rate_hz)
+
+
+def grid_times(start: float, n: int, rate_hz: float) -> np.ndarray:
+    """The uniform grid (n,) s from ``start`` at ``rate_hz`` (the same numbers for the same arguments: what is
+    computed on a grid once is reused for every channel compared on it)."""
     return start + np.arange(n) / rate_hz
 
 
 def resample(t_src: np.ndarray, x_src: np.ndarray, t_new: np.ndarray) -> np.ndarray:
     """Linear interpolation of samples ``x_src`` (n,) at ``t_src`` (n,) s onto ``t_new`` (m,) s; NaN samples
     are dropped first and times must be sorted (duplicate times keep their first sample)."""
+    return np.interp(t_new, *interpolation_source(t_src, x_src))
+
+
+def interpolation_source(t_src: np.ndarray, x_src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The samples :func:`resample` interpolates between: finite, at strictly increasing times (the first of
+    equal times kept); ValueError when fewer than two."""
     keep = np.isfinite(x_src) & np.isfinite(t_src)
     if not keep.all():
         t_src, x_src = t_src[keep], x_src[keep]
@@ -96,7 +107,7 @@ def resample(t_src: np.ndarray, x_src: np.ndarray, t_new: np.ndarray) -> np.ndar
         t_src, x_src = t_src[order], x_src[order]
         unique = np.concatenate([[True], np.diff(t_src) > 0])
         t_src, x_src = t_src[unique], x_src[unique]
-    return np.interp(t_new, t_src, x_src)
+    return t_src, x_src
 
 
 @lru_cache(maxsize=8)
@@ -184,14 +195,38 @@ def fundamental(t: np.ndarray, x: np.ndarray, frequency_hz: float) -> complex:
 
 def fundamentals(t: np.ndarray, signals: list[np.ndarray], frequency_hz: float) -> list[complex]:
     """:func:`fundamental` of several signals (each (n,)) on the same ``t``, sharing the phasor."""
+    return _fundamentals(_phasor(t, frequency_hz), signals)
+
+
+def _phasor(t: np.ndarray, frequency_hz: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The samples of ``t`` (n,) s inside whole cycles (mask (n,)) and cos, sin of ``2 pi f t`` on them."""
     mask = whole_cycles(t, frequency_hz)
     angle = (2.0 * np.pi * frequency_hz) * t[mask]
-    cos, sin = np.cos(angle), np.sin(angle)
+    return mask, np.cos(angle), np.sin(angle)
+
+
+def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays, made read-only (they are cached and shared by every channel on a grid)."""
+    for array in arrays:
+        array.flags.writeable = False
+    return arrays
+
+
+def _fundamentals(phasor: tuple[np.ndarray, np.ndarray, np.ndarray], signals: list[np.ndarray]) -> list[complex]:
+    mask, cos, sin = phasor
     out = []
     for x in signals:
         xm = x[mask] - np.mean(x[mask])
-        out.append(complex(2.0 * np.dot(xm, cos) / len(xm), -2.0 * np.dot(xm, sin) / len(xm)))
+        out.append(complex(2.0 * inner(xm, cos) / len(xm), -2.0 * inner(xm, sin) / len(xm)))
     return out
+
+
+def inner(a: np.ndarray, b: np.ndarray) -> float:
+    """The sum of the products of ``a`` and ``b`` (both (n,)) by numpy's pairwise summation, in this thread: the
+    same number on every machine. (BLAS's dot splits the sum over its threads, so its last bits depend on the
+    number of cores, and under load its threads cost three times the CPU, beside the processes that already
+    compare channels in parallel.)"""
+    return float(np.add.reduce(a * b))
 
 
 def wrap_degrees(angle: float) -> float:
@@ -214,16 +249,32 @@ class PhaseAverage:
 def phase_average(t: np.ndarray, x: np.ndarray, frequency_hz: float, t0: float, bins: int) -> PhaseAverage:
     """Ensemble average of ``x`` (n,) over cycles of ``frequency_hz`` starting at ``t0`` (s), in ``bins``
     phase bins. Empty bins are NaN."""
+    return _phase_average(_phase_bins(t, frequency_hz, t0, bins), x, bins, float((t[-1] - t[0]) * frequency_hz))
+
+
+def _phase_bins(t: np.ndarray, frequency_hz: float, t0: float, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """The phase bin of each sample of ``t`` (n,) s and the samples per bin (bins,)."""
     phase = np.mod((t - t0) * frequency_hz, 1.0)
     index = np.minimum((phase * bins).astype(np.int64), bins - 1)
-    count = np.bincount(index, minlength=bins).astype(float)
+    return _read_only(index, np.bincount(index, minlength=bins).astype(float))
+
+
+@lru_cache(maxsize=8)
+def _grid_phase_bins(start: float, n: int, rate_hz: float, frequency_hz: float, bins: int) -> tuple[np.ndarray, ...]:
+    """:func:`_phase_bins` of the grid :func:`grid_times` ``(start, n, rate_hz)`` from its start, once per grid."""
+    return _phase_bins(grid_times(start, n, rate_hz), frequency_hz, start, bins)
+
+
+def _phase_average(phase_bins: tuple[np.ndarray, np.ndarray], x: np.ndarray, bins: int,
+                   cycles: float) -> PhaseAverage:
+    index, count = phase_bins
     total = np.bincount(index, weights=x, minlength=bins)
     total_sq = np.bincount(index, weights=x * x, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / count
         variance = np.maximum(total_sq / count - mean * mean, 0.0)
-    return PhaseAverage(phase=(np.arange(bins) + 0.5) / bins, mean=mean, std=np.sqrt(variance), count=count,
-                        cycles=float((t[-1] - t[0]) * frequency_hz))
+    return PhaseAverage(phase=(np.arange(bins) + 0.5) / bins, mean=mean, std=np.sqrt(variance), count=count.copy(),
+                        cycles=cycles)
 
 
 def cycle_rms_error(t: np.ndarray, error: np.ndarray, frequency_hz: float, t0: float) -> tuple[np.ndarray,
@@ -303,7 +354,8 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
     t = common_grid(t_sim, t_meas, grid_hz, skip_s, window)
     if len(t) < 8:
         raise ValueError("fewer than 8 common samples")
-    s = resample(t_sim, x_sim, t)
+    simulated_source = interpolation_source(t_sim, x_sim)   # resampled three times below
+    s = np.interp(t, *simulated_source)
     m = resample(t_meas, x_meas, t)
     f_sim = dominant_frequency(s, grid_hz)
     f_meas = dominant_frequency(m, grid_hz)
@@ -327,7 +379,7 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
 
     # Amplitude and phase of the channel's own main harmonic (a thrust or lift channel beats at twice the stroke
     # frequency); the phase lag in degrees of the stroke cycle comes from the cross-correlation lag.
-    a_sim, a_meas = fundamentals(t, [s, m], f_harmonic)
+    a_sim, a_meas = fundamentals(t, [s, m], f_harmonic)   # at the channel's own harmonic: not shared
     defined = abs(a_sim) > scale
     ratio = abs(a_meas) / abs(a_sim) if defined else float("nan")
     harmonic_lag = wrap_degrees(np.degrees(np.angle(a_sim) - np.angle(a_meas))) if defined else float("nan")
@@ -336,18 +388,21 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
     # interpolated), so that interpolation does not average the measurement noise away.
     inside = (t_meas - shift >= t[0]) & (t_meas - shift <= t[-1]) & np.isfinite(x_meas)
     m_in = x_meas[inside]
-    s_in = resample(t_sim, x_sim, t_meas[inside] - shift)
+    s_in = np.interp(t_meas[inside] - shift, *simulated_source)
     s_mean, m_mean = float(np.mean(s_in)), float(np.mean(m_in))
     s_centred = s_in - s_mean
-    s_var = float(np.dot(s_centred, s_centred))
-    gain = float(np.dot(s_centred, m_in - m_mean)) / s_var if s_var > 0 else float("nan")
+    s_var = inner(s_centred, s_centred)
+    gain = inner(s_centred, m_in - m_mean) / s_var if s_var > 0 else float("nan")
     bias = m_mean - gain * s_mean
     residual = m_in - (gain * s_in + bias)
     # On the measured samples without a lag (for a channel with no prediction, where the lag means nothing).
     on_grid = (t_meas >= t[0]) & (t_meas <= t[-1]) & np.isfinite(x_meas)
-    m_samples, s_samples = x_meas[on_grid], resample(t_sim, x_sim, t_meas[on_grid])
+    m_samples, s_samples = x_meas[on_grid], np.interp(t_meas[on_grid], *simulated_source)
 
     t0 = t[0]
+    # t is grid_times(t[0], len(t), grid_hz): its phase bins are computed once for all channels on it
+    bins = _grid_phase_bins(float(t0), len(t), grid_hz, float(f), phase_bins)
+    cycles = float((t[-1] - t[0]) * f)
     starts, cycle_error = cycle_rms_error(t, error, f, t0)
     metrics = ChannelMetrics(
         rmse=rmse, nrmse=nrmse, r2=r2, amplitude_ratio=ratio, phase_lag_deg=wrap_degrees(360.0 * f * lag),
@@ -362,8 +417,8 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
         std_simulated=float(np.std(s_samples)), std_measured=float(np.std(m_samples)),
         rmse_samples=float(np.sqrt(np.mean((m_samples - s_samples) ** 2))))
     return Comparison(metrics=metrics, t=t, simulated=s, measured=m,
-                      phase_simulated=phase_average(t, s, f, t0, phase_bins),
-                      phase_measured=phase_average(t, m, f, t0, phase_bins),
+                      phase_simulated=_phase_average(bins, s, phase_bins, cycles),
+                      phase_measured=_phase_average(bins, m, phase_bins, cycles),
                       cycle_starts=starts, cycle_rms_error=cycle_error)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..config import (BOOLEAN, EXPECTED, ConfigError, array, check_schema, number, one_of, refuse_other_kind, string,
                       table)
-from ..integrators import INTEGRATORS
+from ..integrator_names import INTEGRATORS
 
 #: Fastest actuation the models accept, Hz: the fastest insect wingbeats are near 1 kHz (midges); a faster
 #: stroke or tail beat is a unit slip (rad/s for Hz, or an exponent), which would only make the solver diverge.

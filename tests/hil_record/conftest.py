@@ -344,7 +344,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
                    stall: tuple[float, float] | None = None, hold: tuple[float, float] | None = None,
                    plant_lag: tuple[float, float, float] | None = None,
                    busy: tuple[float, float, float] | None = None, status: bool = True, seed: int = 0,
-                   origin_ns: int = 1_700_000_000_000_000_000) -> dict:
+                   origin_ns: int = 1_700_000_000_000_000_000, link_down: tuple[float, float] | None = None,
+                   bad_every: int = 0, slow: tuple[float, float, float] | None = None) -> dict:
     """A recording of a whole live loop as `mms record` writes it (every topic), with injected faults.
 
     Wall time ``w`` (s) runs at ``rate_hz``. The simulation (``q[tail_yaw] = amplitude sin(2 pi f t)``) publishes
@@ -357,7 +358,12 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
     extra)`` (``hw/status`` ``health.plant.lag_s`` says so). ``busy = (start, length, delay)``: a busy host sends
     each command ``delay`` s after its state and reads each telemetry frame ``delay`` s after the device sampled it
     (what the recording shows of it: ``state_stamp_ns`` and ``host_ns``). ``status``: also ``sim/status`` (1 Hz) and
-    ``hw/status`` (10 Hz); without them the file is as an older recorder wrote it.
+    ``hw/status`` (10 Hz); without them the file is as an older recorder wrote it. ``link_down = (start, length)``:
+    no telemetry then, and ``hw/status`` says the link is ``down``. ``bad_every``: after every that many
+    ``sim/state`` and ``hw/telemetry`` messages, a bad one on the topic (in turn: bytes that are not MessagePack, a
+    payload cut short, and one of the same length whose ``q`` / ``servo_rad`` key is renamed ``Q`` / ``servo_raD``),
+    and a skipped ``seq``. ``slow = (start, length, rate)``: the simulation advances at ``rate`` times the wall
+    clock's pace then (a simulator falling behind), and on at the wall clock's pace after it.
     """
     import numpy as np
 
@@ -372,6 +378,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
 
     stalled = inside(stall, w)
     sim_t = w - (np.clip(w - stall[0], 0.0, stall[1]) if stall else 0.0)
+    if slow:
+        sim_t = sim_t - (1.0 - slow[2]) * np.clip(w - slow[0], 0.0, slow[1])
     angle = amplitude * np.sin(2 * np.pi * frequency_hz * sim_t)
     tracking = ~(stalled | inside(hold, w))
     held = np.maximum.accumulate(np.where(tracking, np.arange(len(w)), 0))
@@ -391,10 +399,18 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
     stamp = origin_ns + np.round(w * 1e9).astype(np.int64)
     seqs = {"sim/state": 0, "sim/status": 0, "hw/command": 0, "hw/telemetry": 0, "hw/status": 0}
 
+    renamed = {"sim/state": (b"\xa1q", b"\xa1Q"), "hw/telemetry": (b"\xa9servo_rad", b"\xa9servo_raD")}
+
     def add(topic, payload):
         payload["seq"] = seqs[topic]
-        writer.add(topic, msgpack.packb(payload), payload["stamp_ns"] + 500_000, payload["stamp_ns"], seqs[topic])
+        data = msgpack.packb(payload)
+        writer.add(topic, data, payload["stamp_ns"] + 500_000, payload["stamp_ns"], seqs[topic])
         seqs[topic] += 1
+        if bad_every and topic in renamed and seqs[topic] % bad_every == 0:
+            bad = (b"\xc1not msgpack", data[:len(data) // 2], data.replace(*renamed[topic]))[
+                (seqs[topic] // bad_every) % 3]
+            writer.add(topic, bad, payload["stamp_ns"] + 600_000, payload["stamp_ns"] + 1, seqs[topic])
+            seqs[topic] += 2   # the bad one's seq, and one skipped
 
     frame = 10
     status_every, hw_status_every = int(rate_hz), int(rate_hz / 10)
@@ -407,7 +423,7 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
         command = hw_command(0, float(sim_t[k]), 0, float(applied[k]))
         command.update(stamp_ns=int(stamp[k]), mode=str(modes[k]), state_stamp_ns=int(stamp[k]) - late_ns)
         add("hw/command", command)
-        if k % frame == frame - 1:
+        if k % frame == frame - 1 and not inside(link_down, w[k:k + 1])[0]:
             rows = slice(k - frame + 1, k + 1)
             add("hw/telemetry", {"v": 1, "stamp_ns": int(stamp[k]) + late_ns + 200_000,
                                  "host_ns": int(stamp[k]) + late_ns,
@@ -421,6 +437,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
             add("sim/status", sim_status_payload)
         if status and k % hw_status_every == 0:
             hw = hw_status(0)
+            if inside(link_down, w[k:k + 1])[0]:
+                hw["link"]["state"] = "down"
             hw.update(stamp_ns=int(stamp[k]), health={"plant": {"rtf": 1.0, "lag_s": 0.001 + float(extra[k]),
                                                                 "alive": True, "restarts": 0}})
             add("hw/status", hw)

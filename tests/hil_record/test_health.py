@@ -169,3 +169,16 @@ def test_a_damaged_or_truncated_recording_says_so_in_its_health(tmp_path, kit):
     _, cut = _validate(tmp_path / "cut.mcap", tmp_path / "cut")
     assert any("truncated" in w for w in cut["health"]["warnings"]), cut["health"]["warnings"]
     assert cut["truncated"] is True
+
+
+def test_a_simulator_that_falls_behind_the_wall_clock_is_cut(tmp_path, kit):
+    """Simulated time advancing at 80 % of the wall clock's pace for 2 s: `mms validate` cuts that stretch (its
+    pace check reads sim/state's t, which the channels' pairs do not ask for)."""
+    slow = (6.0, 2.0, 0.8)
+    kit.write_live_run(tmp_path / "slow.mcap", slow=slow)
+    _, document = _validate(tmp_path / "slow.mcap", tmp_path / "slow")
+    paced = [d for d in document["health"]["disturbances"] if d["what"].startswith("off real time")]
+    assert paced, document["health"]["disturbances"]
+    assert all(slow[0] - 1.0 <= d["start_s"] and d["end_s"] <= slow[0] + slow[1] + 1.0 for d in paced), paced
+    start, end = document["health"]["analysed"]
+    assert start >= slow[0] + slow[1] + HealthCriteria.settle_s or end <= slow[0], document["health"]["analysed"]

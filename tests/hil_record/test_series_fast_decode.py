@@ -70,7 +70,7 @@ def test_the_columnar_decode_gives_the_per_message_tables(tmp_path, monkeypatch)
     frame_shape = template(frames[300][2], msgpack.unpackb(frames[300][2]), matrices=True)
     assert decode_batch(frame_shape, [m[2] for m in frames[300:600]])["servo_rad"].shape == (300, FRAME, 3)
     fast = series.build_tables(recording)
-    monkeypatch.setattr(series, "_fill_by_shape", lambda builder, batch: False)  # the message-by-message path
+    monkeypatch.setattr(series, "SHAPES_PER_BATCH", 0)  # the message-by-message path
     reference = series.build_tables(recording)
     for topic, table in reference.tables.items():
         mine = fast.tables[topic]
