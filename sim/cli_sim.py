@@ -54,9 +54,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -64,25 +62,7 @@ from sim.cli_options import (BASES, add_base, add_integrator, add_no_plots, add_
                              add_robot)
 from sim.config import ConfigError, load_toml, require
 from sim.integrators import INTEGRATORS
-
-#: Units and meaning of the recorded arrays (the fields of Simulation.outputs(), docs/messages.md).
-OUTPUT_UNITS: dict[str, tuple[str, str]] = {
-    "t": ("s", "simulation time of each row"),
-    "q": ("rad or m", "joint positions, model.joint_names order"),
-    "qd": ("rad/s or m/s", "joint velocities"),
-    "qdd": ("rad/s^2 or m/s^2", "joint accelerations (imposed for actuated joints, computed for passive ones)"),
-    "tau": ("N m or N", "joint torques (computed for actuated joints, applied by the joint law for passive ones)"),
-    "strain": ("rad or m", "q - q_rest"),
-    "base_pos": ("m", "position of the base frame origin O_0 in the world frame (x, y, z)"),
-    "base_quat": ("1", "orientation of the base frame in the world, unit quaternion (w, x, y, z)"),
-    "base_twist": ("m/s, rad/s", "base twist (V, Omega) in the base frame"),
-    "base_wrench": ("N, N m", "wrench (force, moment) the support exerts on the base, base frame, about O_0 "
-                              "(zero in free flight)"),
-    "ext_wrench": ("N, N m", "total non-gravity external wrench (e.g. quasi-steady aerodynamics), world axes, "
-                             "about O_0 (added-mass reactions are inside the dynamics, not in this field)"),
-    "modal_q": ("1 (modal units)", "modal coordinates of the flexible bodies (sim/flexible.py; models with them only)"),
-    "modal_qd": ("1/s", "modal coordinate rates"),
-}
+from sim.sim_run import OUTPUT_UNITS, SimRun  # noqa: F401 - re-exported: the robots' offline runs make SimRuns
 
 ROBOT_OPTIONS = ("tailbeat_frequency", "tailbeat_amplitude")
 #: Relative tolerance when comparing the chosen dt with a robot's advised step.
@@ -92,22 +72,6 @@ DT_SLACK = 1e-9
 CHUNK_STEPS = 2000
 #: `--periodic`: the "rosw" integrator's Jacobian is kept from rest (0: never refreshed), see find_periodic.
 PERIODIC_JACOBIAN_EVERY = 0
-
-
-@dataclass
-class SimRun:
-    """Record of one run (see the module docstring). Arrays have one row per recorded time."""
-    t: np.ndarray
-    arrays: dict[str, np.ndarray]
-    model: Any
-    config: dict
-    options: dict
-    wall_time_s: float
-    units: dict = field(default_factory=lambda: dict(OUTPUT_UNITS))
-
-    @property
-    def sim_time_s(self) -> float:
-        return float(self.t[-1] - self.t[0]) if self.t.size else 0.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

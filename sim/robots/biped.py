@@ -225,7 +225,7 @@ def energy(model: Model, y: np.ndarray) -> float:
 
 
 def simulate_offline(config: dict, path: Path, args, progress: bool):
-    from ..cli_sim import SimRun
+    from ..sim_run import SimRun
 
     duration = check_options(args, path, "biped")
     p, merged = read_config(config, path)

@@ -208,7 +208,7 @@ def simulate_offline(config: dict, path, args, progress: bool):
     """``mms sim`` on a cosserat robot: the kinematic algorithm over the run, recorded (module docstring)."""
     from tqdm import tqdm
 
-    from sim.cli_sim import SimRun
+    from sim.sim_run import SimRun
 
     for option, value in (("--base", args.base), ("--integrator", getattr(args, "integrator", None)),
                           ("--periodic", getattr(args, "periodic", False) or None)):

@@ -145,7 +145,7 @@ UNITS = {
 
 
 def simulate_offline(config: dict, path: Path, args, progress: bool):
-    from ..cli_sim import SimRun
+    from ..sim_run import SimRun
 
     duration = check_options(args, path, "flapper2link")
     p = parameters(config)

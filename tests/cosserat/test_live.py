@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import msgpack
@@ -155,10 +154,20 @@ def test_mms_serve_publishes_the_rod_over_zeromq(tmp_path):
         control.send(msgpack.packb({"cmd": "get", "what": "joint_names"}))
         assert control.poll(START_TIMEOUT_S * 1000), serve.stderr.read() if serve.poll() is not None else "no reply"
         assert len(msgpack.unpackb(control.recv())["joint_names"]) == 20
-        time.sleep(0.3)                     # the subscription reaches the publisher
-        control.send(msgpack.packb({"cmd": "step", "n": 100}))
-        assert control.poll(START_TIMEOUT_S * 1000)
-        assert msgpack.unpackb(control.recv())["ok"] is True
+        # one state at a time until one arrives (the subscription has reached the publisher), then a reset: the
+        # first state after it carries the name lists, and none of the run can be missed
+        while True:
+            control.send(msgpack.packb({"cmd": "step", "n": 1}))
+            assert control.poll(START_TIMEOUT_S * 1000)
+            assert msgpack.unpackb(control.recv())["ok"] is True
+            if sub.poll(200):
+                break
+        while sub.poll(200):
+            sub.recv_multipart()
+        for request in ({"cmd": "reset"}, {"cmd": "step", "n": 100}):
+            control.send(msgpack.packb(request))
+            assert control.poll(START_TIMEOUT_S * 1000)
+            assert msgpack.unpackb(control.recv())["ok"] is True
         states = []
         while sub.poll(2000):
             states.append(decode(sub.recv_multipart())[1])
