@@ -58,8 +58,14 @@ def test_mapping_limits_and_calibrated_telemetry(stack):
     assert exact > 0.8 * len(commands)
     assert sum(c["limited"][0] for c in commands) >= 14
     # position limit: the left servo is clamped at max_rad (1.0), and its raw value is mirrored (direction -1)
-    settled = commands[len(commands) // 2:]
-    assert all(c["limited"][1] and c["setpoint_rad"][1] == left.max_rad for c in settled)
+    # (the second half of the last unbroken tracking stretch: a busy machine may stall the stream into a hold, after
+    # which the servo ramps back from neutral at its rate limit)
+    last_break = max((k for k, c in enumerate(all_commands) if c["mode"] != "track"), default=-1)
+    stretch = all_commands[last_break + 1:]
+    settled = stretch[len(stretch) // 2:]
+    assert len(settled) > 300, [c["mode"] for c in all_commands[-20:]]
+    assert all(c["limited"][1] and c["setpoint_rad"][1] == left.max_rad for c in settled), \
+        [(c["mode"], c["limited"][1], c["setpoint_rad"][1]) for c in settled if c["setpoint_rad"][1] != left.max_rad][:5]
     assert jm_left.servo_angle(BEYOND) > left.max_rad
     assert abs(settled[-1]["setpoint_raw"][1] - left.to_raw(left.max_rad)) < RAW_TOL
     assert settled[-1]["setpoint_raw"][1] < left.center
