@@ -20,6 +20,28 @@ from .laws.legendre import legendre_values
 
 
 @njit(cache=True)
+def _product(A, B, out):
+    """out (m, n) = A (m, k) @ B (k, n), any layouts (loops: at these sizes a BLAS call costs more than the
+    arithmetic)."""
+    for i in range(A.shape[0]):
+        for j in range(B.shape[1]):
+            acc = 0.0
+            for k in range(A.shape[1]):
+                acc += A[i, k] * B[k, j]
+            out[i, j] = acc
+
+
+@njit(cache=True)
+def _apply(A, x, out):
+    """out (m,) = A (m, k) @ x (k,), any layouts."""
+    for i in range(A.shape[0]):
+        acc = 0.0
+        for k in range(A.shape[1]):
+            acc += A[i, k] * x[k]
+        out[i] = acc
+
+
+@njit(cache=True)
 def _shape_functions(X, length, free, modes, out):
     """out (6, n_q) = Phi(X) (passive.basis at one abscissa X m): P_j(2X/l - 1) in row free[f], column f modes + j."""
     P, dP = np.empty(modes), np.empty(modes)
@@ -64,11 +86,12 @@ def _dexp_matrix(adW, c, out):
     out[:] = 0.0
     for i in range(6):
         out[i, i] = c[K - 1]
+    scratch = np.empty((6, 6))
     for k in range(K - 2, -1, -1):
-        nxt = adW @ out
+        _product(adW, out, scratch)
         for i in range(6):
-            nxt[i, i] += c[k]
-        out[:] = nxt
+            scratch[i, i] += c[k]
+        out[:] = scratch
 
 
 @njit(cache=True)
@@ -120,6 +143,7 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
     W_dot, W_ddot = np.empty((N - 1, 6)), np.empty((N - 1, 6))
     Phi1, Phi2 = np.empty((6, n_q)), np.empty((6, n_q))
     ad1, ad2 = np.empty((6, 6)), np.empty((6, 6))
+    cross12, cross21 = np.empty((6, n_q)), np.empty((6, n_q))
     xi1, xi2, rate1, rate2, cross, W = (np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6),
                                         np.empty(6))
     radius = 0.0
@@ -127,19 +151,21 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         h = X[j + 1] - X[j]
         _shape_functions(X[j] + GAUSS_LOW * h, length, free, modes, Phi1)
         _shape_functions(X[j] + GAUSS_HIGH * h, length, free, modes, Phi2)
-        xi1[:] = Phi1 @ q
-        xi2[:] = Phi2 @ q
+        _apply(Phi1, q, xi1)
+        _apply(Phi2, q, xi2)
         xi1[0] += 1.0                                       # the reference strain (1, 0, 0, 0, 0, 0)
         xi2[0] += 1.0
-        rate1[:] = Phi1 @ q_dot
-        rate2[:] = Phi2 @ q_dot
+        _apply(Phi1, q_dot, rate1)
+        _apply(Phi2, q_dot, rate2)
         magnus = MAGNUS_CROSS * h ** 2
         _ad_times(xi1, xi2, cross)
         W[:] = 0.5 * h * (xi1 + xi2) + magnus * cross
         _ad_matrix(xi1, ad1)
         _ad_matrix(xi2, ad2)
-        B[j] = 0.5 * h * (Phi1 + Phi2) + magnus * (ad1 @ Phi2 - ad2 @ Phi1)
-        W_dot[j] = B[j] @ q_dot
+        _product(ad1, Phi2, cross12)
+        _product(ad2, Phi1, cross21)
+        B[j] = 0.5 * h * (Phi1 + Phi2) + magnus * (cross12 - cross21)
+        _apply(B[j], q_dot, W_dot[j])
         _ad_times(rate1, rate2, cross)
         W_ddot[j] = 2.0 * magnus * cross
         _ad_matrix(W, adW[j])
@@ -150,7 +176,8 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
     u, u_dot = np.zeros((N, 6)), np.zeros((N, 6))
     u[0] = eta_o
     J_strain = np.zeros((N, 6, n_q))
-    T = np.empty((6, 6))
+    T, to_head = np.empty((6, 6)), np.empty((6, 6))
+    step = np.empty((6, n_q))
     T_W_dot, T_dot_W_dot, moved, relative, growth = np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6)
     for j in range(N - 1):
         _dexp_matrix(adW[j], c, T)
@@ -164,13 +191,15 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         growth += T_dot_W_dot + moved
         _mv(Adk_inv[j + 1], growth, moved)
         u_dot[j + 1] = u_dot[j] + moved
-        J_strain[j + 1] = J_strain[j] + (Adk_inv[j + 1] @ T) @ B[j]
+        _product(Adk_inv[j + 1], T, to_head)
+        _product(to_head, B[j], step)
+        J_strain[j + 1] = J_strain[j] + step
     # per node: eta, zeta, J = Ad(k) [I | J_strain] and the integrands of M, Q and the elastic term
     Rg = g_o[:3, :3]
     F_plus = np.zeros(6)
     R = np.empty((3, 3))
     _mm(Rg, g_rel[N - 1, :3, :3], R)
-    F_plus[:3] = R.T @ tip_force
+    _apply(R.T, tip_force, F_plus[:3])
     mass = np.empty((N, n_v * n_v))
     force = np.empty((N, n_v))
     elastic = np.empty((N, n_q))
@@ -188,7 +217,7 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         zeta -= cross
         if free_head:
             Jj[:, :6] = A
-        Jj[:, head:] = A @ J_strain[j]
+        _product(A, J_strain[j], Jj[:, head:])
         _ad_transpose_times(eta, Mc * eta, bias)
         _mm(Rg, g_rel[j, :3, :3], R)
         inertial[:] = Mc * zeta - bias
@@ -207,12 +236,14 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         _shape_functions(X[j], length, free, modes, Phi)
         for m in range(6):
             stress[m] = 0.0 - H[m] * (xi[j, m] - (1.0 if m == 0 else 0.0))
-        elastic[j] = Phi.T @ stress
+        _apply(Phi.T, stress, elastic[j])
         if j == N - 1:
             J_last[:] = Jj
     no_jumps = np.zeros((segments.shape[0], n_v * n_v))
     M = cumulative_simpson(X, segments, mass, no_jumps)[N - 1].reshape((n_v, n_v))
-    Q = J_last.T @ F_plus - cumulative_simpson(X, segments, force, no_jumps[:, :n_v])[N - 1]
+    Q = np.empty(n_v)
+    _apply(J_last.T, F_plus, Q)
+    Q -= cumulative_simpson(X, segments, force, no_jumps[:, :n_v])[N - 1]
     Q[head:] += cumulative_simpson(X, segments, elastic, no_jumps[:, :n_q])[N - 1]
     return M, Q
 
