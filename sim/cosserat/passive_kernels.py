@@ -81,38 +81,50 @@ def dexp_coefficients(radius):
 
 @njit(cache=True)
 def _dexp_matrix(adW, c, out):
-    """out (6, 6) = ``T = sum_k c_k ad_W^k`` by Horner's rule (passive.dexp_matrix)."""
+    """out (6, 6) = ``T = sum_k c_k ad_W^k`` by Horner's rule (passive.dexp_matrix). ``ad_W`` and its powers are
+    block upper triangular, ``[[P, R], [0, P]]``: the step ``T <- c_k I + ad_W T`` is done on the blocks P and R
+    (the products with the zero block add exact zeros, so the sums are the full product's)."""
     K = c.size
-    out[:] = 0.0
-    for i in range(6):
-        out[i, i] = c[K - 1]
-    scratch = np.empty((6, 6))
+    P, R = np.zeros((3, 3)), np.zeros((3, 3))
+    P_next, R_next = np.empty((3, 3)), np.empty((3, 3))
+    for i in range(3):
+        P[i, i] = c[K - 1]
     for k in range(K - 2, -1, -1):
-        _product(adW, out, scratch)
-        for i in range(6):
-            scratch[i, i] += c[k]
-        out[:] = scratch
+        for i in range(3):
+            for j in range(3):
+                top, right = 0.0, 0.0
+                for m in range(3):
+                    top += adW[i, m] * P[m, j]
+                    right += adW[i, m] * R[m, j]
+                for m in range(3):
+                    right += adW[i, 3 + m] * P[m, j]
+                P_next[i, j] = top + (c[k] if i == j else 0.0)
+                R_next[i, j] = right
+        P[:], R[:] = P_next, R_next
+    out[3:, :3] = 0.0
+    out[:3, :3] = P
+    out[3:, 3:] = P
+    out[:3, 3:] = R
 
 
 @njit(cache=True)
-def _dexp_rate(adW, c, W_dot, out):
-    """out (6,) = ``(d/dt T) W_dot`` (passive.dexp_rate: ``sum_i ad_W^i s_i``, s_i regrouped, Horner's rule)."""
+def _dexp_rate(adW, c, W_dot, powers, z, out):
+    """out (6,) = ``(d/dt T) W_dot`` (passive.dexp_rate: ``sum_i ad_W^i s_i``, s_i regrouped, Horner's rule);
+    powers, z (K, 6) scratch."""
     K = c.size
-    powers = np.zeros((max(K - 1, 1), 6))       # ad_W^j W_dot
-    powers[0] = W_dot
+    powers[0] = W_dot                           # ad_W^j W_dot
     for j in range(1, K - 1):
         _mv(adW, powers[j - 1], powers[j])
-    z = np.zeros((max(K - 1, 1), 6))
-    for j in range(1, K - 1):
         _ad_times(W_dot, powers[j], z[j])
     out[:] = 0.0
     term = np.empty(6)
     for i in range(K - 3, -1, -1):
-        s = np.zeros(6)
-        for j in range(1, K - 1 - i):
-            s += c[i + 1 + j] * z[j]
         _mv(adW, out, term)
-        out[:] = s + term
+        for m in range(6):
+            s = 0.0
+            for j in range(1, K - 1 - i):
+                s += c[i + 1 + j] * z[j, m]
+            out[m] = s + term[m]
 
 
 @njit(cache=True)
@@ -170,19 +182,23 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         W_ddot[j] = 2.0 * magnus * cross
         _ad_matrix(W, adW[j])
         for i in range(6):
-            radius = max(radius, np.sum(np.abs(adW[j, i])))
+            row = 0.0
+            for k in range(6):
+                row += abs(adW[j, i, k])
+            radius = max(radius, row)
     c = dexp_coefficients(radius)
     # the head-frame sums u (twists), u_dot (their rates at v_dot = 0) and J_strain = d u / d q_dot
     u, u_dot = np.zeros((N, 6)), np.zeros((N, 6))
     u[0] = eta_o
     J_strain = np.zeros((N, 6, n_q))
     T, to_head = np.empty((6, 6)), np.empty((6, 6))
+    powers, z = np.empty((c.size, 6)), np.empty((c.size, 6))
     step = np.empty((6, n_q))
     T_W_dot, T_dot_W_dot, moved, relative, growth = np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6)
     for j in range(N - 1):
         _dexp_matrix(adW[j], c, T)
         _mv(T, W_dot[j], T_W_dot)
-        _dexp_rate(adW[j], c, W_dot[j], T_dot_W_dot)
+        _dexp_rate(adW[j], c, W_dot[j], powers, z, T_dot_W_dot)
         _mv(Adk_inv[j + 1], T_W_dot, moved)
         u[j + 1] = u[j] + moved
         _mv(Adk[j + 1], u[j + 1] - eta_o, relative)              # eta_rel at X_{j+1}
