@@ -32,7 +32,7 @@ import numpy as np
 from numpy.polynomial import legendre
 
 from . import lie, passive_kernels
-from .algorithms import pose_rate, pose_to_state, rk4, state_to_pose
+from .algorithms import _packed, pose_rate, pose_to_state, rk4, state_to_pose
 from .rod import MAGNUS_NODES, Nodes, Rod, build_nodes, cumulative_simpson, distributed_load
 from .strains import REFERENCE_STRAIN, TABLE_I, StrainField
 
@@ -254,11 +254,6 @@ def kernel_model(model: PassiveRod) -> tuple:
     rod = model.rod
     return (float(rod.length), int(rod.n_X), _packed(rod.Mc), _packed(rod.gravity), _packed(model.H),
             np.array(model.free, dtype=np.int64), int(model.modes), _packed(model.tip_force), bool(model.free_head))
-
-
-def _packed(array) -> np.ndarray:
-    """A float C-contiguous copy or view (the one array type the kernels are compiled and cached for)."""
-    return np.ascontiguousarray(array, dtype=float)
 
 
 def generalized_accelerations(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np.ndarray | None = None, *,
