@@ -2,7 +2,7 @@
 rod.py, sim/cosserat/passive_kernels.py vs passive.py), and the 2-D snake's convergence study (docs/cosserat.md,
 "Resolution and speed").
 
-    python benchmarks/bench_cosserat.py [--duration S] [--python-duration S]
+    python benchmarks/bench_cosserat.py [--duration S] [--python-duration S] [--passive-only]
     python benchmarks/bench_cosserat.py --convergence
 
 Speed: each robot at the resolution of its config, the 2-D snake also at its converged one, the real-time factor (simulated s
