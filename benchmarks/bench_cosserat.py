@@ -1,12 +1,16 @@
-"""The Cosserat robots on the compiled and the Python path (sim/cosserat/kernels.py vs rod.py), and the 2-D snake's
-convergence study (docs/cosserat.md, "Resolution and speed").
+"""The Cosserat robots and the passive elastic rod on the compiled and the Python path (sim/cosserat/kernels.py vs
+rod.py, sim/cosserat/passive_kernels.py vs passive.py), and the 2-D snake's convergence study (docs/cosserat.md,
+"Resolution and speed").
 
-    python benchmarks/bench_cosserat.py [--duration S] [--python-duration S]
+    python benchmarks/bench_cosserat.py [--duration S] [--python-duration S] [--passive-only]
     python benchmarks/bench_cosserat.py --convergence
 
 Speed: each robot at the resolution of its config, the 2-D snake also at its converged one, the real-time factor (simulated s
 per wall s of the stepping loop, as `mms sim --summary` reports it) on the compiled path over ``--duration`` and on
 the Python path over ``--python-duration`` (the Python path is ~50-100x slower), in the same run, and their ratio.
+The passive rod (:data:`PASSIVE_RODS`: the cantilever of tests/cosserat/test_passive_rod_vs_pyelastica.py released
+under gravity, the floating rod of tests/cosserat/test_passive_free_rod.py) likewise, `passive.run` with
+``compiled=True`` and ``False``, recorded every 4 ms.
 
 The kernels are compiled (or loaded from the cache) by a short run before anything is timed.
 
@@ -29,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim.config import load_toml  # noqa: E402
 from sim.cosserat.algorithms import run_kinematic  # noqa: E402
+from sim.cosserat.passive import PassiveRod, round_section_stiffness, run  # noqa: E402
+from sim.cosserat.rod import round_rod  # noqa: E402
 from sim.robots.cosserat import build_example, simulate_offline, summarize  # noqa: E402
 
 ROBOTS = ("earthworm", "inchworm", "snake2d", "snake3d")
@@ -109,6 +115,47 @@ def converged_snake_factor(duration: float, compiled: bool) -> float:
     return duration / (time.perf_counter() - start)
 
 
+#: The passive rods timed: (label, model, q0 (n_q,), v0 (n_v,) or None, dt s). Round section r = 0.02 m, l = 1 m,
+#: rho = 1000 kg/m^3, E = 1e8 Pa, G = E/3, k = 27/28, n_X = 40.
+_STIFFNESS = round_section_stiffness(0.02, 1e8, 1e8 / 3.0, 27.0 / 28.0)
+_FLOATING = PassiveRod(round_rod(1.0, 0.02, 1000.0, n_X=40), _STIFFNESS, (4, 5), 3, free_head=True)
+PASSIVE_RODS = (
+    ("passive cantilever under gravity (K_Z, 6 modes, dt = 0.8 ms)",
+     PassiveRod(round_rod(1.0, 0.02, 1000.0, gravity=(0.0, -9.81, 0.0), n_X=40), _STIFFNESS, (5,), 6),
+     np.zeros(6), None, 8e-4),
+    ("passive free rod (K_Y, K_Z, 3 modes each, dt = 0.5 ms)", _FLOATING,
+     0.05 * np.array([1.0, -0.5, 0.2, -0.6, 0.3, 0.1]),
+     np.concatenate([[0.1, 0.2, -0.1, 0.3, -0.2, 0.5], 0.05 * np.array([2.0, 0, 0, 0, -3.0, 0])]), 5e-4),
+)
+#: Recording period of the passive runs, s.
+PASSIVE_RECORD_S = 4e-3
+
+
+def passive_factor(index: int, duration: float, compiled: bool) -> float:
+    """Real-time factor of ``passive.run`` on PASSIVE_RODS[index] over ``duration`` s."""
+    _, model, q0, v0, dt = PASSIVE_RODS[index]
+    start = time.perf_counter()
+    run(model, q0, duration, dt, record_every=max(1, int(round(PASSIVE_RECORD_S / dt))), v0=v0, compiled=compiled)
+    return duration / (time.perf_counter() - start)
+
+
+def passive_rows(duration: float, python_duration: float) -> None:
+    """The passive rods' rows of the speed table (the kernels compiled or loaded first, not timed)."""
+    for index in range(len(PASSIVE_RODS)):
+        passive_factor(index, 0.01, True)
+    for index, (label, *_) in enumerate(PASSIVE_RODS):
+        fast, slow = passive_factor(index, duration, True), passive_factor(index, python_duration, False)
+        print(f"| {label} | {fast:.2f} | {slow:.3f} | {fast / slow:.1f} |", flush=True)
+
+
+def passive_speed(duration: float, python_duration: float) -> None:
+    print(f"load before: {Path('/proc/loadavg').read_text().split()[:3]}")
+    print("| rod | compiled (x real time) | Python (x real time) | ratio |")
+    print("|---|---|---|---|")
+    passive_rows(duration, python_duration)
+    print(f"load after: {Path('/proc/loadavg').read_text().split()[:3]}")
+
+
 def speed(duration: float, python_duration: float) -> None:
     for robot in ROBOTS:
         real_time_factor(robot, 0.05, True)          # compile or load the kernels: not timed
@@ -122,17 +169,21 @@ def speed(duration: float, python_duration: float) -> None:
         print(f"| {robot} | {fast:.2f} | {slow:.3f} | {fast / slow:.0f} |", flush=True)
     fast, slow = converged_snake_factor(duration, True), converged_snake_factor(python_duration, False)
     print(f"| snake2d, converged (n_X = 100, dt = 10 ms) | {fast:.2f} | {slow:.3f} | {fast / slow:.0f} |", flush=True)
+    passive_rows(duration, python_duration)
     print(f"load after: {Path('/proc/loadavg').read_text().split()[:3]}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--convergence", action="store_true", help="print the 2-D snake's convergence table")
+    parser.add_argument("--passive-only", action="store_true", help="time the passive rods only")
     parser.add_argument("--duration", type=float, default=10.0, help="simulated s per robot, compiled path (s)")
     parser.add_argument("--python-duration", type=float, default=0.5, help="simulated s per robot, Python path (s)")
     args = parser.parse_args(argv)
     if args.convergence:
         convergence()
+    elif args.passive_only:
+        passive_speed(args.duration, args.python_duration)
     else:
         speed(args.duration, args.python_duration)
     return 0

@@ -13,8 +13,9 @@ from pathlib import Path
 #: and the module constants it reads).
 KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py",
                   "plugins.py", "laws.py")
-#: The Cosserat rod's kernels (sim/cosserat/kernels.py and the strain laws compiled into it, sim/cosserat/laws/*.py)
-#: are a group of their own, cached in these folders (relative to sim/) and stamped in the first.
+#: The Cosserat rod's kernels (sim/cosserat/kernels.py, the passive rod's sim/cosserat/passive_kernels.py and the
+#: strain laws compiled into them, sim/cosserat/laws/*.py) are a group of their own, cached in these folders
+#: (relative to sim/) and stamped in the first.
 COSSERAT_CACHE_DIRS = ("cosserat/__pycache__", "cosserat/laws/__pycache__")
 #: Written next to numba's cache files: the hash of KERNEL_SOURCES and the numba version they were compiled with.
 STAMP_NAME = "kernels.stamp"
@@ -38,7 +39,7 @@ def kernel_sources_hash() -> str:
 def cosserat_sources() -> list[Path]:
     """The sources of the Cosserat kernel group (a new law file joins it by being in sim/cosserat/laws/)."""
     root = Path(__file__).parent / "cosserat"
-    return [root / "kernels.py", *sorted((root / "laws").glob("*.py"))]
+    return [root / "kernels.py", root / "passive_kernels.py", *sorted((root / "laws").glob("*.py"))]
 
 
 def discard_stale_kernels(cache_dir: Path | None = None) -> bool:

@@ -2,8 +2,8 @@
 
     python -m sim.warmup [--quiet] [--check]
 
-The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py, sim/cosserat/kernels.py and
-the strain laws of sim/cosserat/laws/) are ``@njit(cache=True)``:
+The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py, sim/cosserat/kernels.py,
+sim/cosserat/passive_kernels.py and the strain laws of sim/cosserat/laws/) are ``@njit(cache=True)``:
 numba compiles each one for the argument types it meets, the first time it meets them, and writes the machine
 code next to the source (``__pycache__/*.nbi`` index, ``*.nbc`` code). A later process loads that code in a
 fraction of a second. Without a warm-up the first simulation of a fresh installation pays the compile (about
@@ -13,7 +13,8 @@ first states); the Makefile's install step runs this module instead, where the u
 :func:`warm_up` steps every shipped robot (:data:`CASES`) along every path a product process takes: the fused
 path of each fused integrator (RK4, ROSW: ``step()``, ``advance()``, ``outputs()``, the recording loop of
 `mms sim`), the Python path of every integrator (``fused=False``) and the public :func:`sim.hybrid_dynamics`;
-and the Cosserat robots (:data:`COSSERAT_ROBOTS`) on their compiled path.
+the Cosserat robots (:data:`COSSERAT_ROBOTS`) on their compiled path, and the passive elastic rod (clamped and
+free-head) on its compiled path.
 :func:`kernels_compiled` says, from the cache index files alone (nothing is loaded), whether the entry kernels
 have code for the current sources.
 
@@ -45,7 +46,8 @@ ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # f
                  ("sim.dynamics", "_recursions_packed"), ("sim.dynamics", "_evaluate_packed"),
                  ("sim.cosserat.kernels", "instant"), ("sim.cosserat.kernels", "guided_steps"),
                  ("sim.cosserat.kernels", "guided_head"), ("sim.cosserat.kernels", "head_from_point"),
-                 ("sim.cosserat.kernels", "sweeping_head"))
+                 ("sim.cosserat.kernels", "sweeping_head"), ("sim.cosserat.passive_kernels", "passive_steps"),
+                 ("sim.cosserat.passive_kernels", "passive_motion"))
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,19 @@ def exercise_cosserat(robot: str) -> None:
                   dynamics=example.dynamics, compiled=True)
 
 
+def exercise_passive_rod() -> None:
+    """A few compiled steps of the passive rod (sim/cosserat/passive.py), clamped and free-head, and one compiled
+    evaluation of its accelerations (the two entry kernels)."""
+    from sim.cosserat.passive import PassiveRod, generalized_accelerations, round_section_stiffness, run
+    from sim.cosserat.rod import round_rod
+
+    stiffness = round_section_stiffness(0.02, 1e8, 1e8 / 3.0, 27.0 / 28.0)
+    for free_head in (False, True):
+        model = PassiveRod(round_rod(1.0, 0.02, 1000.0, n_X=8), stiffness, (5,), 2, free_head=free_head)
+        run(model, np.zeros(model.n_q), 2e-3, 1e-3)
+        generalized_accelerations(model, np.zeros(model.n_q), np.zeros(model.n_v))
+
+
 def kernel_dispatchers() -> dict[str, object]:
     """{"module.function": numba dispatcher} of every compiled kernel in the loaded sim modules, the registered
     plug-in kernels (sim.plugins: "registry kind:name") and the stepping kernels bound to the registries
@@ -202,6 +217,9 @@ def warm_up(cases=CASES, *, out=sys.stdout) -> float:
         case_start = time.perf_counter()
         exercise_cosserat(robot)
         say(f"  {robot} (Cosserat rod): {time.perf_counter() - case_start:.1f} s")
+    case_start = time.perf_counter()
+    exercise_passive_rod()
+    say(f"  passive rod (clamped, free head): {time.perf_counter() - case_start:.1f} s")
     wall = time.perf_counter() - start
     compiled = sum(compiled_here().values())
     if compiled:

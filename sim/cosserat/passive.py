@@ -17,6 +17,10 @@ derivatives of the Magnus poses (:func:`section_kinematics`), so the discrete ro
 conserves momentum and energy up to RK4's error. :func:`weak_residual` of :func:`tail_wrench` is the residual in its
 Block 2 form (the paper's; it agrees to O(h^4)), kept for the internal wrench and as the check of the identity.
 Statics: ``Q = 0`` at rest, solved by ``scipy.optimize.root``.
+
+``compiled=True`` (the default of :func:`run` and :func:`generalized_accelerations`) evaluates ``M``, ``Q`` and the
+solve in sim/cosserat/passive_kernels.py (the same arithmetic; ``run`` then takes the RK4 steps between two records
+in one compiled call); ``compiled=False`` runs the Python functions here, the reference.
 """
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.polynomial import legendre
 
-from . import lie
-from .algorithms import pose_rate, pose_to_state, rk4, state_to_pose
+from . import lie, passive_kernels
+from .algorithms import _packed, pose_rate, pose_to_state, rk4, state_to_pose
 from .rod import MAGNUS_NODES, Nodes, Rod, build_nodes, cumulative_simpson, distributed_load
 from .strains import REFERENCE_STRAIN, TABLE_I, StrainField
 
@@ -244,9 +248,21 @@ def equations_of_motion(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np
     return Motion(kin, M, Q)
 
 
-def generalized_accelerations(model: PassiveRod, q: np.ndarray, v: np.ndarray,
-                              g_o: np.ndarray | None = None) -> np.ndarray:
-    """v_dot (n_v,) at (q, v): ``M^-1 Q``."""
+def kernel_model(model: PassiveRod) -> tuple:
+    """The model as the compiled kernels take it (sim/cosserat/passive_kernels.py): l m, n_X, Mc (6,), gravity (3,)
+    m/s^2, H (6,), free (F,) int64, modes, tip_force (3,) N, free_head."""
+    rod = model.rod
+    return (float(rod.length), int(rod.n_X), _packed(rod.Mc), _packed(rod.gravity), _packed(model.H),
+            np.array(model.free, dtype=np.int64), int(model.modes), _packed(model.tip_force), bool(model.free_head))
+
+
+def generalized_accelerations(model: PassiveRod, q: np.ndarray, v: np.ndarray, g_o: np.ndarray | None = None, *,
+                              compiled: bool = True) -> np.ndarray:
+    """v_dot (n_v,) at (q, v): ``M^-1 Q`` (``compiled``: M and Q from the compiled kernel)."""
+    g_o = model.g_o if g_o is None else g_o
+    if compiled:
+        M, Q = passive_kernels.passive_motion(*kernel_model(model), _packed(g_o), _packed(q), _packed(v))
+        return np.linalg.solve(M, Q)
     motion = equations_of_motion(model, q, v, g_o)
     return np.linalg.solve(motion.M, motion.Q)
 
@@ -313,26 +329,48 @@ class PassiveRun:
 
 
 def run(model: PassiveRod, q0: np.ndarray, duration: float, dt: float, record_every: int = 1,
-        v0: np.ndarray | None = None) -> PassiveRun:
+        v0: np.ndarray | None = None, *, compiled: bool = True) -> PassiveRun:
     """RK4 on (head pose, q, v) from q0 (n_q,) and v0 (n_v,) (default rest), the head at ``model.g_o``; a clamped
-    head's pose stays there (its rate is zero)."""
+    head's pose stays there (its rate is zero). Records every ``record_every`` steps (and the last);
+    ``compiled``: the steps between two records in one compiled call (sim/cosserat/passive_kernels.py)."""
     n_q = model.n_q
     y = np.concatenate([pose_to_state(model.g_o), np.asarray(q0, dtype=float),
                         np.zeros(model.n_v) if v0 is None else np.asarray(v0, dtype=float)])
+    steps = max(1, int(round(duration / dt)))
+    if compiled:
+        return _run_compiled(model, y, steps, float(dt), record_every)
 
     def rate(t, y):
         q, v = y[POSE_SIZE:POSE_SIZE + n_q], y[POSE_SIZE + n_q:]
         eta_o, q_dot = split_velocity(model, v)
-        v_dot = generalized_accelerations(model, q, v, state_to_pose(y))
+        v_dot = generalized_accelerations(model, q, v, state_to_pose(y), compiled=False)
         return np.concatenate([pose_rate(y, eta_o), q_dot, v_dot])
 
-    steps = max(1, int(round(duration / dt)))
     times, states = [0.0], [y.copy()]
     for k in range(steps):
         y = rk4(rate, k * dt, y, dt)
         if (k + 1) % record_every == 0 or k + 1 == steps:
             times.append((k + 1) * dt)
             states.append(y.copy())
+    return _recorded(model, times, states)
+
+
+def _run_compiled(model: PassiveRod, y: np.ndarray, steps: int, dt: float, record_every: int) -> PassiveRun:
+    """:func:`run` through ``passive_kernels.passive_steps``: one call per stretch between two records."""
+    arguments = kernel_model(model)
+    times, states, done = [0.0], [y.copy()], 0
+    while done < steps:
+        count = min(record_every, steps - done)
+        y = passive_kernels.passive_steps(*arguments, y, dt, count)
+        done += count
+        times.append(done * dt)
+        states.append(y.copy())
+    return _recorded(model, times, states)
+
+
+def _recorded(model: PassiveRod, times: list[float], states: list[np.ndarray]) -> PassiveRun:
+    """The run of the recorded times (s) and states (7 + n_q + n_v,)."""
+    n_q = model.n_q
     states = np.array(states)
     poses = np.array([state_to_pose(s) for s in states])
     return PassiveRun(np.array(times), poses, states[:, POSE_SIZE:POSE_SIZE + n_q], states[:, POSE_SIZE + n_q:])

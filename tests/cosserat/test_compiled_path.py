@@ -155,7 +155,8 @@ def test_an_edit_of_a_law_discards_the_cosserat_kernels(tmp_path):
     from sim.kernel_cache import STAMP_NAME, _discard_stale, _sources_hash, cosserat_sources
 
     names = {path.name for path in cosserat_sources()}
-    assert {"kernels.py", "snake.py", "earthworm.py", "inchworm.py", "legendre.py", "__init__.py"} <= names
+    assert {"kernels.py", "passive_kernels.py", "snake.py", "earthworm.py", "inchworm.py", "legendre.py",
+            "__init__.py"} <= names
     folders = [tmp_path / "cosserat", tmp_path / "laws"]
     for folder in folders:
         folder.mkdir()
