@@ -57,6 +57,16 @@ def _nu6(eta_s, xi, out):
 
 
 @njit(cache=True)
+def _matvec6(M, x, out):
+    """out (6,) = M x for M (6, 6)."""
+    for a in range(6):
+        acc = 0.0
+        for b in range(6):
+            acc += M[a, b] * x[b]
+        out[a] = acc
+
+
+@njit(cache=True)
 def _section(X, Psi, qe, qed, o, ne, G, A, J, xi):
     """Pose G (4, 4) of a section at X in the floating frame, A = Ad_{G^-1} (6, 6), J (6, ne_max) and its relative
     twist xi = J q_d (6,), for the modal coordinates qe[o:o+ne], rates qed[o:o+ne]."""
@@ -136,9 +146,18 @@ def flex_forward(parent, axis, placement, modal_of, mode0, sec0, X, Psi, Xa, psi
             o = mode0[mj]
             for s in range(sec0[mj], sec0[mj + 1]):
                 _section(X[s], Psi[s], qe, qed, o, mode0[mj + 1] - o, G, sec_A[s], sec_J[s], xi)
-                sec_eta[s] = sec_A[s] @ eta[j] + xi
+                for a in range(6):
+                    acc = 0.0
+                    for b in range(6):
+                        acc += sec_A[s, a, b] * eta[j, b]
+                    sec_eta[s, a] = acc + xi[a]
                 _nu6(sec_eta[s], xi, sec_nu[s])
-                g_sec[s] = g[j] @ G
+                for a in range(4):
+                    for b in range(4):
+                        acc = 0.0
+                        for c in range(4):
+                            acc += g[j, a, c] * G[c, b]
+                        g_sec[s, a, b] = acc
 
 
 @njit(cache=True)
@@ -186,6 +205,11 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
     qdpad = np.zeros(ne_max)
     rhs = np.zeros((ne_max, 7))
     sol = np.zeros((ne_max, 7))
+    Mse = np.zeros((6, 6))
+    MA = np.zeros((6, 6))
+    MJ = np.zeros((6, ne_max))
+    Me = np.zeros(6)
+    mnu = np.zeros(6)
     # ---- body sums
     for j in range(nb):
         M = inertia[j] + M_added[j]
@@ -205,22 +229,56 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
         E[j] = 0.0
         Pe[j] = 0.0
         for s in range(sec0[mj], sec0[mj + 1]):
-            Mse = Ms[s] + M_sec[s]
+            # the section's sums written as loops: 6 x 6 products through BLAS, each with its temporary, cost
+            # several times the arithmetic (per section, per evaluation)
+            A, Js, ws = sec_A[s], sec_J[s], w[s]
+            for a in range(6):
+                for b in range(6):
+                    Mse[a, b] = Ms[s, a, b] + M_sec[s, a, b]
             for a in range(3):
                 ga[a] = g_sec[s, 0, a] * gravity[0] + g_sec[s, 1, a] * gravity[1] + g_sec[s, 2, a] * gravity[2]
-            _minus_coad6(sec_eta[s], Mse @ sec_eta[s], P)
-            mnu = Mse @ sec_nu[s]
+            _matvec6(Mse, sec_eta[s], Me)
+            _minus_coad6(sec_eta[s], Me, P)
+            _matvec6(Mse, sec_nu[s], mnu)
             for a in range(6):
                 fg = Ms[s, a, 0] * ga[0] + Ms[s, a, 1] * ga[1] + Ms[s, a, 2] * ga[2]
                 h[a] = mnu[a] + P[a] - f_sec[s, a] - fg
-            MA = Mse @ sec_A[s]
-            At = sec_A[s].T
-            Jt = sec_J[s].T
-            Mstar[j] += w[s] * (At @ MA)
-            Pistar[j] += w[s] * (At @ h)
-            C[j] += w[s] * (Jt @ MA)
-            E[j] += w[s] * (Jt @ (Mse @ sec_J[s]))
-            Pe[j] += w[s] * (Jt @ h)
+            for a in range(6):
+                for b in range(6):
+                    acc = 0.0
+                    for c in range(6):
+                        acc += Mse[a, c] * A[c, b]
+                    MA[a, b] = acc
+                for b in range(ne_max):
+                    acc = 0.0
+                    for c in range(6):
+                        acc += Mse[a, c] * Js[c, b]
+                    MJ[a, b] = acc
+            for a in range(6):
+                for b in range(6):
+                    acc = 0.0
+                    for c in range(6):
+                        acc += A[c, a] * MA[c, b]
+                    Mstar[j, a, b] += ws * acc
+                acc = 0.0
+                for c in range(6):
+                    acc += A[c, a] * h[c]
+                Pistar[j, a] += ws * acc
+            for a in range(ne_max):
+                for b in range(6):
+                    acc = 0.0
+                    for c in range(6):
+                        acc += Js[c, a] * MA[c, b]
+                    C[j, a, b] += ws * acc
+                for b in range(ne_max):
+                    acc = 0.0
+                    for c in range(6):
+                        acc += Js[c, a] * MJ[c, b]
+                    E[j, a, b] += ws * acc
+                acc = 0.0
+                for c in range(6):
+                    acc += Js[c, a] * h[c]
+                Pe[j, a] += ws * acc
         qpad[:] = 0.0
         qdpad[:] = 0.0
         qpad[:ne] = qe[o:o + ne]
@@ -319,4 +377,8 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
             acc = -(EinvC[j] @ eta_d[j] + EinvP[j])
             qedd[o:o + ne] = acc[:ne]
             for s in range(sec0[mj], sec0[mj + 1]):
-                f_ext[j] += w[s] * (sec_A[s].T @ f_sec[s])
+                for a in range(6):
+                    acc = 0.0
+                    for c in range(6):
+                        acc += sec_A[s, c, a] * f_sec[s, c]
+                    f_ext[j, a] += w[s] * acc

@@ -2,7 +2,8 @@
 
     python -m sim.warmup [--quiet] [--check]
 
-The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py) are ``@njit(cache=True)``:
+The kernels (sim/spatial.py, sim/dynamics.py, sim/flexible_kernels.py, sim/aero.py, sim/hydro.py, sim/fused.py)
+are ``@njit(cache=True)``:
 numba compiles each one for the argument types it meets, the first time it meets them, and writes the machine
 code next to the source (``__pycache__/*.nbi`` index, ``*.nbc`` code). A later process loads that code in a
 fraction of a second. Without a warm-up the first simulation of a fresh installation pays the compile (about
@@ -39,8 +40,9 @@ COMPILE_ESTIMATE_S = 70
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
-                 ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
-                 ("sim.dynamics", "_recursions_packed"))
+                 ("sim.fused", "normalize_quaternion"), ("sim.fused", "pack_modal"),
+                 ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"),
+                 ("sim.flexible_kernels", "flex_forward"), ("sim.flexible_kernels", "flex_backward"))
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,6 @@ def exercise(model, dt: float) -> None:
     from sim.simulation import INTEGRATORS, Simulation
 
     for integrator in FUSED_METHODS:
-        if model.flexible is not None and integrator == "rosw":
-            continue    # modal bodies: RK4 and RK45 only (sim/flexible.py)
         fused = Simulation(model, integrator, dt)
         fused.outputs()
         fused.step()
@@ -103,8 +103,6 @@ def exercise(model, dt: float) -> None:
         fused.advance(2 * dt)
         fused.record(2, 1)
     for integrator in INTEGRATORS:
-        if model.flexible is not None and integrator == "rosw":
-            continue
         python = Simulation(model, integrator, dt, fused=False)
         python.step()
         python.outputs()
