@@ -19,6 +19,9 @@ A model qualifies (:func:`fused_unsupported` returns None) when
   registered joint-law kernel (e.g. :class:`sim.laws.TrackingSpring`, a spring about ``ratio * source(t)``) or
   has ``fused_form()`` returning one, whose reference motion law, if any, qualifies as above;
 - every force model runs a registered kernel (``fused_kernel`` names it, its parameters are packed).
+Modal (flexible) bodies qualify too (sim/flexible.py): the evaluation then runs sim/flexible_kernels.py's
+recursions in place of the rigid ones, and the force models with ``on_sections`` on the sections' arrays
+(:class:`FlexArrays`); the state holds the modal coordinates with the joints' (sim/simulation.py).
 The stepper calls the force models, motion laws and joint laws through integer switches over the registries'
 slots (docs/extending.md): adding a force model or a law is one file; this module does not change.
 Otherwise :class:`Simulation` keeps its Python path.
@@ -518,7 +521,8 @@ def _stepper_templates(fingerprint):
         return t
 
     def _refresh_jacobian_(t, y, f0, J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf, actuated,
-                           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces, flex):
+                           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces,
+                           flex):
         """:func:`sim.integrators.refresh_jacobian` of J at (t, y) (f0 = f(t, y)) and W_inv = (I - dt gamma J)^-1,
         in place, with the same kernels; returns the evaluations made."""
         fingerprint
@@ -578,7 +582,8 @@ def _stepper_templates(fingerprint):
         return t
 
     def _steps_(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
-                actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces, flex):
+                actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces,
+                flex):
         """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
         fingerprint
         if method == METHOD_ROSW:
@@ -851,12 +856,12 @@ def flex_arrays(model: Model, data, section_forces: KernelTable) -> FlexArrays:
     """The :class:`FlexArrays` of a model (its packed modal bodies, the work arrays of its FlexData ``data``, the
     force models on sections); empty arrays of the same types for a rigid model."""
     if model.flexible is None:
-        def empty(ndim, dtype=float):
-            return np.zeros((0,) * ndim, dtype=dtype)
-        return FlexArrays(empty(3), empty(1, np.int64), empty(1, np.int64), empty(1, np.int64), empty(1), empty(1),
-                          empty(3), empty(3), empty(3), empty(3), empty(1), empty(3), empty(1), empty(1), empty(1),
-                          empty(3), empty(3), empty(3), empty(2), empty(3), empty(2), empty(3), empty(2), empty(3),
-                          empty(3), empty(2), empty(2), empty(3), empty(2), empty(3), section_forces)
+        floats = dict(placement=3, X=1, w=1, Psi=3, Ms=3, K=3, D=3, Xa=1, psi_a=3, qe=1, qed=1, qedd=1, S=3, C=3, E=3,
+                      Pe=2, Mt=3, Pt=2, EinvC=3, EinvP=2, sec_A=3, sec_J=3, sec_eta=2, sec_nu=2, g_sec=3, f_sec=2,
+                      M_sec=3)       # ndim of each float array
+        none = np.zeros(0, dtype=np.int64)
+        return FlexArrays(modal_of=none, mode0=none, sec0=none, forces=section_forces,
+                          **{name: np.zeros((0,) * ndim) for name, ndim in floats.items()})
     if not isinstance(data, FlexData):
         raise TypeError(f"a model with modal bodies needs a sim.flexible.FlexData, got {type(data).__name__}")
     pk = flex_packed(model)

@@ -102,7 +102,7 @@ SUMMARY_KEYS = ("peak_stroke_torque_Nm", "mean_power_per_wing_W", "tip_twist_amp
 ROSW_ACCURACY = 0.01
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _summary(base: str, integrator: str | None = None, dt: float | None = None) -> dict:
     """`mms sim`'s summary of 6 periods, the config's integrator and step unless given."""
     from sim.cli_sim import simulate
