@@ -66,6 +66,40 @@ def _matvec6(M, x, out):
         out[a] = acc
 
 
+# The section loops' products are written out: through BLAS, each 6 x 6 product with its temporary costs several
+# times its arithmetic (per section, per evaluation).
+@njit(cache=True)
+def _product(X, Y, out):
+    """out (r, c) = X (r, k) Y (k, c)."""
+    for a in range(X.shape[0]):
+        for b in range(Y.shape[1]):
+            acc = 0.0
+            for c in range(X.shape[1]):
+                acc += X[a, c] * Y[c, b]
+            out[a, b] = acc
+
+
+@njit(cache=True)
+def _add_transposed_product(X, Y, weight, out):
+    """out (r, c) += weight X^T Y for X (k, r), Y (k, c)."""
+    for a in range(X.shape[1]):
+        for b in range(Y.shape[1]):
+            acc = 0.0
+            for c in range(X.shape[0]):
+                acc += X[c, a] * Y[c, b]
+            out[a, b] += weight * acc
+
+
+@njit(cache=True)
+def _add_transposed_matvec(X, y, weight, out):
+    """out (r,) += weight X^T y for X (k, r), y (k,)."""
+    for a in range(X.shape[1]):
+        acc = 0.0
+        for c in range(X.shape[0]):
+            acc += X[c, a] * y[c]
+        out[a] += weight * acc
+
+
 @njit(cache=True)
 def _section(X, Psi, qe, qed, o, ne, G, A, J, xi):
     """Pose G (4, 4) of a section at X in the floating frame, A = Ad_{G^-1} (6, 6), J (6, ne_max) and its relative
@@ -146,18 +180,11 @@ def flex_forward(parent, axis, placement, modal_of, mode0, sec0, X, Psi, Xa, psi
             o = mode0[mj]
             for s in range(sec0[mj], sec0[mj + 1]):
                 _section(X[s], Psi[s], qe, qed, o, mode0[mj + 1] - o, G, sec_A[s], sec_J[s], xi)
+                _matvec6(sec_A[s], eta[j], sec_eta[s])
                 for a in range(6):
-                    acc = 0.0
-                    for b in range(6):
-                        acc += sec_A[s, a, b] * eta[j, b]
-                    sec_eta[s, a] = acc + xi[a]
+                    sec_eta[s, a] += xi[a]
                 _nu6(sec_eta[s], xi, sec_nu[s])
-                for a in range(4):
-                    for b in range(4):
-                        acc = 0.0
-                        for c in range(4):
-                            acc += g[j, a, c] * G[c, b]
-                        g_sec[s, a, b] = acc
+                _product(g[j], G, g_sec[s])
 
 
 @njit(cache=True)
@@ -229,8 +256,6 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
         E[j] = 0.0
         Pe[j] = 0.0
         for s in range(sec0[mj], sec0[mj + 1]):
-            # the section's sums written as loops: 6 x 6 products through BLAS, each with its temporary, cost
-            # several times the arithmetic (per section, per evaluation)
             A, Js, ws = sec_A[s], sec_J[s], w[s]
             for a in range(6):
                 for b in range(6):
@@ -243,42 +268,13 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
             for a in range(6):
                 fg = Ms[s, a, 0] * ga[0] + Ms[s, a, 1] * ga[1] + Ms[s, a, 2] * ga[2]
                 h[a] = mnu[a] + P[a] - f_sec[s, a] - fg
-            for a in range(6):
-                for b in range(6):
-                    acc = 0.0
-                    for c in range(6):
-                        acc += Mse[a, c] * A[c, b]
-                    MA[a, b] = acc
-                for b in range(ne_max):
-                    acc = 0.0
-                    for c in range(6):
-                        acc += Mse[a, c] * Js[c, b]
-                    MJ[a, b] = acc
-            for a in range(6):
-                for b in range(6):
-                    acc = 0.0
-                    for c in range(6):
-                        acc += A[c, a] * MA[c, b]
-                    Mstar[j, a, b] += ws * acc
-                acc = 0.0
-                for c in range(6):
-                    acc += A[c, a] * h[c]
-                Pistar[j, a] += ws * acc
-            for a in range(ne_max):
-                for b in range(6):
-                    acc = 0.0
-                    for c in range(6):
-                        acc += Js[c, a] * MA[c, b]
-                    C[j, a, b] += ws * acc
-                for b in range(ne_max):
-                    acc = 0.0
-                    for c in range(6):
-                        acc += Js[c, a] * MJ[c, b]
-                    E[j, a, b] += ws * acc
-                acc = 0.0
-                for c in range(6):
-                    acc += Js[c, a] * h[c]
-                Pe[j, a] += ws * acc
+            _product(Mse, A, MA)
+            _product(Mse, Js, MJ)
+            _add_transposed_product(A, MA, ws, Mstar[j])
+            _add_transposed_product(Js, MA, ws, C[j])
+            _add_transposed_product(Js, MJ, ws, E[j])
+            _add_transposed_matvec(A, h, ws, Pistar[j])
+            _add_transposed_matvec(Js, h, ws, Pe[j])
         qpad[:] = 0.0
         qdpad[:] = 0.0
         qpad[:ne] = qe[o:o + ne]
@@ -377,8 +373,4 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
             acc = -(EinvC[j] @ eta_d[j] + EinvP[j])
             qedd[o:o + ne] = acc[:ne]
             for s in range(sec0[mj], sec0[mj + 1]):
-                for a in range(6):
-                    acc = 0.0
-                    for c in range(6):
-                        acc += sec_A[s, c, a] * f_sec[s, c]
-                    f_ext[j, a] += w[s] * acc
+                _add_transposed_matvec(sec_A[s], f_sec[s], w[s], f_ext[j])

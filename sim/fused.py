@@ -46,7 +46,7 @@ import numpy as np
 from numba import njit
 
 from .dynamics import _data_views, _kinematics_packed, _model_views, _recursions_packed
-from .flexible import FlexData, packed as flex_packed
+from .flexible import FlexData, Packed as FlexPacked, packed as flex_packed
 from .flexible_kernels import flex_backward, flex_forward
 from .integrators import (PASSIVE_OFFSET, ROSW_GAMMA_DIAG, invert_w, jacobian_shift, jacobian_store, rk4_stage_input,
                           rk4_update, rosw_stage_input, rosw_stage_solve, rosw_update)
@@ -169,24 +169,12 @@ class Scratch(NamedTuple):
 
 class FlexArrays(NamedTuple):
     """A model's modal bodies for the stepper (sim/flexible.py, docs/flexible.md), empty arrays for a rigid model
-    (one kernel type for both). The packed model (:class:`sim.flexible.Packed`): placement (N+1, 4, 4),
-    modal_of (N+1,), mode0 (n_m + 1,), sec0 (n_m + 1,) int64, X, w (n_S,) m, Psi (n_S, 6, ne_max), Ms (n_S, 6, 6),
-    K, D (n_m, ne_max, ne_max), Xa (N+1,) m, psi_a (N+1, 6, ne_max); the evaluation's modal coordinates, rates,
-    accelerations qe, qed, qedd (n_e,) and work arrays (sim.flexible.FlexData: S, C, E, Pe, Mt, Pt, EinvC, EinvP;
-    the sections' sec_A, sec_J, sec_eta, sec_nu, g_sec, f_sec, M_sec); ``forces`` the KernelTable of the force
-    models on sections (their kernels receive the section arrays, ``ForceModel.on_sections``)."""
-    placement: np.ndarray
-    modal_of: np.ndarray
-    mode0: np.ndarray
-    sec0: np.ndarray
-    X: np.ndarray
-    w: np.ndarray
-    Psi: np.ndarray
-    Ms: np.ndarray
-    K: np.ndarray
-    D: np.ndarray
-    Xa: np.ndarray
-    psi_a: np.ndarray
+    (one kernel type for both): ``model`` the packed modal bodies (:class:`sim.flexible.Packed`); the evaluation's
+    modal coordinates, rates, accelerations qe, qed, qedd (n_e,) and work arrays (sim.flexible.FlexData: S, C, E,
+    Pe, Mt, Pt, EinvC, EinvP; the sections' sec_A, sec_J, sec_eta, sec_nu, g_sec, f_sec, M_sec); ``forces`` the
+    KernelTable of the force models on sections (their kernels receive the section arrays,
+    ``ForceModel.on_sections``)."""
+    model: FlexPacked
     qe: np.ndarray
     qed: np.ndarray
     qedd: np.ndarray
@@ -419,7 +407,8 @@ def _stepper_templates(fingerprint):
         v = _data_views(nb, n, buf)
         q, qd, base_pose, base_twist = v.q, v.qd, v.base_pose, v.base_twist
         floating = base_mode == 0
-        modal = flex.modal_of.shape[0] > 0
+        pk = flex.model
+        modal = pk.modal_of.shape[0] > 0
         _state_to_inputs(y, passive, floating, q, qd, flex.qe, flex.qed, base_pose, base_twist)
         n_a = laws.act_index.shape[0]
         for i in range(n_a):
@@ -436,8 +425,8 @@ def _stepper_templates(fingerprint):
                 base_twist[a] = held_twist[a]
         m = _model_views(nb, n, mf)
         if modal:
-            flex_forward(parent, m.joint_axis, flex.placement, flex.modal_of, flex.mode0, flex.sec0, flex.X,
-                         flex.Psi, flex.Xa, flex.psi_a, q, qd, flex.qe, flex.qed, base_pose, base_twist, v.g, v.Xj,
+            flex_forward(parent, m.joint_axis, pk.placement, pk.modal_of, pk.mode0, pk.sec0, pk.X, pk.Psi, pk.Xa,
+                         pk.psi_a, q, qd, flex.qe, flex.qed, base_pose, base_twist, v.g, v.Xj,
                          v.AdJ, v.eta, v.zeta, flex.S, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu, flex.g_sec)
         else:
             _kinematics_packed(parent, mf, buf)
@@ -465,8 +454,8 @@ def _stepper_templates(fingerprint):
                                          joints.ipar[joints.offsets[i, 1]:joints.offsets[i + 1, 1]])
             tau_passive = tau_eff
         if modal:
-            flex_backward(parent, m.joint_axis, m.inertia, actuated, m.law_k, m.law_mu, m.law_r0, flex.modal_of,
-                          flex.mode0, flex.sec0, flex.w, flex.Ms, flex.K, flex.D, gravity, base_mode, acc_in, q, qd,
+            flex_backward(parent, m.joint_axis, m.inertia, actuated, m.law_k, m.law_mu, m.law_r0, pk.modal_of,
+                          pk.mode0, pk.sec0, pk.w, pk.Ms, pk.K, pk.D, gravity, base_mode, acc_in, q, qd,
                           flex.qe, flex.qed, scratch.qdd_in, tau_passive, True, v.g, v.AdJ, v.eta, v.zeta, flex.S,
                           v.f_ext, v.f_gravity, v.M_added, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu,
                           flex.g_sec, flex.f_sec, flex.M_sec, v.Mstar, v.Pistar, flex.C, flex.E, flex.Pe, flex.Mt,
@@ -856,20 +845,20 @@ def flex_arrays(model: Model, data, section_forces: KernelTable) -> FlexArrays:
     """The :class:`FlexArrays` of a model (its packed modal bodies, the work arrays of its FlexData ``data``, the
     force models on sections); empty arrays of the same types for a rigid model."""
     if model.flexible is None:
-        floats = dict(placement=3, X=1, w=1, Psi=3, Ms=3, K=3, D=3, Xa=1, psi_a=3, qe=1, qed=1, qedd=1, S=3, C=3, E=3,
-                      Pe=2, Mt=3, Pt=2, EinvC=3, EinvP=2, sec_A=3, sec_J=3, sec_eta=2, sec_nu=2, g_sec=3, f_sec=2,
-                      M_sec=3)       # ndim of each float array
-        none = np.zeros(0, dtype=np.int64)
-        return FlexArrays(modal_of=none, mode0=none, sec0=none, forces=section_forces,
-                          **{name: np.zeros((0,) * ndim) for name, ndim in floats.items()})
+        ints = ("bodies", "modal_of", "mode0", "sec0")
+        ndim = dict(X=1, w=1, Psi=3, Ms=3, K=3, D=3, Xa=1, psi_a=3, placement=3, qe=1, qed=1, qedd=1, S=3, C=3, E=3,
+                    Pe=2, Mt=3, Pt=2, EinvC=3, EinvP=2, sec_A=3, sec_J=3, sec_eta=2, sec_nu=2, g_sec=3, f_sec=2,
+                    M_sec=3)     # of each float array
+        empty = {name: np.zeros((0,) * ndim[name]) for name in ndim}
+        empty.update({name: np.zeros(0, dtype=np.int64) for name in ints})
+        pk = FlexPacked(**{name: empty[name] for name in FlexPacked._fields})
+        return FlexArrays(pk, forces=section_forces, **{name: empty[name] for name in FlexArrays._fields[1:-1]})
     if not isinstance(data, FlexData):
         raise TypeError(f"a model with modal bodies needs a sim.flexible.FlexData, got {type(data).__name__}")
-    pk = flex_packed(model)
     sec, work = data.sec, data.work
-    return FlexArrays(pk.placement, pk.modal_of, pk.mode0, pk.sec0, pk.X, pk.w, pk.Psi, pk.Ms, pk.K, pk.D, pk.Xa,
-                      pk.psi_a, data.qe, data.qed, data.qedd, work["S"], work["C"], work["E"],
-                      work["Pe"], work["Mt"], work["Pt"], work["EinvC"], work["EinvP"], sec["A"], sec["J"],
-                      sec["eta"], sec["nu"], sec["g"], sec["f"], sec["M"], section_forces)
+    return FlexArrays(flex_packed(model), data.qe, data.qed, data.qedd, work["S"], work["C"], work["E"], work["Pe"],
+                      work["Mt"], work["Pt"], work["EinvC"], work["EinvP"], sec["A"], sec["J"], sec["eta"], sec["nu"],
+                      sec["g"], sec["f"], sec["M"], section_forces)
 
 
 class FusedStepper:
