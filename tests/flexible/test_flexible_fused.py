@@ -55,17 +55,19 @@ def test_fused_modal_flapper_equals_the_python_path(base, integrator, dt):
     assert np.abs(out_p["modal_q"][-1] - start_qe).max() > 1e-3     # the wings bent
 
 
-#: A refreshed Jacobian's columns are forward differences of step JACOBIAN_FD_STEP = 1e-7: the two paths'
-#: evaluations, equal to rounding (measured: the sections' twists differ by 3e-18 m/s, the modal accelerations by
-#: 1e-6 of 1e6, where E*'s condensation amplifies them), give Jacobians apart by those differences / 1e-7
-#: (measured 9e-7 of the largest entry, 1.4e7 1/s^2).
+#: A refreshed Jacobian's columns are forward differences of step JACOBIAN_FD_STEP = 1e-7: last-bit differences
+#: between the two paths' evaluations (two compilations of the same kernels) reach J divided by 1e-7. Measured: 0
+#: (bitwise equal) with the kernels as they are; 9e-7 of the largest entry (1.4e7 1/s^2) with an earlier form of the
+#: section loops written inline, whose two compilations differed in the last bit (sections' twists 3e-18 m/s apart,
+#: modal accelerations 1e-6 of 1e6 after E*'s condensation). The band allows that.
 REFRESHED_JACOBIAN_RTOL = 1e-5
 
 
 @pytest.mark.parametrize("base", ["fixed", "floating"])
 def test_fused_rosw_refreshes_the_modal_jacobian(base):
     """The fused stepper's refresh (after a new modal state, then every 20 steps) is the Python path's finite
-    differences at the same state, to the differences' rounding (REFRESHED_JACOBIAN_RTOL)."""
+    differences at the same state, to the differences' rounding (REFRESHED_JACOBIAN_RTOL), and follows the state
+    (it moved by 7e-5 of its scale after the first step, 2.1-2.3 times its scale after 20)."""
     model = _model(base)
     fused, python = Simulation(model, "rosw", 4e-4), Simulation(model, "rosw", 4e-4, fused=False)
     rng = np.random.default_rng(2)
@@ -81,7 +83,7 @@ def test_fused_rosw_refreshes_the_modal_jacobian(base):
         scale = float(np.abs(reference).max())
         error = np.abs(fused.jacobian - reference).max()
         assert error < REFRESHED_JACOBIAN_RTOL * scale, before
-        assert np.abs(fused.jacobian - rest).max() > 10.0 * error, before    # it follows the state, above the noise
+        assert np.abs(fused.jacobian - rest).max() > max(10.0 * error, 1e-5 * scale), before   # it follows the state
 
 
 def test_rosw_jacobian_holds_the_wings_modal_stiffness():
