@@ -168,9 +168,9 @@ class Scratch(NamedTuple):
 
 
 class FlexArrays(NamedTuple):
-    """A model's modal bodies for the stepper (sim/flexible.py, docs/flexible.md), empty arrays for a rigid model
-    (one kernel type for both): ``model`` the packed modal bodies (:class:`sim.flexible.Packed`); the evaluation's
-    modal coordinates, rates, accelerations qe, qed, qedd (n_e,) and work arrays (sim.flexible.FlexData: S, C, E,
+    """A model's modal bodies for the stepper (sim/flexible.py, docs/flexible.md; a rigid model passes None, and
+    its stepper is compiled without them): ``model`` the packed modal bodies (:class:`sim.flexible.Packed`); the
+    evaluation's modal coordinates, rates, accelerations qe, qed, qedd (n_e,) and work arrays (sim.flexible.FlexData: S, C, E,
     Pe, Mt, Pt, EinvC, EinvP; the sections' sec_A, sec_J, sec_eta, sec_nu, g_sec, f_sec, M_sec); ``forces`` the
     KernelTable of the force models on sections (their kernels receive the section arrays,
     ``ForceModel.on_sections``)."""
@@ -407,9 +407,13 @@ def _stepper_templates(fingerprint):
         v = _data_views(nb, n, buf)
         q, qd, base_pose, base_twist = v.q, v.qd, v.base_pose, v.base_twist
         floating = base_mode == 0
-        pk = flex.model
-        modal = pk.modal_of.shape[0] > 0
-        _state_to_inputs(y, passive, floating, q, qd, flex.qe, flex.qed, base_pose, base_twist)
+        # flex is None for a rigid model: numba prunes every `flex is (not) None` branch at compile time, so a rigid
+        # model's stepper holds none of the modal recursions (compiling them tripled its compile time)
+        if flex is None:
+            no_modes = np.empty(0)
+            _state_to_inputs(y, passive, floating, q, qd, no_modes, no_modes, base_pose, base_twist)
+        else:
+            _state_to_inputs(y, passive, floating, q, qd, flex.qe, flex.qed, base_pose, base_twist)
         n_a = laws.act_index.shape[0]
         for i in range(n_a):
             k = laws.act_index[i]
@@ -424,18 +428,19 @@ def _stepper_templates(fingerprint):
             for a in range(6):
                 base_twist[a] = held_twist[a]
         m = _model_views(nb, n, mf)
-        if modal:
+        if flex is not None:
+            pk = flex.model
             flex_forward(parent, m.joint_axis, pk.placement, pk.modal_of, pk.mode0, pk.sec0, pk.X, pk.Psi, pk.Xa,
                          pk.psi_a, q, qd, flex.qe, flex.qed, base_pose, base_twist, v.g, v.Xj,
                          v.AdJ, v.eta, v.zeta, flex.S, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu, flex.g_sec)
         else:
             _kinematics_packed(parent, mf, buf)
-        if forces.kinds.shape[0] > 0 or modal:     # flex_backward adds the sections' wrenches to f_ext
+        if forces.kinds.shape[0] > 0 or flex is not None:     # flex_backward adds the sections' wrenches to f_ext
             v.f_ext[:] = 0.0
             v.f_gravity[:] = 0.0
             v.M_added[:] = 0.0
             _apply_forces(t, v.g, v.eta, v.f_ext, v.M_added, forces)
-        if modal:
+        if flex is not None:
             flex.f_sec[:] = 0.0
             flex.M_sec[:] = 0.0
             _apply_forces(t, flex.g_sec, flex.sec_eta, flex.f_sec, flex.M_sec, flex.forces)
@@ -453,7 +458,8 @@ def _stepper_templates(fingerprint):
                                          joints.fpar[joints.offsets[i, 0]:joints.offsets[i + 1, 0]],
                                          joints.ipar[joints.offsets[i, 1]:joints.offsets[i + 1, 1]])
             tau_passive = tau_eff
-        if modal:
+        if flex is not None:
+            pk = flex.model
             flex_backward(parent, m.joint_axis, m.inertia, actuated, m.law_k, m.law_mu, m.law_r0, pk.modal_of,
                           pk.mode0, pk.sec0, pk.w, pk.Ms, pk.K, pk.D, gravity, base_mode, acc_in, q, qd,
                           flex.qe, flex.qed, scratch.qdd_in, tau_passive, True, v.g, v.AdJ, v.eta, v.zeta, flex.S,
@@ -464,7 +470,10 @@ def _stepper_templates(fingerprint):
         else:
             _recursions_packed(parent, mf, buf, actuated, scratch.qdd_in, tau_passive, gravity, base_mode, acc_in,
                                True)
-        _state_derivative(y, passive, floating, v.base_acc, v.qdd, flex.qedd, dy)
+        if flex is None:
+            _state_derivative(y, passive, floating, v.base_acc, v.qdd, no_modes, dy)
+        else:
+            _state_derivative(y, passive, floating, v.base_acc, v.qdd, flex.qedd, dy)
 
     def _first_stage_(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity,
                       base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces, flex):
@@ -841,18 +850,11 @@ def kernel_table(instances, slots: dict[str, int], share: bool = False) -> Kerne
     return KernelTable(kinds, fpar, ipar, offsets)
 
 
-def flex_arrays(model: Model, data, section_forces: KernelTable) -> FlexArrays:
+def flex_arrays(model: Model, data, section_forces: KernelTable) -> FlexArrays | None:
     """The :class:`FlexArrays` of a model (its packed modal bodies, the work arrays of its FlexData ``data``, the
-    force models on sections); empty arrays of the same types for a rigid model."""
+    force models on sections); None for a rigid model (its stepper is compiled without the modal recursions)."""
     if model.flexible is None:
-        ints = ("bodies", "modal_of", "mode0", "sec0")
-        ndim = dict(X=1, w=1, Psi=3, Ms=3, K=3, D=3, Xa=1, psi_a=3, placement=3, qe=1, qed=1, qedd=1, S=3, C=3, E=3,
-                    Pe=2, Mt=3, Pt=2, EinvC=3, EinvP=2, sec_A=3, sec_J=3, sec_eta=2, sec_nu=2, g_sec=3, f_sec=2,
-                    M_sec=3)     # of each float array
-        empty = {name: np.zeros((0,) * ndim[name]) for name in ndim}
-        empty.update({name: np.zeros(0, dtype=np.int64) for name in ints})
-        pk = FlexPacked(**{name: empty[name] for name in FlexPacked._fields})
-        return FlexArrays(pk, forces=section_forces, **{name: empty[name] for name in FlexArrays._fields[1:-1]})
+        return None
     if not isinstance(data, FlexData):
         raise TypeError(f"a model with modal bodies needs a sim.flexible.FlexData, got {type(data).__name__}")
     sec, work = data.sec, data.work
