@@ -28,9 +28,9 @@ world poses, ``data.eta_sec[j]`` (n_s, 6) section twists) and add wrench densiti
 (N/m, N m/m; section frame, about the section origin) and added inertia densities ``data.M_sec[j]``
 (n_s, 6, 6); ``data.f_ext[j]`` still acts on the floating frame (no modal force).
 
-The recursions are compiled (numba, sim/flexible_kernels.py) and called from ``Simulation``'s Python-orchestrated
-path (the force models in between are Python); the fused stepper (whole steps in one call) does not take modal
-bodies yet (``sim.fused.fused_unsupported`` says so).
+The recursions are compiled (numba, sim/flexible_kernels.py). :func:`flexible_step` calls them from Python with
+the force models in between (``Simulation``'s Python-orchestrated path); the fused stepper (sim/fused.py) runs
+the same kernels, with the force models' registered kernels, inside whole compiled RK4 / ROSW steps.
 """
 from __future__ import annotations
 
@@ -208,6 +208,16 @@ class FlexibleParts:
     not listed hangs on the root section, X_a = 0)."""
     bodies: dict = field(default_factory=dict)
     attachments: dict = field(default_factory=dict)
+
+    def section_rows(self) -> dict[int, np.ndarray]:
+        """{modal body index: the rows (n_s,) int64 of its sections in the packed section arrays} (bodies in
+        index order, each body's sections contiguous: :func:`packed`, FlexData's ``sec``)."""
+        rows, start = {}, 0
+        for j in sorted(self.bodies):
+            n_s = self.bodies[j].n_s
+            rows[int(j)] = np.arange(start, start + n_s, dtype=np.int64)
+            start += n_s
+        return rows
 
     def check(self, model: Model) -> None:
         """ValueError naming the body when the parts do not fit the model's tree."""

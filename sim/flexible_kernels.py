@@ -57,6 +57,50 @@ def _nu6(eta_s, xi, out):
 
 
 @njit(cache=True)
+def _matvec6(M, x, out):
+    """out (6,) = M x for M (6, 6)."""
+    for a in range(6):
+        acc = 0.0
+        for b in range(6):
+            acc += M[a, b] * x[b]
+        out[a] = acc
+
+
+# The section loops' products are written out: through BLAS, each 6 x 6 product with its temporary costs several
+# times its arithmetic (per section, per evaluation).
+@njit(cache=True)
+def _product(X, Y, out):
+    """out (r, c) = X (r, k) Y (k, c)."""
+    for a in range(X.shape[0]):
+        for b in range(Y.shape[1]):
+            acc = 0.0
+            for c in range(X.shape[1]):
+                acc += X[a, c] * Y[c, b]
+            out[a, b] = acc
+
+
+@njit(cache=True)
+def _add_transposed_product(X, Y, weight, out):
+    """out (r, c) += weight X^T Y for X (k, r), Y (k, c)."""
+    for a in range(X.shape[1]):
+        for b in range(Y.shape[1]):
+            acc = 0.0
+            for c in range(X.shape[0]):
+                acc += X[c, a] * Y[c, b]
+            out[a, b] += weight * acc
+
+
+@njit(cache=True)
+def _add_transposed_matvec(X, y, weight, out):
+    """out (r,) += weight X^T y for X (k, r), y (k,)."""
+    for a in range(X.shape[1]):
+        acc = 0.0
+        for c in range(X.shape[0]):
+            acc += X[c, a] * y[c]
+        out[a] += weight * acc
+
+
+@njit(cache=True)
 def _section(X, Psi, qe, qed, o, ne, G, A, J, xi):
     """Pose G (4, 4) of a section at X in the floating frame, A = Ad_{G^-1} (6, 6), J (6, ne_max) and its relative
     twist xi = J q_d (6,), for the modal coordinates qe[o:o+ne], rates qed[o:o+ne]."""
@@ -136,9 +180,11 @@ def flex_forward(parent, axis, placement, modal_of, mode0, sec0, X, Psi, Xa, psi
             o = mode0[mj]
             for s in range(sec0[mj], sec0[mj + 1]):
                 _section(X[s], Psi[s], qe, qed, o, mode0[mj + 1] - o, G, sec_A[s], sec_J[s], xi)
-                sec_eta[s] = sec_A[s] @ eta[j] + xi
+                _matvec6(sec_A[s], eta[j], sec_eta[s])
+                for a in range(6):
+                    sec_eta[s, a] += xi[a]
                 _nu6(sec_eta[s], xi, sec_nu[s])
-                g_sec[s] = g[j] @ G
+                _product(g[j], G, g_sec[s])
 
 
 @njit(cache=True)
@@ -186,6 +232,11 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
     qdpad = np.zeros(ne_max)
     rhs = np.zeros((ne_max, 7))
     sol = np.zeros((ne_max, 7))
+    Mse = np.zeros((6, 6))
+    MA = np.zeros((6, 6))
+    MJ = np.zeros((6, ne_max))
+    Me = np.zeros(6)
+    mnu = np.zeros(6)
     # ---- body sums
     for j in range(nb):
         M = inertia[j] + M_added[j]
@@ -205,22 +256,25 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
         E[j] = 0.0
         Pe[j] = 0.0
         for s in range(sec0[mj], sec0[mj + 1]):
-            Mse = Ms[s] + M_sec[s]
+            A, Js, ws = sec_A[s], sec_J[s], w[s]
+            for a in range(6):
+                for b in range(6):
+                    Mse[a, b] = Ms[s, a, b] + M_sec[s, a, b]
             for a in range(3):
                 ga[a] = g_sec[s, 0, a] * gravity[0] + g_sec[s, 1, a] * gravity[1] + g_sec[s, 2, a] * gravity[2]
-            _minus_coad6(sec_eta[s], Mse @ sec_eta[s], P)
-            mnu = Mse @ sec_nu[s]
+            _matvec6(Mse, sec_eta[s], Me)
+            _minus_coad6(sec_eta[s], Me, P)
+            _matvec6(Mse, sec_nu[s], mnu)
             for a in range(6):
                 fg = Ms[s, a, 0] * ga[0] + Ms[s, a, 1] * ga[1] + Ms[s, a, 2] * ga[2]
                 h[a] = mnu[a] + P[a] - f_sec[s, a] - fg
-            MA = Mse @ sec_A[s]
-            At = sec_A[s].T
-            Jt = sec_J[s].T
-            Mstar[j] += w[s] * (At @ MA)
-            Pistar[j] += w[s] * (At @ h)
-            C[j] += w[s] * (Jt @ MA)
-            E[j] += w[s] * (Jt @ (Mse @ sec_J[s]))
-            Pe[j] += w[s] * (Jt @ h)
+            _product(Mse, A, MA)
+            _product(Mse, Js, MJ)
+            _add_transposed_product(A, MA, ws, Mstar[j])
+            _add_transposed_product(Js, MA, ws, C[j])
+            _add_transposed_product(Js, MJ, ws, E[j])
+            _add_transposed_matvec(A, h, ws, Pistar[j])
+            _add_transposed_matvec(Js, h, ws, Pe[j])
         qpad[:] = 0.0
         qdpad[:] = 0.0
         qpad[:ne] = qe[o:o + ne]
@@ -319,4 +373,4 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
             acc = -(EinvC[j] @ eta_d[j] + EinvP[j])
             qedd[o:o + ne] = acc[:ne]
             for s in range(sec0[mj], sec0[mj + 1]):
-                f_ext[j] += w[s] * (sec_A[s].T @ f_sec[s])
+                _add_transposed_matvec(sec_A[s], f_sec[s], w[s], f_ext[j])

@@ -23,6 +23,13 @@ class ForceModel:
     name = "force"
     #: Name of the registered kernel (sim.plugins.register_force_kernel), None for a Python-only plug-in.
     fused_kernel: str | None = None
+    #: True for a force model on the sections of modal bodies (sim/flexible.py): its kernel receives the
+    #: sections' arrays of sim.flexible.FlexData in place of the bodies' (``sec["g"]`` (n_S, 4, 4) world poses,
+    #: ``sec["eta"]`` (n_S, 6) twists, and adds to ``sec["f"]`` (n_S, 6) wrench densities N/m, N m/m and
+    #: ``sec["M"]`` (n_S, 6, 6) added-inertia densities, section frame, about the section origin; rows: every
+    #: modal body's sections, sim.flexible.FlexibleParts.section_rows), the same signature, so the same kernel
+    #: serves strips of rigid blades and of modal sections.
+    on_sections = False
     #: (fpar, ipar): the parameters packed by :meth:`pack` (the kernel's last two arguments).
     packed: tuple | None = None
 
@@ -41,7 +48,12 @@ class ForceModel:
         if self.fused_kernel is None or self.packed is None:
             raise NotImplementedError(f"{type(self).__name__} has neither apply() nor a packed kernel")
         from .plugins import force_kernel
-        force_kernel(self.fused_kernel).kernel(t, data.g, data.eta, data.f_ext, data.M_added, *self.packed)
+        kernel = force_kernel(self.fused_kernel).kernel
+        if self.on_sections:
+            sec = data.sec
+            kernel(t, sec["g"], sec["eta"], sec["f"], sec["M"], *self.packed)
+        else:
+            kernel(t, data.g, data.eta, data.f_ext, data.M_added, *self.packed)
 
     def summary(self, model, data) -> dict[str, float]:
         """Scalar figures for the outputs (e.g. lift in N); empty by default."""

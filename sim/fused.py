@@ -19,6 +19,9 @@ A model qualifies (:func:`fused_unsupported` returns None) when
   registered joint-law kernel (e.g. :class:`sim.laws.TrackingSpring`, a spring about ``ratio * source(t)``) or
   has ``fused_form()`` returning one, whose reference motion law, if any, qualifies as above;
 - every force model runs a registered kernel (``fused_kernel`` names it, its parameters are packed).
+Modal (flexible) bodies qualify too (sim/flexible.py): the evaluation then runs sim/flexible_kernels.py's
+recursions in place of the rigid ones, and the force models with ``on_sections`` on the sections' arrays
+(:class:`FlexArrays`); the state holds the modal coordinates with the joints' (sim/simulation.py).
 The stepper calls the force models, motion laws and joint laws through integer switches over the registries'
 slots (docs/extending.md): adding a force model or a law is one file; this module does not change.
 Otherwise :class:`Simulation` keeps its Python path.
@@ -42,7 +45,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .dynamics import _data_views, _kinematics_packed, _recursions_packed
+from .dynamics import _data_views, _kinematics_packed, _model_views, _recursions_packed
+from .flexible import FlexData, Packed as FlexPacked, packed as flex_packed
+from .flexible_kernels import flex_backward, flex_forward
 from .integrators import (PASSIVE_OFFSET, ROSW_GAMMA_DIAG, invert_w, jacobian_shift, jacobian_store, rk4_stage_input,
                           rk4_update, rosw_stage_input, rosw_stage_solve, rosw_update)
 from .laws import Constant, JointLaw, MotionLaw, ScaledMotion, TrackingSpring  # noqa: F401  (TrackingSpring: re-export)
@@ -66,13 +71,19 @@ FUSED_METHODS = {"rk4": METHOD_RK4, "rosw": METHOD_ROSW}
 
 # ----------------------------------------------------------------------------------------- state <-> inputs
 @njit(cache=True)
-def _state_to_inputs(y, passive_index, floating, q, qd, base_pose, base_twist):
-    """Scatter the state y into the joint arrays q, qd (n,) (passive entries) and, for a floating base, the
-    base pose (4, 4) (quaternion normalised) and twist (6,)."""
+def _state_to_inputs(y, passive_index, floating, q, qd, qe, qed, base_pose, base_twist):
+    """Scatter the state y into the joint arrays q, qd (n,) (passive entries), the modal coordinates and rates
+    qe, qed (n_e,) (empty for a rigid model) and, for a floating base, the base pose (4, 4) (quaternion
+    normalised) and twist (6,). Layout (sim/simulation.py): base (13) | q_p (n_p) | q_e | qd_p | qd_e."""
     n_p = passive_index.shape[0]
+    n_e = qe.shape[0]
+    velocities = 13 + n_p + n_e
     for i in range(n_p):
         q[passive_index[i]] = y[13 + i]
-        qd[passive_index[i]] = y[13 + n_p + i]
+        qd[passive_index[i]] = y[velocities + i]
+    for i in range(n_e):
+        qe[i] = y[13 + n_p + i]
+        qed[i] = y[velocities + n_p + i]
     if floating:
         norm = np.sqrt(y[3] * y[3] + y[4] * y[4] + y[5] * y[5] + y[6] * y[6])
         R = quat_to_matrix(y[3:7] / norm)
@@ -87,9 +98,11 @@ def _state_to_inputs(y, passive_index, floating, q, qd, base_pose, base_twist):
 
 
 @njit(cache=True)
-def _state_derivative(y, passive_index, floating, base_acc, qdd, dy):
-    """dy/dt (same layout as y): p_dot = R V (world), quaternion rate, base acceleration, passive r_d and r_dd."""
+def _state_derivative(y, passive_index, floating, base_acc, qdd, qedd, dy):
+    """dy/dt (same layout as y): p_dot = R V (world), quaternion rate, base acceleration, the coordinates' rates
+    (passive r_d, modal q_e_d: the velocity block of y), passive r_dd and modal q_e_dd (n_e,)."""
     n_p = passive_index.shape[0]
+    n_g = n_p + qedd.shape[0]
     for a in range(13):
         dy[a] = 0.0
     if floating:
@@ -103,9 +116,24 @@ def _state_derivative(y, passive_index, floating, base_acc, qdd, dy):
             dy[3 + a] = dq[a]
         for a in range(6):
             dy[7 + a] = base_acc[a]
+    for i in range(n_g):
+        dy[13 + i] = y[13 + n_g + i]
     for i in range(n_p):
-        dy[13 + i] = y[13 + n_p + i]
-        dy[13 + n_p + i] = qdd[passive_index[i]]
+        dy[13 + n_g + i] = qdd[passive_index[i]]
+    for i in range(qedd.shape[0]):
+        dy[13 + n_g + n_p + i] = qedd[i]
+
+
+@njit(cache=True)
+def pack_modal(y, n_p, out):
+    """The modal coordinates then their rates (n_e, n_e) of the state y into the last 2 n_e entries of the
+    output row out (the ``modal_q``, ``modal_qd`` fields, after the sim/state ones)."""
+    n_g = (y.shape[0] - 13) // 2
+    n_e = n_g - n_p
+    start = out.shape[0] - 2 * n_e
+    for i in range(n_e):
+        out[start + i] = y[13 + n_p + i]
+        out[start + n_e + i] = y[13 + n_g + n_p + i]
 
 
 # ----------------------------------------------------------------------------------------- plug-in tables
@@ -137,6 +165,36 @@ class Scratch(NamedTuple):
     torques."""
     qdd_in: np.ndarray
     tau_eff: np.ndarray
+
+
+
+class FlexArrays(NamedTuple):
+    """A model's modal bodies for the stepper (sim/flexible.py, docs/flexible.md; a rigid model passes None, and
+    its stepper is compiled without them): ``model`` the packed modal bodies (:class:`sim.flexible.Packed`); the
+    evaluation's modal coordinates, rates, accelerations qe, qed, qedd (n_e,) and work arrays (sim.flexible.FlexData: S, C, E,
+    Pe, Mt, Pt, EinvC, EinvP; the sections' sec_A, sec_J, sec_eta, sec_nu, g_sec, f_sec, M_sec); ``forces`` the
+    KernelTable of the force models on sections (their kernels receive the section arrays,
+    ``ForceModel.on_sections``)."""
+    model: FlexPacked
+    qe: np.ndarray
+    qed: np.ndarray
+    qedd: np.ndarray
+    S: np.ndarray
+    C: np.ndarray
+    E: np.ndarray
+    Pe: np.ndarray
+    Mt: np.ndarray
+    Pt: np.ndarray
+    EinvC: np.ndarray
+    EinvP: np.ndarray
+    sec_A: np.ndarray
+    sec_J: np.ndarray
+    sec_eta: np.ndarray
+    sec_nu: np.ndarray
+    g_sec: np.ndarray
+    f_sec: np.ndarray
+    M_sec: np.ndarray
+    forces: KernelTable
 
 
 
@@ -337,18 +395,26 @@ def _stepper_templates(fingerprint):
         return scale * r, scale * r_d, scale * r_dd
 
     def _evaluate_(t, y, dy, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                   held_pose, held_twist, acc_in, forces):
+                   held_pose, held_twist, acc_in, forces, flex):
         """dy/dt (Simulation state layout) at (t, y) with the hybrid algorithm (Porez et al. 2014, section III):
         motion laws -> kinematics -> force-model kernels -> joint-law kernels -> recursions, all results left in
         the Data buffer. laws: a LawTable; scratch: a Scratch; held_pose (4, 4), held_twist (6,), acc_in (6,):
-        base of a fixed / static imposed base; forces: a KernelTable."""
+        base of a fixed / static imposed base; forces: a KernelTable; flex: a FlexArrays (a model with modal
+        bodies runs sim/flexible_kernels.py's recursions and the force models on sections, as
+        sim.flexible.flexible_step does)."""
         fingerprint
         nb = parent.shape[0]
         n = nb - 1
         v = _data_views(nb, n, buf)
         q, qd, base_pose, base_twist = v.q, v.qd, v.base_pose, v.base_twist
         floating = base_mode == 0
-        _state_to_inputs(y, passive, floating, q, qd, base_pose, base_twist)
+        # flex is None for a rigid model: numba prunes every `flex is (not) None` branch at compile time, so a rigid
+        # model's stepper holds none of the modal recursions (compiling them tripled its compile time)
+        if flex is None:
+            no_modes = np.empty(0)
+            _state_to_inputs(y, passive, floating, q, qd, no_modes, no_modes, base_pose, base_twist)
+        else:
+            _state_to_inputs(y, passive, floating, q, qd, flex.qe, flex.qed, base_pose, base_twist)
         n_a = laws.act_index.shape[0]
         for i in range(n_a):
             k = laws.act_index[i]
@@ -362,12 +428,23 @@ def _stepper_templates(fingerprint):
                     base_pose[a, b] = held_pose[a, b]
             for a in range(6):
                 base_twist[a] = held_twist[a]
-        _kinematics_packed(parent, mf, buf)
-        if forces.kinds.shape[0] > 0:
+        m = _model_views(nb, n, mf)
+        if flex is not None:
+            pk = flex.model
+            flex_forward(parent, m.joint_axis, pk.placement, pk.modal_of, pk.mode0, pk.sec0, pk.X, pk.Psi, pk.Xa,
+                         pk.psi_a, q, qd, flex.qe, flex.qed, base_pose, base_twist, v.g, v.Xj,
+                         v.AdJ, v.eta, v.zeta, flex.S, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu, flex.g_sec)
+        else:
+            _kinematics_packed(parent, mf, buf)
+        if forces.kinds.shape[0] > 0 or flex is not None:     # flex_backward adds the sections' wrenches to f_ext
             v.f_ext[:] = 0.0
             v.f_gravity[:] = 0.0
             v.M_added[:] = 0.0
             _apply_forces(t, v.g, v.eta, v.f_ext, v.M_added, forces)
+        if flex is not None:
+            flex.f_sec[:] = 0.0
+            flex.M_sec[:] = 0.0
+            _apply_forces(t, flex.g_sec, flex.sec_eta, flex.f_sec, flex.M_sec, flex.forces)
         tau_passive = tau_in
         joints = laws.joints
         if joints.kinds.shape[0] > 0:
@@ -382,11 +459,25 @@ def _stepper_templates(fingerprint):
                                          joints.fpar[joints.offsets[i, 0]:joints.offsets[i + 1, 0]],
                                          joints.ipar[joints.offsets[i, 1]:joints.offsets[i + 1, 1]])
             tau_passive = tau_eff
-        _recursions_packed(parent, mf, buf, actuated, scratch.qdd_in, tau_passive, gravity, base_mode, acc_in, True)
-        _state_derivative(y, passive, floating, v.base_acc, v.qdd, dy)
+        if flex is not None:
+            pk = flex.model
+            flex_backward(parent, m.joint_axis, m.inertia, actuated, m.law_k, m.law_mu, m.law_r0, pk.modal_of,
+                          pk.mode0, pk.sec0, pk.w, pk.Ms, pk.K, pk.D, gravity, base_mode, acc_in, q, qd,
+                          flex.qe, flex.qed, scratch.qdd_in, tau_passive, True, v.g, v.AdJ, v.eta, v.zeta, flex.S,
+                          v.f_ext, v.f_gravity, v.M_added, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu,
+                          flex.g_sec, flex.f_sec, flex.M_sec, v.Mstar, v.Pistar, flex.C, flex.E, flex.Pe, flex.Mt,
+                          flex.Pt, flex.EinvC, flex.EinvP, v.H, v.eta_d, v.qdd, v.tau, flex.qedd, v.base_acc,
+                          v.base_wrench)
+        else:
+            _recursions_packed(parent, mf, buf, actuated, scratch.qdd_in, tau_passive, gravity, base_mode, acc_in,
+                               True)
+        if flex is None:
+            _state_derivative(y, passive, floating, v.base_acc, v.qdd, no_modes, dy)
+        else:
+            _state_derivative(y, passive, floating, v.base_acc, v.qdd, flex.qedd, dy)
 
     def _first_stage_(t, y, k1, fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity,
-                      base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+                      base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces, flex):
         """k1 = f(t, y): the kept derivative when the inputs match (first-same-as-last), else a new evaluation;
         returns the number of evaluations made (0 or 1)."""
         fingerprint
@@ -395,11 +486,11 @@ def _stepper_templates(fingerprint):
                 k1[i] = fsal[i]
             return 0
         _evaluate(t, y, k1, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                  held_pose, held_twist, acc_in, forces)
+                  held_pose, held_twist, acc_in, forces, flex)
         return 1
 
     def _rk4_steps_(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode, passive,
-                    laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+                    laws, scratch, tau_in, held_pose, held_twist, acc_in, forces, flex):
         """n_steps RK4 steps (sim.integrators: rk4_stage_input, rk4_update, the arithmetic of rk4_step) from
         (t, y) with k1 = work[0] already f(t, y); y updated in place (quaternion renormalised after every step, as
         ``Simulation._normalize``). On return ``buf`` holds the evaluation at the final state, fsal its derivative
@@ -422,30 +513,31 @@ def _stepper_templates(fingerprint):
                     t_stage = t
                     target = fsal
                 _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
-                          scratch, tau_in, held_pose, held_twist, acc_in, forces)
+                          scratch, tau_in, held_pose, held_twist, acc_in, forces, flex)
         if n_steps == 0:
             for i in range(ny):
                 fsal[i] = work[0, i]
         return t
 
     def _refresh_jacobian_(t, y, f0, J, W_inv, dt, groups, branch, tmp, column, parent, mf, buf, actuated,
-                           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+                           gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces,
+                           flex):
         """:func:`sim.integrators.refresh_jacobian` of J at (t, y) (f0 = f(t, y)) and W_inv = (I - dt gamma J)^-1,
         in place, with the same kernels; returns the evaluations made."""
         fingerprint
         for g in range(groups.shape[0]):
             jacobian_shift(y, groups[g], tmp)
             _evaluate(t, tmp, column, parent, mf, buf, actuated, gravity, base_mode, passive, laws, scratch,
-                      tau_in, held_pose, held_twist, acc_in, forces)
+                      tau_in, held_pose, held_twist, acc_in, forces, flex)
             jacobian_store(J, groups[g], branch, column, f0)
         invert_w(J, dt * ROSW_GAMMA_DIAG, W_inv)
         return groups.shape[0]
 
     def _rosw_steps_(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
                      actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
-                     forces):
+                     forces, flex):
         """n_steps ROS34PW2 steps (sim.integrators: rosw_stage_input, rosw_stage_solve, rosw_update, the
-        arithmetic of rosw_step) from (t, y), with work[0] already f(t, y); J, W_inv (2 n_p, 2 n_p) the passive
+        arithmetic of rosw_step) from (t, y), with work[0] already f(t, y); J, W_inv (2 n_g, 2 n_g) the coordinate
         block's Jacobian and (I - h gamma J)^-1; refresh (3,) int64: (steps since J was refreshed, steps between
         refreshes (0: never), evaluations spent refreshing, added to); groups, branch: see
         :func:`sim.integrators.column_groups`. Same contract as :func:`_rk4_steps` otherwise."""
@@ -463,7 +555,7 @@ def _stepper_templates(fingerprint):
             if refresh[1] > 0 and refresh[0] >= refresh[1]:
                 refresh[2] += _refresh_jacobian(t, y, k[0], J, W_inv, dt, groups, branch, tmp, column, parent, mf,
                                                 buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in,
-                                                held_pose, held_twist, acc_in, forces)
+                                                held_pose, held_twist, acc_in, forces, flex)
                 refresh[0] = 0
             refresh[0] += 1
             for i in range(5):
@@ -479,7 +571,7 @@ def _stepper_templates(fingerprint):
                     target = k[i]
                 if i > 0:       # one evaluation call site (each inlined copy costs compile time)
                     _evaluate(t_stage, tmp, target, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
-                              scratch, tau_in, held_pose, held_twist, acc_in, forces)
+                              scratch, tau_in, held_pose, held_twist, acc_in, forces, flex)
                 if i == 4:
                     break
                 rosw_stage_solve(i, dt, J, W_inv, k, coupling, rhs)
@@ -489,19 +581,20 @@ def _stepper_templates(fingerprint):
         return t
 
     def _steps_(method, n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
-                actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces):
+                actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces,
+                flex):
         """n_steps of the method (METHOD_RK4: classical RK4; METHOD_ROSW: ROS34PW2 with J, W_inv, refresh)."""
         fingerprint
         if method == METHOD_ROSW:
             return _rosw_steps(n_steps, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf,
                                buf, actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
-                               held_twist, acc_in, forces)
+                               held_twist, acc_in, forces, flex)
         return _rk4_steps(n_steps, t, dt, y, work, fsal, tmp, parent, mf, buf, actuated, gravity, base_mode,
-                          passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces)
+                          passive, laws, scratch, tau_in, held_pose, held_twist, acc_in, forces, flex)
 
     def fused_run_(method, every, pack, t, dt, y, J, W_inv, refresh, groups, branch, times, out, q_rest, work, fsal,
                    cache_t, cache_tau, cache_par, parent, mf, buf, actuated, gravity, base_mode, passive, laws,
-                   scratch, tau_in, held_pose, held_twist, acc_in, forces):
+                   scratch, tau_in, held_pose, held_twist, acc_in, forces, flex):
         """times.shape[0] records of ``every`` steps of dt (s) of the method (METHOD_*) from (t, y), y updated in
         place; after each record's last step its time (s) goes to times (records,) and, when ``pack``, the outputs
         (:func:`pack_outputs`) to out (records, output size): what a Python loop of ``step()`` + ``outputs()``
@@ -517,17 +610,18 @@ def _stepper_templates(fingerprint):
         tmp = np.empty(y.shape[0])
         evaluations = _first_stage(t, y, work[0], fsal, work, cache_t, cache_tau, cache_par, parent, mf, buf,
                                    actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose,
-                                   held_twist, acc_in, forces)
+                                   held_twist, acc_in, forces, flex)
         for r in range(times.shape[0]):
             if r > 0:
                 for i in range(y.shape[0]):
                     work[0, i] = fsal[i]
             t = _steps(method, every, t, dt, y, work, fsal, tmp, J, W_inv, refresh, groups, branch, parent, mf, buf,
                        actuated, gravity, base_mode, passive, laws, scratch, tau_in, held_pose, held_twist, acc_in,
-                       forces)
+                       forces, flex)
             times[r] = t
             if pack:
                 pack_outputs(parent, buf, q_rest, passive, out[r])
+                pack_modal(y, passive.shape[0], out[r])
             evaluations += 4 * every
         _keep_inputs(t, y, work, tau_in, laws.motions.fpar, cache_t, cache_tau, cache_par)
         return t, evaluations
@@ -724,8 +818,6 @@ def fused_unsupported(model: Model, integrator: str) -> str | None:
     """Why ``model`` cannot take the fused path with ``integrator`` (one line), or None if it can."""
     if integrator not in FUSED_METHODS:
         return f"integrator {integrator!r} (the fused path is RK4 or ROSW)"
-    if model.flexible is not None:
-        return "modal (flexible) bodies run the Python path (sim/flexible.py)"
     if model.base_mode == "imposed" and type(model.base_motion) is not StaticBase:
         return f"imposed base motion {type(model.base_motion).__name__} is not a StaticBase"
     for k, law in model.motion_laws.items():
@@ -757,6 +849,19 @@ def kernel_table(instances, slots: dict[str, int], share: bool = False) -> Kerne
         for i, x in enumerate(instances):
             x.packed = (fpar[offsets[i, 0]:offsets[i + 1, 0]], ipar[offsets[i, 1]:offsets[i + 1, 1]])
     return KernelTable(kinds, fpar, ipar, offsets)
+
+
+def flex_arrays(model: Model, data, section_forces: KernelTable) -> FlexArrays | None:
+    """The :class:`FlexArrays` of a model (its packed modal bodies, the work arrays of its FlexData ``data``, the
+    force models on sections); None for a rigid model (its stepper is compiled without the modal recursions)."""
+    if model.flexible is None:
+        return None
+    if not isinstance(data, FlexData):
+        raise TypeError(f"a model with modal bodies needs a sim.flexible.FlexData, got {type(data).__name__}")
+    sec, work = data.sec, data.work
+    return FlexArrays(flex_packed(model), data.qe, data.qed, data.qedd, work["S"], work["C"], work["E"], work["Pe"],
+                      work["Mt"], work["Pt"], work["EinvC"], work["EinvP"], sec["A"], sec["J"], sec["eta"], sec["nu"],
+                      sec["g"], sec["f"], sec["M"], section_forces)
 
 
 class FusedStepper:
@@ -804,7 +909,10 @@ class FusedStepper:
             self.held_pose = np.array(fixed_pose, dtype=float)
             self.held_twist = np.zeros(6)
             self.acc_in = np.zeros(6)
-        self.forces = kernel_table(model.force_models, bound["slots"], share=True)
+        on_bodies = [f for f in model.force_models if not getattr(f, "on_sections", False)]
+        on_sections = [f for f in model.force_models if getattr(f, "on_sections", False)]
+        self.forces = kernel_table(on_bodies, bound["slots"], share=True)
+        self.flex = flex_arrays(model, data, kernel_table(on_sections, bound["slots"], share=True))
         self.cache_t = np.zeros(2)                 # (t of fsal s, valid flag)
         self.cache_tau = np.zeros(model.n)
         self.cache_par = np.zeros_like(motions.fpar)
@@ -859,6 +967,6 @@ class FusedStepper:
             self.method, every, pack, t, dt, y, self.J, self.W_inv, self.refresh, self.groups, self.branch, times,
             out, model.q_rest, self.work, self.fsal, self.cache_t, self.cache_tau, self.cache_par, model.parent,
             model.kernel_floats, self.data.buffer, model.actuated, model.gravity, self.mode, self.passive, self.laws,
-            self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.forces)
+            self.scratch, tau_applied, self.held_pose, self.held_twist, self.acc_in, self.forces, self.flex)
         self.data.t = t_end
         return t_end, evaluations

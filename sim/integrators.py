@@ -4,10 +4,11 @@
 - :func:`dopri5_advance`: adaptive Dormand-Prince 5(4) (Dormand & Prince 1980; Hairer, Norsett & Wanner,
   "Solving ODEs I", section II.4-II.5) with the standard step-size controller, advancing exactly to t_end.
 - :func:`rosw_step`: the linearly implicit Rosenbrock-W method ROS34PW2 (Rang & Angermann 2005, BIT 45; 4 stages,
-  order 3, L-stable), with a fixed approximate Jacobian of the passive joints' block: the stiff, fast-decaying
-  modes (structural damping on small inertias) are damped by the implicit part instead of bounding the step,
+  order 3, L-stable), with an approximate Jacobian of the coordinates' block (passive joints and the modal
+  coordinates of modal bodies, then their rates): the stiff, fast-decaying modes (structural damping on small
+  inertias, a modal wing's high modes) are damped by the implicit part instead of bounding the step,
   which is then set by accuracy. A W-method keeps its order for any approximate Jacobian, so a linearisation at
-  rest (:func:`passive_jacobian`) serves the whole run; time enters only through f (the autonomised system's
+  rest (:func:`coordinate_jacobian`) serves the whole run; time enters only through f (the autonomised system's
   Jacobian is taken with a zero time column), so no time derivative of f is needed.
 
 The state holds a unit quaternion; ``normalize(y)`` is called after every accepted step (the derivative
@@ -156,7 +157,8 @@ ROSW_GAMMA = np.array([[0.0, 0.0, 0.0],
                        [0.24212380706095346, -1.2232505839045147, 0.54526025533510214]])
 ROSW_B = np.array([0.24212380706095346, -1.2232505839045147, 1.5452602553351020, ROSW_GAMMA_DIAG])
 ROSW_C = ROSW_ALPHA.sum(axis=1)
-#: Offset of the passive joints' block (positions then velocities) in the state vector (sim/simulation.py).
+#: Offset of the coordinates' block (passive joints and modal coordinates, then their rates) in the state vector
+#: (sim/simulation.py); the Jacobian's columns and rows are that block's.
 PASSIVE_OFFSET = 13
 #: Steps between two refreshes of the Jacobian (one evaluation per column group each): the air's forces change
 #: with the stroke's speed and the blades' angles, and a Jacobian of another phase of the stroke costs the
@@ -169,43 +171,45 @@ JACOBIAN_REFRESH_STEPS = 20
 JACOBIAN_FD_STEP = 1e-7
 
 
-def passive_branches(parent: np.ndarray, passive_index: np.ndarray) -> np.ndarray:
-    """Branch (n_p,) int of each passive joint: the index of the child of the base that carries it. The joints
-    of two branches act on each other only through the base (not at all when it is fixed or imposed)."""
-    branch = np.empty(passive_index.size, dtype=np.int64)
-    for i, k in enumerate(passive_index):
-        body = int(k) + 1
-        while parent[body] != 0:
+def coordinate_branches(parent: np.ndarray, bodies: np.ndarray) -> np.ndarray:
+    """Branch (n_g,) int of each coordinate of the state's coordinate block, given the body it moves (``bodies``
+    (n_g,): a passive joint's child body, a modal coordinate's modal body): the index of the child of the base
+    that carries it (0 for the base's own modes). Coordinates of two branches act on each other only through the
+    base (not at all when it is fixed or imposed)."""
+    branch = np.empty(len(bodies), dtype=np.int64)
+    for i, body in enumerate(bodies):
+        body = int(body)
+        while body != 0 and parent[body] != 0:
             body = int(parent[body])
         branch[i] = body
     return branch
 
 
 def column_groups(branch: np.ndarray) -> np.ndarray:
-    """Columns of the passive block (positions 0..n_p-1, velocities n_p..2n_p-1) perturbed together by
+    """Columns of the coordinate block (positions 0..n_g-1, velocities n_g..2n_p-1) perturbed together by
     :func:`refresh_jacobian`: (groups, branches) int, one column per branch per group, -1 for none."""
-    n_p = branch.size
+    n_g = branch.size
     ids = sorted(set(branch.tolist()))
-    columns = [[c for c in range(2 * n_p) if branch[c % n_p] == b] for b in ids]
+    columns = [[c for c in range(2 * n_g) if branch[c % n_g] == b] for b in ids]
     width = max((len(c) for c in columns), default=0)
     return np.array([[c[g] if g < len(c) else -1 for c in columns] for g in range(width)],
                     dtype=np.int64).reshape(width, len(ids))
 
 
-def passive_jacobian(f: Derivative, t: float, y: np.ndarray, branch: np.ndarray) -> np.ndarray:
-    """Jacobian (2 n_p, 2 n_p) of the passive block of dy/dt with respect to the passive block of y at (t, y)
+def coordinate_jacobian(f: Derivative, t: float, y: np.ndarray, branch: np.ndarray) -> np.ndarray:
+    """Jacobian (2 n_g, 2 n_g) of the coordinate block of dy/dt with respect to the coordinate block of y at (t, y)
     (d(q_p)/dt = qd_p exactly; the rest by :func:`refresh_jacobian`)."""
     n2 = y.size - PASSIVE_OFFSET
-    n_p = n2 // 2
+    n_g = n2 // 2
     J = np.zeros((n2, n2))
-    J[:n_p, n_p:] = np.eye(n_p)
+    J[:n_g, n_g:] = np.eye(n_g)
     refresh_jacobian(f, t, y, f(t, y), J, column_groups(branch), branch)
     return J
 
 
 @njit(cache=True)
 def jacobian_shift(y, group, out):
-    """out (ny,) = y with the passive-block columns of ``group`` (-1: none) moved by JACOBIAN_FD_STEP."""
+    """out (ny,) = y with the coordinate-block columns of ``group`` (-1: none) moved by JACOBIAN_FD_STEP."""
     for i in range(y.shape[0]):
         out[i] = y[i]
     for c in range(group.shape[0]):
@@ -218,14 +222,14 @@ def jacobian_store(J, group, branch, column, f0):
     """The forward differences (column - f0) / JACOBIAN_FD_STEP into the acceleration rows of J for the columns
     of ``group``, each keeping the response of its own branch only."""
     o = PASSIVE_OFFSET
-    n_p = branch.shape[0]
+    n_g = branch.shape[0]
     for c in range(group.shape[0]):
         a = group[c]
         if a < 0:
             continue
-        for r in range(n_p):
-            if branch[r] == branch[a % n_p]:
-                J[n_p + r, a] = (column[o + n_p + r] - f0[o + n_p + r]) / JACOBIAN_FD_STEP
+        for r in range(n_g):
+            if branch[r] == branch[a % n_g]:
+                J[n_g + r, a] = (column[o + n_g + r] - f0[o + n_g + r]) / JACOBIAN_FD_STEP
 
 
 def refresh_jacobian(f: Derivative, t: float, y: np.ndarray, f0: np.ndarray, J: np.ndarray, groups: np.ndarray,
@@ -273,7 +277,7 @@ def invert_w(J, h_gamma, out):
 
 
 def rosw_matrix(J: np.ndarray, h: float) -> np.ndarray:
-    """(I - h gamma J)^-1 (2 n_p, 2 n_p) for the passive-block Jacobian J and the step h (s)."""
+    """(I - h gamma J)^-1 (2 n_g, 2 n_g) for the coordinate-block Jacobian J and the step h (s)."""
     out = np.empty(J.shape)
     invert_w(np.ascontiguousarray(J, dtype=float), h * ROSW_GAMMA_DIAG, out)
     return out
@@ -292,8 +296,8 @@ def rosw_stage_input(i, t, h, y, k, out):
 
 @njit(cache=True)
 def rosw_stage_solve(i, h, J, W_inv, k, coupling, rhs):
-    """Stage i's linear solve on the passive block, in place in k[i] (which holds f at the stage state):
-    k_i = W^-1 (f_i + h J sum_j<i GAMMA[i, j] k_j); coupling, rhs (2 n_p,) scratch."""
+    """Stage i's linear solve on the coordinate block, in place in k[i] (which holds f at the stage state):
+    k_i = W^-1 (f_i + h J sum_j<i GAMMA[i, j] k_j); coupling, rhs (2 n_g,) scratch."""
     o = PASSIVE_OFFSET
     n2 = coupling.shape[0]
     for a in range(n2):
@@ -325,7 +329,7 @@ def rosw_update(y, h, k, out):
 
 def rosw_step(f: Derivative, t: float, y: np.ndarray, h: float, J: np.ndarray, W_inv: np.ndarray,
               refresh: tuple | None = None) -> np.ndarray:
-    """One ROS34PW2 step of size h (s) from (t, y) with the passive-block Jacobian J and W_inv =
+    """One ROS34PW2 step of size h (s) from (t, y) with the coordinate-block Jacobian J and W_inv =
     :func:`rosw_matrix` (J, h) (the base block's Jacobian is taken as zero); returns y(t + h). ``refresh``:
     (groups, branch) to first recompute J at (t, y) and W_inv in place (:func:`refresh_jacobian`)."""
     ny = y.shape[0]

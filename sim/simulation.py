@@ -3,8 +3,9 @@
 State vector y (flat, float64), in this order:
   base position p_0 (3,) m, world frame | base orientation unit quaternion (4,) (w, x, y, z), base -> world |
   base twist eta_0 (6,) = (V, Omega) in the base frame, m/s, rad/s | passive joint positions (n_p,) rad or m |
-  passive joint velocities (n_p,) | modal coordinates of the modal bodies (n_e,) | their rates (n_e,)
-  (sim/flexible.py; n_e = 0 for a rigid model).
+  modal coordinates of the modal bodies (n_e,) | passive joint velocities (n_p,) | modal rates (n_e,)
+  (sim/flexible.py; n_e = 0 for a rigid model): the coordinates (n_g = n_p + n_e), then their rates, so that the
+  "rosw" integrator's Jacobian block covers joints and modes alike (sim/integrators.py).
 Actuated joints are not integrated: their (r, r_d, r_dd) come from their motion laws at every stage time.
 A fixed base stays at ``model.base_pose`` with zero twist; an imposed base follows ``model.base_motion``
 (the base part of y is then unused). The quaternion is renormalised after every step (and normalised when
@@ -19,9 +20,9 @@ import numpy as np
 from .dynamics import hybrid_step
 from .flexible import FlexData, flexible_step
 from .fused import (FusedStepper, _state_derivative, _state_to_inputs, fused_unsupported, normalize_quaternion,
-                    output_layout, pack_outputs, wrench_sum_world)
-from .integrators import (INTEGRATORS, JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, dopri5_advance, passive_branches,
-                          passive_jacobian, rk4_step, rosw_matrix, rosw_step)
+                    output_layout, pack_modal, pack_outputs, wrench_sum_world)
+from .integrators import (INTEGRATORS, JACOBIAN_REFRESH_STEPS, AdaptiveState, column_groups, coordinate_branches,
+                          dopri5_advance, coordinate_jacobian, rk4_step, rosw_matrix, rosw_step)
 from .model import Data, Model
 from .spatial import matrix_to_quat, quat_to_matrix
 
@@ -55,9 +56,6 @@ class Simulation:
         self.integrator = integrator
         self.dt = float(dt)
         self.rtol, self.atol = float(rtol), float(atol)
-        if model.flexible is not None and integrator == "rosw":
-            raise ValueError("integrator 'rosw': its Jacobian covers the passive joints, not the modal coordinates "
-                             "of the model's flexible bodies; use 'rk4' or 'rk45'")
         self.data = FlexData(model) if model.flexible is not None else Data(model)
         self._n_e = self.data.n_e if model.flexible is not None else 0
         n = model.n
@@ -65,6 +63,10 @@ class Simulation:
         self.actuated_index = np.flatnonzero(model.actuated)      # (n_a,)
         self._laws = [(int(k), model.motion_laws[int(k)]) for k in self.actuated_index]
         self._n_p = self.passive_index.size
+        self._velocities = 13 + self._n_p + self._n_e     # start of the rates in the state
+        # the evaluation's modal coordinates, rates, accelerations (n_e,) (FlexData's; empty for a rigid model)
+        self._qe, self._qed, self._qedd = (self.data.qe, self.data.qed, self.data.qedd) if self._n_e else \
+            (np.zeros(0), np.zeros(0), np.zeros(0))
         self._mode = model.base_mode
         self.tau_applied = np.zeros(n)
         self._q = self.data.q      # (n,) the evaluation's joint positions, shared with Data (no copy)
@@ -81,10 +83,11 @@ class Simulation:
         self._refresh = np.array([0, int(jacobian_every), 0], dtype=np.int64)
         if integrator == "rosw":
             self.reset()
-            # (2 n_p, 2 n_p) passive block of d(dy/dt)/dy at rest, t = 0; its evaluations are not counted.
-            self._branch = passive_branches(model.parent, self.passive_index)
+            # (2 n_g, 2 n_g) block of d(dy/dt)/dy of the coordinates (passive joints, modes) at rest, t = 0; its
+            # evaluations are not counted.
+            self._branch = coordinate_branches(model.parent, self._coordinate_bodies())
             self._groups = column_groups(self._branch)
-            self.jacobian = passive_jacobian(self._evaluate, 0.0, self.y, self._branch)
+            self.jacobian = coordinate_jacobian(self._evaluate, 0.0, self.y, self._branch)
             self._w_inverse = rosw_matrix(self.jacobian, self.dt)
             self.evaluations = 0
         if fused and self.fused_unsupported is None:
@@ -120,11 +123,11 @@ class Simulation:
     def set_state(self, q=None, qd=None, base_pose=None, base_twist=None) -> None:
         """Overwrite parts of the state: q, qd (n,) (only passive entries are used), base_pose (4, 4) world,
         base_twist (6,) in the base frame (floating base only; a fixed base keeps zero twist)."""
-        n_p = self._n_p
+        n_p, velocities = self._n_p, self._velocities
         if q is not None:
             self.y[13:13 + n_p] = np.asarray(q, dtype=float).reshape(self.model.n)[self.passive_index]
         if qd is not None:
-            self.y[13 + n_p:13 + 2 * n_p] = np.asarray(qd, dtype=float).reshape(self.model.n)[self.passive_index]
+            self.y[velocities:velocities + n_p] = np.asarray(qd, dtype=float).reshape(self.model.n)[self.passive_index]
         if base_pose is not None:
             g = np.asarray(base_pose, dtype=float).reshape(4, 4)
             self.y[0:3] = g[:3, 3]
@@ -158,12 +161,22 @@ class Simulation:
         g[:3, 3] = y[0:3]
         return g
 
+    def _coordinate_bodies(self) -> np.ndarray:
+        """The body each coordinate of the state moves (n_g,): a passive joint's child body, a modal
+        coordinate's modal body."""
+        bodies = [int(k) + 1 for k in self.passive_index]
+        if self._n_e:
+            for j in sorted(self.model.flexible.bodies):
+                bodies += [int(j)] * self.model.flexible.bodies[j].n_e
+        return np.array(bodies, dtype=np.int64)
+
     # ------------------------------------------------------------------------------------------- dynamics
     def _evaluate(self, t: float, y: np.ndarray) -> np.ndarray:
         """Evaluate the hybrid dynamics at (t, y) into self.data; return dy/dt (same layout as y)."""
         model, data = self.model, self.data
         floating = self._mode == "floating"
-        _state_to_inputs(y, self.passive_index, floating, data.q, data.qd, data.base_pose, data.base_twist)
+        _state_to_inputs(y, self.passive_index, floating, data.q, data.qd, self._qe, self._qed, data.base_pose,
+                         data.base_twist)
         qdd = self._qdd
         for k, law in self._laws:
             data.q[k], data.qd[k], qdd[k] = law.evaluate(t)
@@ -176,28 +189,27 @@ class Simulation:
             pose, twist, base_acc = model.base_motion.evaluate(t)
         dy = np.empty_like(y)
         if self._n_e:
-            modal = 13 + 2 * self._n_p
-            qe, qed = y[modal:modal + self._n_e], y[modal + self._n_e:]
-            flexible_step(model, data, t, pose, twist, data.q, data.qd, qe, qed, qdd, self.tau_applied,
+            flexible_step(model, data, t, pose, twist, data.q, data.qd, self._qe, self._qed, qdd, self.tau_applied,
                           base_acc=base_acc)
-            dy[modal:modal + self._n_e] = qed
-            dy[modal + self._n_e:] = data.qedd
         else:
             hybrid_step(model, data, t, pose, twist, data.q, data.qd, qdd, self.tau_applied, base_acc=base_acc)
         self.evaluations += 1
         self._data_from_fused = False
-        _state_derivative(y, self.passive_index, floating, data.base_acc, data.qdd, dy)
+        _state_derivative(y, self.passive_index, floating, data.base_acc, data.qdd, self._qedd, dy)
         return dy
 
     def set_modal_state(self, qe=None, qed=None) -> None:
         """Overwrite the modal coordinates / rates (n_e,) of the modal bodies (sim/flexible.py; body order,
         ``self.data.offset[j]`` is body j's first)."""
-        modal = 13 + 2 * self._n_p
+        modal = 13 + self._n_p
         if qe is not None:
             self.y[modal:modal + self._n_e] = np.asarray(qe, dtype=float).reshape(self._n_e)
         if qed is not None:
-            self.y[modal + self._n_e:] = np.asarray(qed, dtype=float).reshape(self._n_e)
+            self.y[self._velocities + self._n_p:] = np.asarray(qed, dtype=float).reshape(self._n_e)
         self._refresh[0] = self._refresh[1]
+        if self._fused is not None:
+            self._fused.invalidate()
+        self._data_from_fused = False
 
     def _normalize(self, y: np.ndarray) -> np.ndarray:
         normalize_quaternion(y)
@@ -259,7 +271,7 @@ class Simulation:
         """Fill the joint positions/velocities (n,) at the current time without evaluating the dynamics."""
         n_p, pi = self._n_p, self.passive_index
         self._q[pi] = self.y[13:13 + n_p]
-        self._qd[pi] = self.y[13 + n_p:13 + 2 * n_p]
+        self._qd[pi] = self.y[self._velocities:self._velocities + n_p]
         for k, law in self._laws:
             self._q[k], self._qd[k], self._qdd[k] = law.evaluate(self.t)
 
@@ -300,7 +312,7 @@ class Simulation:
         pack_outputs(self.model.parent, self.data.buffer, self.model.q_rest, self.passive_index,
                      out[:self._rigid_output_size])
         if self._n_e:
-            out[self._rigid_output_size:] = self.y[13 + 2 * self._n_p:]
+            pack_modal(self.y, self._n_p, out)
 
     def _unpack(self, packed: np.ndarray) -> dict[str, np.ndarray]:
         """{field: view} of packed outputs (..., output size) (last axis split by sim.fused.output_layout)."""

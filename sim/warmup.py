@@ -2,8 +2,9 @@
 
     python -m sim.warmup [--quiet] [--check]
 
-The kernels (sim/spatial.py, sim/dynamics.py, sim/aero.py, sim/hydro.py, sim/fused.py, sim/cosserat/kernels.py,
-sim/cosserat/passive_kernels.py and the strain laws of sim/cosserat/laws/) are ``@njit(cache=True)``:
+The kernels (sim/spatial.py, sim/dynamics.py, sim/flexible_kernels.py, sim/aero.py, sim/hydro.py, sim/fused.py,
+sim/cosserat/kernels.py, sim/cosserat/passive_kernels.py and the strain laws of sim/cosserat/laws/) are
+``@njit(cache=True)``:
 numba compiles each one for the argument types it meets, the first time it meets them, and writes the machine
 code next to the source (``__pycache__/*.nbi`` index, ``*.nbc`` code). A later process loads that code in a
 fraction of a second. Without a warm-up the first simulation of a fresh installation pays the compile (about
@@ -42,8 +43,10 @@ COMPILE_ESTIMATE_S = 70
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
 ENTRY_KERNELS = (("sim.fused", "fused_run"), ("sim.fused", "pack_outputs"),  # fused_run: bound to the registry
-                 ("sim.fused", "normalize_quaternion"), ("sim.dynamics", "_kinematics_packed"),
-                 ("sim.dynamics", "_recursions_packed"), ("sim.dynamics", "_evaluate_packed"),
+                 ("sim.fused", "normalize_quaternion"), ("sim.fused", "pack_modal"),
+                 ("sim.dynamics", "_kinematics_packed"), ("sim.dynamics", "_recursions_packed"),
+                 ("sim.dynamics", "_evaluate_packed"), ("sim.flexible_kernels", "flex_forward"),
+                 ("sim.flexible_kernels", "flex_backward"),
                  ("sim.cosserat.kernels", "instant"), ("sim.cosserat.kernels", "guided_steps"),
                  ("sim.cosserat.kernels", "guided_head"), ("sim.cosserat.kernels", "head_from_point"),
                  ("sim.cosserat.kernels", "sweeping_head"), ("sim.cosserat.passive_kernels", "passive_steps"),
@@ -105,8 +108,6 @@ def exercise(model, dt: float) -> None:
     from sim.simulation import INTEGRATORS, Simulation
 
     for integrator in FUSED_METHODS:
-        if model.flexible is not None and integrator == "rosw":
-            continue    # modal bodies: RK4 and RK45 only (sim/flexible.py)
         fused = Simulation(model, integrator, dt)
         fused.outputs()
         fused.step()
@@ -114,8 +115,6 @@ def exercise(model, dt: float) -> None:
         fused.advance(2 * dt)
         fused.record(2, 1)
     for integrator in INTEGRATORS:
-        if model.flexible is not None and integrator == "rosw":
-            continue
         python = Simulation(model, integrator, dt, fused=False)
         python.step()
         python.outputs()

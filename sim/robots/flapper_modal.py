@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.aero import FITS, added_mass_tensor, quasi_steady_wrenches
+from sim.aero import FITS, added_mass_tensor
 from sim.flexible import FlexibleParts, ModalBody, beam_modes
 from sim.forces import ForceModel
 from sim.laws import Sinusoid
@@ -34,38 +34,37 @@ BLADE_TO_MODAL = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
 class SectionAero(ForceModel):
     """Quasi-steady lift/drag and added mass of sim/aero.py on the sections of modal wings: per unit span, at the
     centre of pressure ``cp_fraction * c`` behind the leading edge, written as section densities
-    (``data.f_sec``, ``data.M_sec``; sim/flexible.py). Parameters: ``bodies`` (modal body indices), per body
-    ``chord`` (n_s,) m at its sections and ``normal_sign`` (+1: e3 is the upper normal, -1: the lower one)."""
+    (``data.f_sec``, ``data.M_sec``; sim/flexible.py). Parameters: ``sections`` per wing the rows (n_s,) of its
+    sections in the packed section arrays (sim.flexible.FlexibleParts.section_rows), its ``chord`` (n_s,) m at
+    them and ``normal_sign`` (+1: e3 is the upper normal, -1: the lower one).
+
+    The kernel is the rigid blades' (sim.aero's registered "blade_aero"), run on the sections (``on_sections``):
+    each section is one strip of unit weight (a density per metre of span), its frame the blade frame with the
+    leading edge along e1 instead of z (the centre of pressure and the directions are given in it). ``apply`` (the
+    Python form, sim.forces.ForceModel) and the fused stepper call that one kernel."""
 
     name = "aero"
+    fused_kernel = "blade_aero"
+    on_sections = True
 
-    def __init__(self, bodies, chord, normal_sign, *, rho_air: float, cp_fraction: float, fit: str,
+    def __init__(self, sections, chord, normal_sign, *, rho_air: float, cp_fraction: float, fit: str,
                  added_mass_coefficient: float, with_added_mass: bool):
-        self.bodies = [int(j) for j in bodies]
-        self.half_rho = 0.5 * float(rho_air)
-        self.fit = FITS[fit]
-        self.geometry = []
-        for c, sign in zip(chord, normal_sign):
-            c = np.asarray(c, dtype=float)
-            n_s = c.shape[0]
-            cp = np.zeros((n_s, 1, 3))
-            cp[:, 0, 1] = -cp_fraction * c            # behind the leading edge, along -e2
-            t_dir = np.tile([0.0, 1.0, 0.0], (n_s, 1))
-            w_dir = np.tile([0.0, 0.0, float(sign)], (n_s, 1))
-            added = np.zeros((n_s, 6, 6))
-            if with_added_mass:
-                for s in range(n_s):
-                    added[s] = added_mass_tensor(cp[s], c[s:s + 1], np.ones(1), w_dir[s], rho_air,
-                                                 added_mass_coefficient)
-            self.geometry.append((np.arange(n_s), cp, c[:, None].copy(), np.ones((n_s, 1)), t_dir, w_dir, added,
-                                  np.zeros((n_s, 6))))
-
-    def apply(self, model, data, t: float) -> None:
-        for j, (index, cp, chord, weight, t_dir, w_dir, added, out) in zip(self.bodies, self.geometry):
-            quasi_steady_wrenches(data.eta_sec[j], index, cp, chord, weight, t_dir, w_dir, self.half_rho, self.fit,
-                                  out)
-            data.f_sec[j] += out
-            data.M_sec[j] += added
+        rows = [np.asarray(r, dtype=np.int64) for r in sections]
+        c = np.concatenate([np.asarray(ci, dtype=float).reshape(r.size) for ci, r in zip(chord, rows)])
+        sign = np.concatenate([np.full(r.size, float(si)) for si, r in zip(normal_sign, rows)])
+        n = c.size
+        cp = np.zeros((n, 1, 3))
+        cp[:, 0, 1] = -cp_fraction * c                # behind the leading edge, along -e2
+        t_dir = np.tile([0.0, 1.0, 0.0], (n, 1))
+        w_dir = np.zeros((n, 3))
+        w_dir[:, 2] = sign
+        added = np.zeros((n, 6, 6))
+        if with_added_mass:
+            for s in range(n):
+                added[s] = added_mass_tensor(cp[s], c[s:s + 1], np.ones(1), w_dir[s], rho_air, added_mass_coefficient)
+        self.pack(cp=cp, chord=c[:, None].copy(), weight=np.ones((n, 1)), t_dir=t_dir, w_dir=w_dir,
+                  half_rho=0.5 * float(rho_air), added_mass=added, wrenches=np.zeros((n, 6)),
+                  bodies=np.concatenate(rows), fit=FITS[fit])
 
 
 def wing_body(p: dict, chord, twist_stiffness, bend_stiffness) -> ModalBody:
@@ -103,9 +102,10 @@ def build(p: dict, path, *, thorax: np.ndarray, roots: dict, wing: ModalBody, ch
                              motion_law=Sinusoid(p["A"], omega, phase=-0.5 * math.pi, offset=p["phi0"]))
         bodies.append(j)
         strokes.append(j - 1)
-    chords = [chord(wing.X)] * 2
-    builder.add_force_model(SectionAero(bodies, chords, (1.0, -1.0), rho_air=p["rho_air"],
-                                        cp_fraction=p["cp_fraction"], fit=p["fit"],
+    parts = FlexibleParts({j: wing for j in bodies})
+    rows = parts.section_rows()
+    builder.add_force_model(SectionAero([rows[j] for j in bodies], [chord(wing.X)] * 2, (1.0, -1.0),
+                                        rho_air=p["rho_air"], cp_fraction=p["cp_fraction"], fit=p["fit"],
                                         added_mass_coefficient=p["k_a"], with_added_mass=p["added_mass"]))
     metadata = {
         "kind": "flapper", "wing_body": "modal", "name": p["name"],
@@ -120,7 +120,7 @@ def build(p: dict, path, *, thorax: np.ndarray, roots: dict, wing: ModalBody, ch
                    "about -e2 (toward the upper side > 0 on the right wing)"),
         "amplitudes": "semi-amplitudes (half peak-to-peak) of the fundamental harmonic",
     }
-    model = builder.build(metadata=metadata).replace(flexible=FlexibleParts({j: wing for j in bodies}))
+    model = builder.build(metadata=metadata).replace(flexible=parts)
     model.metadata["weight_N"] = (model.total_mass() + 2.0 * wing.mass()) * p["gravity"]
     return model
 
