@@ -391,12 +391,11 @@ def _kinematics_packed(parent, mf, buf):
                 v.eta, v.zeta)
 
 
-@njit(cache=True)
-def _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_in, gravity, base_mode, base_acc_in, use_laws):
-    """:func:`_recursions` on Model.kernel_floats and Data.buffer; ``use_laws`` False drops the joint laws."""
-    nb = parent.shape[0]
-    n = nb - 1
-    m, v = _model_views(nb, n, mf), _data_views(nb, n, buf)
+@njit(**_HOT_KERNEL)
+def _recursions_on_views(parent, m, v, actuated, qdd_in, tau_in, gravity, base_mode, base_acc_in, use_laws):
+    """:func:`_recursions` on the buffers' views (a ModelViews m, a DataViews v); ``use_laws`` False drops the joint
+    laws."""
+    n = parent.shape[0] - 1
     if use_laws:
         law_k, law_mu, law_r0 = m.law_k, m.law_mu, m.law_r0
     else:
@@ -404,6 +403,15 @@ def _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_in, gravity, base_
     _recursions(parent, m.joint_axis, m.inertia, actuated, law_k, law_mu, law_r0, v.q, v.qd, qdd_in, tau_in, gravity,
                 base_mode, base_acc_in, v.g, v.AdJ, v.eta, v.zeta, v.f_ext, v.f_gravity, v.M_added, v.Mstar, v.Pistar,
                 v.H, v.eta_d, v.qdd, v.tau, v.base_acc, v.base_wrench)
+
+
+@njit(cache=True)
+def _recursions_packed(parent, mf, buf, actuated, qdd_in, tau_in, gravity, base_mode, base_acc_in, use_laws):
+    """:func:`_recursions` on Model.kernel_floats and Data.buffer; ``use_laws`` False drops the joint laws."""
+    nb = parent.shape[0]
+    n = nb - 1
+    m, v = _model_views(nb, n, mf), _data_views(nb, n, buf)
+    _recursions_on_views(parent, m, v, actuated, qdd_in, tau_in, gravity, base_mode, base_acc_in, use_laws)
 
 
 @njit(**_HOT_KERNEL)
@@ -422,13 +430,7 @@ def _evaluate_packed(parent, mf, buf, base_pose, base_twist, q, qd, actuated, qd
     v.qd[:] = qd
     _kinematics(parent, m.joint_placement, m.joint_axis, v.q, v.qd, v.base_pose, v.base_twist, v.g, v.Xj, v.AdJ,
                 v.eta, v.zeta)
-    if use_laws:
-        law_k, law_mu, law_r0 = m.law_k, m.law_mu, m.law_r0
-    else:
-        law_k = law_mu = law_r0 = np.zeros(n)
-    _recursions(parent, m.joint_axis, m.inertia, actuated, law_k, law_mu, law_r0, v.q, v.qd, qdd_in, tau_in, gravity,
-                base_mode, base_acc_in, v.g, v.AdJ, v.eta, v.zeta, v.f_ext, v.f_gravity, v.M_added, v.Mstar, v.Pistar,
-                v.H, v.eta_d, v.qdd, v.tau, v.base_acc, v.base_wrench)
+    _recursions_on_views(parent, m, v, actuated, qdd_in, tau_in, gravity, base_mode, base_acc_in, use_laws)
     result = np.empty(12 + 2 * n)
     result[:6] = v.base_acc
     result[6:6 + n] = v.qdd
