@@ -130,6 +130,8 @@ def report(recording: Path, memory: dict, stats: Path, args) -> None:
     print(f"\nrecording: {sum(len(m) for m in raw.messages.values())} messages, damage {raw.damage or 'none'}")
     print(f"{'topic':14s} {'messages':>9s} {'missing in file':>16s} {'gaps counted':>13s}")
     for topic, messages in sorted(raw.messages.items()):
+        if raw.encodings.get(topic) != "msgpack":
+            continue        # the recorder's own Foxglove topics (JSON, no seq)
         seqs = np.array([msgpack.unpackb(bytes(m[2]), raw=False)["seq"] for m in messages])
         restart = np.nonzero(np.diff(seqs) < 0)[0] + 1          # a publisher restarted: its seq begins again
         segments = np.split(seqs, restart)
