@@ -86,9 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
     add_out(parser, "runs/<robot name>/", type=Path)
     parser.add_argument("--summary", type=Path, default=None, help="write a JSON summary of the run here")
-    parser.add_argument("--record-every", type=int, default=1, metavar="N",
-                        help="record the outputs every N steps (default 1: every step; recording costs about "
-                             "one extra dynamics evaluation per record on the Python path)")
+    parser.add_argument("--record-every", type=int, default=None, metavar="N",
+                        help="record the outputs every N steps (default: the robot file's [simulation] "
+                             "record_every, else 1: every step; recording costs about one extra dynamics "
+                             "evaluation per record on the Python path)")
     add_no_plots(parser)
     parser.add_argument("--periodic", action="store_true",
                         help="start from the periodic orbit: find the initial state whose motion repeats after one "
@@ -392,7 +393,7 @@ def find_periodic(args: argparse.Namespace, model, config: dict, module, integra
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.record_every < 1:
+    if args.record_every is not None and args.record_every < 1:
         raise ConfigError(None, "--record-every", f"got {args.record_every}, expected an integer >= 1")
     if args.trim and not args.periodic:
         raise ConfigError(None, "--trim", "applies only with --periodic")
@@ -412,7 +413,8 @@ def run(args: argparse.Namespace) -> int:
     if args.periodic:
         loaded = periodic_config(loaded)
     model, config, module, options, integrator, dt, duration = prepare(args, loaded)
-    options["record_every"] = args.record_every
+    record_every = 1 if args.record_every is None else args.record_every
+    options["record_every"] = record_every
     initial_state, orbit_summary = None, None
     if args.periodic and model.flexible is not None:
         raise ConfigError(path, None, "--periodic does not cover modal (flexible) bodies yet: their modal coordinates "
@@ -430,7 +432,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     refresh = PERIODIC_JACOBIAN_EVERY if args.periodic else None
     run_record = simulate(model, integrator, dt, duration, progress=not args.quiet, config=config,
-                          options=options, record_every=args.record_every, initial_state=initial_state,
+                          options=options, record_every=record_every, initial_state=initial_state,
                           jacobian_every=refresh)
     return write_outputs(args, run_record, module, orbit_summary)
 

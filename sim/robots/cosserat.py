@@ -229,7 +229,7 @@ def simulate_offline(config: dict, path, args, progress: bool):
         duration = sim_table["duration"]
     if not (duration > 0.0 and math.isfinite(duration)):
         raise ConfigError(None, "--duration/--periods", f"got {duration!r}, expected a positive time")
-    every = args.record_every if args.record_every != 1 else sim_table.get("record_every", 1)
+    every = sim_table.get("record_every", 1) if args.record_every is None else args.record_every
     steps = max(1, int(round(duration / dt)))
     bar = tqdm(total=steps, unit="step", disable=not progress, desc=f"sim {example.name}", mininterval=0.5)
     start = time.perf_counter()

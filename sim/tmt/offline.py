@@ -30,7 +30,7 @@ def check_options(args: argparse.Namespace, path, kind: str) -> float | None:
         if getattr(args, name, None) is not None:
             raise ConfigError(path, None, f"{flag} does not apply to robot kind {kind!r} (a TMT system integrated by "
                                           "DOP853 at rtol 1e-10; its sample interval and span are config keys)")
-    if getattr(args, "record_every", 1) != 1:
+    if getattr(args, "record_every", None) is not None:
         raise ConfigError(path, None, f"--record-every does not apply to robot kind {kind!r}")
     return getattr(args, "duration", None)
 

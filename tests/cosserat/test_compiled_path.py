@@ -122,9 +122,9 @@ def snake_summary(n_X: int, dt: float) -> dict:
     """`mms sim snake2d --summary` at (n_X, dt), recorded at 100 Hz, the full 10 s."""
     config = copy.deepcopy(load_toml(SNAKE2D))
     config["rod"]["n_X"] = n_X
-    config["simulation"]["record_every"] = max(1, round(0.01 / dt))     # the option's default 1 would not set it
+    config["simulation"]["record_every"] = max(1, round(0.01 / dt))
     args = argparse.Namespace(base=None, integrator=None, periodic=False, dt=dt, duration=None, periods=None,
-                              record_every=1)
+                              record_every=None)
     return summarize(simulate_offline(config, SNAKE2D, args, False))
 
 

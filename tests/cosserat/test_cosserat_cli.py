@@ -125,3 +125,17 @@ def test_every_shipped_robot_builds_with_the_spec_defaults():
         check_robot(config, path)
         example = build_example(config, path)
         assert example.rod.n_X == 200 and example.rod.length == 1.0
+
+
+def test_the_record_every_option_overrides_the_config_even_at_1():
+    """`--record-every 1` records every step of a robot whose file says record_every = 10; no option: the file's."""
+    path = CONFIGS / "earthworm.toml"
+    config = load_toml(path)
+    assert config["simulation"]["record_every"] == 10
+    times = {}
+    for option in (None, 1):
+        args = argparse.Namespace(base=None, integrator=None, periodic=False, dt=0.01, duration=0.1, periods=None,
+                                  record_every=option)
+        times[option] = simulate_offline(config, path, args, False).t
+    assert np.allclose(times[None], [0.0, 0.1])
+    assert np.allclose(times[1], np.arange(11) * 0.01)

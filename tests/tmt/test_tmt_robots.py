@@ -205,7 +205,7 @@ def test_clemens_projection_and_unstabilised_drift():
     def residual(**run) -> float:
         config = load_toml(ROBOTS / "clemens.toml")
         config["run"].update(mode="release", **run)
-        args = argparse.Namespace(duration=0.5, base=None, integrator=None, periods=None, dt=None, record_every=1)
+        args = argparse.Namespace(duration=0.5, base=None, integrator=None, periods=None, dt=None, record_every=None)
         return clemens.summarize(clemens.simulate_offline(config, ROBOTS / "clemens.toml", args, False)
                                  )["max_constraint_residual"]
 
