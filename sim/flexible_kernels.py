@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .dense_loops import mat_mat, mat_vec
 from .dynamics import _ad_inv, _joint_pose
 from .kernel_cache import discard_stale_kernels
 from .spatial import exp_so3
@@ -54,29 +55,6 @@ def _nu6(eta_s, xi, out):
     out[3] -= w1 * xi[5] - w2 * xi[4]
     out[4] -= w2 * xi[3] - w0 * xi[5]
     out[5] -= w0 * xi[4] - w1 * xi[3]
-
-
-@njit(cache=True)
-def _matvec6(M, x, out):
-    """out (6,) = M x for M (6, 6)."""
-    for a in range(6):
-        acc = 0.0
-        for b in range(6):
-            acc += M[a, b] * x[b]
-        out[a] = acc
-
-
-# The section loops' products are written out: through BLAS, each 6 x 6 product with its temporary costs several
-# times its arithmetic (per section, per evaluation).
-@njit(cache=True)
-def _product(X, Y, out):
-    """out (r, c) = X (r, k) Y (k, c)."""
-    for a in range(X.shape[0]):
-        for b in range(Y.shape[1]):
-            acc = 0.0
-            for c in range(X.shape[1]):
-                acc += X[a, c] * Y[c, b]
-            out[a, b] = acc
 
 
 @njit(cache=True)
@@ -180,11 +158,11 @@ def flex_forward(parent, axis, placement, modal_of, mode0, sec0, X, Psi, Xa, psi
             o = mode0[mj]
             for s in range(sec0[mj], sec0[mj + 1]):
                 _section(X[s], Psi[s], qe, qed, o, mode0[mj + 1] - o, G, sec_A[s], sec_J[s], xi)
-                _matvec6(sec_A[s], eta[j], sec_eta[s])
+                mat_vec(sec_A[s], eta[j], sec_eta[s])
                 for a in range(6):
                     sec_eta[s, a] += xi[a]
                 _nu6(sec_eta[s], xi, sec_nu[s])
-                _product(g[j], G, g_sec[s])
+                mat_mat(g[j], G, g_sec[s])
 
 
 @njit(cache=True)
@@ -262,14 +240,14 @@ def flex_backward(parent, axis, inertia, actuated, law_k, law_mu, law_r0, modal_
                     Mse[a, b] = Ms[s, a, b] + M_sec[s, a, b]
             for a in range(3):
                 ga[a] = g_sec[s, 0, a] * gravity[0] + g_sec[s, 1, a] * gravity[1] + g_sec[s, 2, a] * gravity[2]
-            _matvec6(Mse, sec_eta[s], Me)
+            mat_vec(Mse, sec_eta[s], Me)
             _minus_coad6(sec_eta[s], Me, P)
-            _matvec6(Mse, sec_nu[s], mnu)
+            mat_vec(Mse, sec_nu[s], mnu)
             for a in range(6):
                 fg = Ms[s, a, 0] * ga[0] + Ms[s, a, 1] * ga[1] + Ms[s, a, 2] * ga[2]
                 h[a] = mnu[a] + P[a] - f_sec[s, a] - fg
-            _product(Mse, A, MA)
-            _product(Mse, Js, MJ)
+            mat_mat(Mse, A, MA)
+            mat_mat(Mse, Js, MJ)
             _add_transposed_product(A, MA, ws, Mstar[j])
             _add_transposed_product(Js, MA, ws, C[j])
             _add_transposed_product(Js, MJ, ws, E[j])

@@ -12,7 +12,7 @@ from pathlib import Path
 #: Sources whose compiled code ends up inside the kernels (a kernel inlines the kernels it calls from other files,
 #: and the module constants it reads).
 KERNEL_SOURCES = ("spatial.py", "dynamics.py", "aero.py", "hydro.py", "fused.py", "integrators.py", "model.py",
-                  "plugins.py", "laws.py")
+                  "plugins.py", "laws.py", "flexible_kernels.py", "dense_loops.py")
 #: The Cosserat rod's kernels (sim/cosserat/kernels.py, the passive rod's sim/cosserat/passive_kernels.py and the
 #: strain laws compiled into them, sim/cosserat/laws/*.py) are a group of their own, cached in these folders
 #: (relative to sim/) and stamped in the first.
@@ -39,7 +39,8 @@ def kernel_sources_hash() -> str:
 def cosserat_sources() -> list[Path]:
     """The sources of the Cosserat kernel group (a new law file joins it by being in sim/cosserat/laws/)."""
     root = Path(__file__).parent / "cosserat"
-    return [root / "kernels.py", root / "passive_kernels.py", *sorted((root / "laws").glob("*.py"))]
+    return [root / "kernels.py", root / "passive_kernels.py", *sorted((root / "laws").glob("*.py")),
+            Path(__file__).parent / "dense_loops.py"]
 
 
 def discard_stale_kernels(cache_dir: Path | None = None) -> bool:

@@ -15,6 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..dense_loops import mat_mat, mat_vec
 from .laws import LEGENDRE, law_kernel
 
 #: As rod.MAGNUS_NODES and rod.SAME_ABSCISSA_M (numba reads module globals as compile-time constants).
@@ -144,18 +145,6 @@ def _exp_se3(W, out):
 
 
 @njit(cache=True)
-def _mm(A, B, out):
-    """out (n, n) = A @ B (any layouts)."""
-    n = A.shape[0]
-    for i in range(n):
-        for k in range(n):
-            acc = 0.0
-            for m in range(n):
-                acc += A[i, m] * B[m, k]
-            out[i, k] = acc
-
-
-@njit(cache=True)
 def _adjoints(g, Adk, Adk_inv, j):
     """Adk[j] = Ad(g^-1) = [[R^T, -R^T hat(p)], [0, R^T]] and Adk_inv[j] = Ad(g) = [[R, hat(p) R], [0, R]] of the
     pose g (4, 4) (lie.Ad_inv, lie.Ad)."""
@@ -201,7 +190,7 @@ def nodes(kind, params, actuated, length, n_X, t, cuts, end):
         for c in range(6):
             W[c] = 0.5 * h * (gauss[0, c] + gauss[1, c]) + MAGNUS_CROSS * (h ** 2) * cross[c]
         _exp_se3(W, step)
-        _mm(g_rel[j], step, g_rel[j + 1])
+        mat_mat(g_rel[j], step, g_rel[j + 1])
     Adk, Adk_inv = np.empty((N, 6, 6)), np.empty((N, 6, 6))
     for j in range(N):
         _adjoints(g_rel[j], Adk, Adk_inv, j)
@@ -255,19 +244,9 @@ def simpson_total(X, segments, f):
 
 
 @njit(cache=True)
-def _mv(A, x, out):
-    """out (6,) = A x, A (6, 6) in any layout."""
-    for i in range(6):
-        acc = 0.0
-        for k in range(6):
-            acc += A[i, k] * x[k]
-        out[i] = acc
-
-
-@njit(cache=True)
 def _mtv(A, x, out):
     """out (6,) = A^T x."""
-    _mv(A.T, x, out)
+    mat_vec(A.T, x, out)
 
 
 @njit(cache=True)
@@ -277,11 +256,11 @@ def _transported(X, segments, Adk, Adk_inv, source, head):
     N = X.size
     moved = np.empty((N, 6))
     for j in range(N):
-        _mv(Adk_inv[j], source[j], moved[j])
+        mat_vec(Adk_inv[j], source[j], moved[j])
     moved = cumulative_simpson(X, segments, moved, np.zeros((segments.shape[0], 6)))
     out = np.empty((N, 6))
     for j in range(N):
-        _mv(Adk[j], head + moved[j], out[j])
+        mat_vec(Adk[j], head + moved[j], out[j])
     return out
 
 
@@ -312,10 +291,10 @@ def head_from_point(kind, params, actuated, length, n_X, t, C, eta_C, etad_C):
     last = X.size - 1
     zero = np.zeros(6)
     eta_o, etad_o = np.empty(6), np.empty(6)
-    _mv(Adk_inv[last], eta_C - twists(X, segments, xi_t, Adk, Adk_inv, zero)[last], eta_o)
+    mat_vec(Adk_inv[last], eta_C - twists(X, segments, xi_t, Adk, Adk_inv, zero)[last], eta_o)
     eta = twists(X, segments, xi_t, Adk, Adk_inv, eta_o)
     zeta = accelerations(X, segments, xi_t, xi_tt, Adk, Adk_inv, eta, zero)
-    _mv(Adk_inv[last], etad_C - zeta[last], etad_o)
+    mat_vec(Adk_inv[last], etad_C - zeta[last], etad_o)
     return eta_o, etad_o, g_rel[last].copy()
 
 
@@ -439,7 +418,7 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     Rg = g_o[:3, :3]
     R = np.empty((3, 3))
     for j in range(N):
-        _mm(Rg, g_rel[j, :3, :3], R)
+        mat_mat(Rg, g_rel[j, :3, :3], R)
         for i in range(3):
             Fb[j, i] = Mc[0] * (R[0, i] * gravity[0] + R[1, i] * gravity[1] + R[2, i] * gravity[2])
     integrand = np.empty((N, 6))
@@ -507,7 +486,7 @@ def instant(kind, params, actuated, length, n_X, Mc, gravity, t, g_o, eta_o, eta
     etad = np.empty((N, 6))
     source = np.empty((N, 6))
     for j in range(N):
-        _mv(Adk[j], etad_o, etad[j])
+        mat_vec(Adk[j], etad_o, etad[j])
         etad[j] += zeta[j]
         _ad_transpose_times(eta[j], Mc * eta[j], bias)
         work[:] = Mc * etad[j] - bias - Fb[j]

@@ -15,30 +15,9 @@ import numpy as np
 from numba import njit
 
 from .kernels import (ALL_COMPONENTS, EPS, GAUSS_HIGH, GAUSS_LOW, LEGENDRE_KIND, MAGNUS_CROSS, _ad_times,
-                      _ad_transpose_times, _mm, _mv, _pose_rate, _quat_matrix, cumulative_simpson, nodes)
+                      _ad_transpose_times, _pose_rate, _quat_matrix, cumulative_simpson, nodes)
 from .laws.legendre import legendre_values
-
-
-@njit(cache=True)
-def _product(A, B, out):
-    """out (m, n) = A (m, k) @ B (k, n), any layouts (loops: at these sizes a BLAS call costs more than the
-    arithmetic)."""
-    for i in range(A.shape[0]):
-        for j in range(B.shape[1]):
-            acc = 0.0
-            for k in range(A.shape[1]):
-                acc += A[i, k] * B[k, j]
-            out[i, j] = acc
-
-
-@njit(cache=True)
-def _apply(A, x, out):
-    """out (m,) = A (m, k) @ x (k,), any layouts."""
-    for i in range(A.shape[0]):
-        acc = 0.0
-        for k in range(A.shape[1]):
-            acc += A[i, k] * x[k]
-        out[i] = acc
+from ..dense_loops import mat_mat, mat_vec
 
 
 @njit(cache=True)
@@ -114,12 +93,12 @@ def _dexp_rate(adW, c, W_dot, powers, z, out):
     K = c.size
     powers[0] = W_dot                           # ad_W^j W_dot
     for j in range(1, K - 1):
-        _mv(adW, powers[j - 1], powers[j])
+        mat_vec(adW, powers[j - 1], powers[j])
         _ad_times(W_dot, powers[j], z[j])
     out[:] = 0.0
     term = np.empty(6)
     for i in range(K - 3, -1, -1):
-        _mv(adW, out, term)
+        mat_vec(adW, out, term)
         for m in range(6):
             s = 0.0
             for j in range(1, K - 1 - i):
@@ -163,21 +142,21 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         h = X[j + 1] - X[j]
         _shape_functions(X[j] + GAUSS_LOW * h, length, free, modes, Phi1)
         _shape_functions(X[j] + GAUSS_HIGH * h, length, free, modes, Phi2)
-        _apply(Phi1, q, xi1)
-        _apply(Phi2, q, xi2)
+        mat_vec(Phi1, q, xi1)
+        mat_vec(Phi2, q, xi2)
         xi1[0] += 1.0                                       # the reference strain (1, 0, 0, 0, 0, 0)
         xi2[0] += 1.0
-        _apply(Phi1, q_dot, rate1)
-        _apply(Phi2, q_dot, rate2)
+        mat_vec(Phi1, q_dot, rate1)
+        mat_vec(Phi2, q_dot, rate2)
         magnus = MAGNUS_CROSS * h ** 2
         _ad_times(xi1, xi2, cross)
         W[:] = 0.5 * h * (xi1 + xi2) + magnus * cross
         _ad_matrix(xi1, ad1)
         _ad_matrix(xi2, ad2)
-        _product(ad1, Phi2, cross12)
-        _product(ad2, Phi1, cross21)
+        mat_mat(ad1, Phi2, cross12)
+        mat_mat(ad2, Phi1, cross21)
         B[j] = 0.5 * h * (Phi1 + Phi2) + magnus * (cross12 - cross21)
-        _apply(B[j], q_dot, W_dot[j])
+        mat_vec(B[j], q_dot, W_dot[j])
         _ad_times(rate1, rate2, cross)
         W_ddot[j] = 2.0 * magnus * cross
         _ad_matrix(W, adW[j])
@@ -197,25 +176,25 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
     T_W_dot, T_dot_W_dot, moved, relative, growth = np.empty(6), np.empty(6), np.empty(6), np.empty(6), np.empty(6)
     for j in range(N - 1):
         _dexp_matrix(adW[j], c, T)
-        _mv(T, W_dot[j], T_W_dot)
+        mat_vec(T, W_dot[j], T_W_dot)
         _dexp_rate(adW[j], c, W_dot[j], powers, z, T_dot_W_dot)
-        _mv(Adk_inv[j + 1], T_W_dot, moved)
+        mat_vec(Adk_inv[j + 1], T_W_dot, moved)
         u[j + 1] = u[j] + moved
-        _mv(Adk[j + 1], u[j + 1] - eta_o, relative)              # eta_rel at X_{j+1}
+        mat_vec(Adk[j + 1], u[j + 1] - eta_o, relative)              # eta_rel at X_{j+1}
         _ad_times(relative, T_W_dot, growth)
-        _mv(T, W_ddot[j], moved)
+        mat_vec(T, W_ddot[j], moved)
         growth += T_dot_W_dot + moved
-        _mv(Adk_inv[j + 1], growth, moved)
+        mat_vec(Adk_inv[j + 1], growth, moved)
         u_dot[j + 1] = u_dot[j] + moved
-        _product(Adk_inv[j + 1], T, to_head)
-        _product(to_head, B[j], step)
+        mat_mat(Adk_inv[j + 1], T, to_head)
+        mat_mat(to_head, B[j], step)
         J_strain[j + 1] = J_strain[j] + step
     # per node: eta, zeta, J = Ad(k) [I | J_strain] and the integrands of M, Q and the elastic term
     Rg = g_o[:3, :3]
     F_plus = np.zeros(6)
     R = np.empty((3, 3))
-    _mm(Rg, g_rel[N - 1, :3, :3], R)
-    _apply(R.T, tip_force, F_plus[:3])
+    mat_mat(Rg, g_rel[N - 1, :3, :3], R)
+    mat_vec(R.T, tip_force, F_plus[:3])
     mass = np.empty((N, n_v * n_v))
     force = np.empty((N, n_v))
     elastic = np.empty((N, n_q))
@@ -226,16 +205,16 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
     J_last = np.empty((6, n_v))
     for j in range(N):
         A = Adk[j]
-        _mv(A, u[j], eta)
-        _mv(A, u[j] - eta_o, relative)
-        _mv(A, u_dot[j], zeta)
+        mat_vec(A, u[j], eta)
+        mat_vec(A, u[j] - eta_o, relative)
+        mat_vec(A, u_dot[j], zeta)
         _ad_times(relative, eta, cross)
         zeta -= cross
         if free_head:
             Jj[:, :6] = A
-        _product(A, J_strain[j], Jj[:, head:])
+        mat_mat(A, J_strain[j], Jj[:, head:])
         _ad_transpose_times(eta, Mc * eta, bias)
-        _mm(Rg, g_rel[j, :3, :3], R)
+        mat_mat(Rg, g_rel[j, :3, :3], R)
         inertial[:] = Mc * zeta - bias
         for i in range(3):
             inertial[i] -= Mc[0] * (R[0, i] * gravity[0] + R[1, i] * gravity[1] + R[2, i] * gravity[2])
@@ -252,13 +231,13 @@ def passive_motion(length, n_X, Mc, gravity, H, free, modes, tip_force, free_hea
         _shape_functions(X[j], length, free, modes, Phi)
         for m in range(6):
             stress[m] = 0.0 - H[m] * (xi[j, m] - (1.0 if m == 0 else 0.0))
-        _apply(Phi.T, stress, elastic[j])
+        mat_vec(Phi.T, stress, elastic[j])
         if j == N - 1:
             J_last[:] = Jj
     no_jumps = np.zeros((segments.shape[0], n_v * n_v))
     M = cumulative_simpson(X, segments, mass, no_jumps)[N - 1].reshape((n_v, n_v))
     Q = np.empty(n_v)
-    _apply(J_last.T, F_plus, Q)
+    mat_vec(J_last.T, F_plus, Q)
     Q -= cumulative_simpson(X, segments, force, no_jumps[:, :n_v])[N - 1]
     Q[head:] += cumulative_simpson(X, segments, elastic, no_jumps[:, :n_q])[N - 1]
     return M, Q
