@@ -42,7 +42,7 @@ from sim.model import Data  # noqa: E402
 from sim.robots import load_robot  # noqa: E402
 from sim.robots.flapper import stable_dt  # noqa: E402
 from sim.simulation import Simulation  # noqa: E402
-from sim.spatial import inertia_parameters  # noqa: E402
+from sim.testing import to_pinocchio  # noqa: E402
 
 #: A candidate is accepted when every strain and stroke torque stays within this fraction of its peak.
 ACCURACY = 0.005
@@ -115,27 +115,6 @@ def deviation(ref, cand, model, period):
             worst, where = err, f"torque {model.joint_names[k]}"
     return worst, where
 
-
-def to_pinocchio(model):
-    """Equivalent pin.Model from our Model's arrays (free-flyer root for a floating base)."""
-    import pinocchio as pin
-    pm = pin.Model()
-    joint_of_body = [0]
-    if model.base_mode == "floating":
-        root = pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base")
-        joint_of_body[0] = root
-        m, c, I = inertia_parameters(model.inertia[0])
-        pm.appendBodyToJoint(root, pin.Inertia(m, c, I), pin.SE3.Identity())
-    for j in range(1, model.n_bodies):
-        X = model.joint_placement[j]
-        jid = pm.addJoint(joint_of_body[model.parent[j]],
-                          pin.JointModelRevoluteUnaligned(model.joint_axis[j, 3:]),
-                          pin.SE3(X[:3, :3], X[:3, 3]), model.joint_names[j - 1])
-        m, c, I = inertia_parameters(model.inertia[j])
-        pm.appendBodyToJoint(jid, pin.Inertia(m, c, I) if m > 0 else pin.Inertia.Zero(), pin.SE3.Identity())
-        joint_of_body.append(jid)
-    pm.gravity = pin.Motion(np.concatenate([model.gravity, np.zeros(3)]))
-    return pm
 
 
 def per_call(fn, repeat=5000, rounds=REPEATS):

@@ -3,12 +3,14 @@
 :func:`assert_paths_agree`: the fused numba RK4 path (sim/fused.py) and the Python path of :class:`Simulation`
 give the same state and outputs, to a relative tolerance of each signal's magnitude.
 :func:`assert_relatively_close`: two engines' (or two models') results agree relative to the reference's scale.
+:func:`to_pinocchio`: the same tree as a Pinocchio model.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from sim.simulation import Simulation
+from sim.spatial import inertia_parameters
 
 #: The two paths run the same operations: agreement to rounding.
 FUSED_RTOL = 1e-12
@@ -39,3 +41,26 @@ def assert_relatively_close(ours, theirs, what: str, rtol: float) -> None:
     scale = max(1.0, float(np.abs(theirs).max()))
     error = float(np.abs(np.asarray(ours) - np.asarray(theirs)).max()) / scale
     assert error < rtol, f"{what}: relative error {error:.3e}"
+
+
+def to_pinocchio(model):
+    """An equivalent ``pin.Model`` built from our Model's arrays (free-flyer root for a floating base): the
+    independent reference of the tests and benchmarks (Pinocchio is a test extra, imported here only)."""
+    import pinocchio as pin
+
+    pm = pin.Model()
+    joint_of_body = [0]
+    if model.base_mode == "floating":
+        root = pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base")
+        joint_of_body[0] = root
+        m, c, I = inertia_parameters(model.inertia[0])
+        pm.appendBodyToJoint(root, pin.Inertia(m, c, I), pin.SE3.Identity())
+    for j in range(1, model.n_bodies):
+        X = model.joint_placement[j]
+        jid = pm.addJoint(joint_of_body[model.parent[j]], pin.JointModelRevoluteUnaligned(model.joint_axis[j, 3:]),
+                          pin.SE3(X[:3, :3], X[:3, 3]), model.joint_names[j - 1])
+        m, c, I = inertia_parameters(model.inertia[j])
+        pm.appendBodyToJoint(jid, pin.Inertia(m, c, I) if m > 0 else pin.Inertia.Zero(), pin.SE3.Identity())
+        joint_of_body.append(jid)
+    pm.gravity = pin.Motion(np.concatenate([model.gravity, np.zeros(3)]))
+    return pm

@@ -20,6 +20,7 @@ from sim.robots import build_robot
 from sim.robots.flapper import stable_dt, summarize
 from sim.simulation import Simulation
 from sim.spatial import inertia_parameters
+from sim.testing import to_pinocchio
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "robots" / "flapper.toml"
 
@@ -32,25 +33,6 @@ def config(**changes):
         table[section][key] = value
     return table
 
-
-def to_pinocchio(model):
-    """An equivalent pin.Model built from our Model's arrays (free-flyer root for a floating base)."""
-    pm = pin.Model()
-    joint_of_body = [0]
-    if model.base_mode == "floating":
-        root = pm.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), "base")
-        joint_of_body[0] = root
-        m, c, I = inertia_parameters(model.inertia[0])
-        pm.appendBodyToJoint(root, pin.Inertia(m, c, I), pin.SE3.Identity())
-    for j in range(1, model.n_bodies):
-        X = model.joint_placement[j]
-        jid = pm.addJoint(joint_of_body[model.parent[j]], pin.JointModelRevoluteUnaligned(model.joint_axis[j, 3:]),
-                          pin.SE3(X[:3, :3], X[:3, 3]), model.joint_names[j - 1])
-        m, c, I = inertia_parameters(model.inertia[j])
-        pm.appendBodyToJoint(jid, pin.Inertia(m, c, I) if m > 0 else pin.Inertia.Zero(), pin.SE3.Identity())
-        joint_of_body.append(jid)
-    pm.gravity = pin.Motion(np.concatenate([model.gravity, np.zeros(3)]))
-    return pm
 
 
 def pin_configuration(model, out):
