@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import bisect
 import io
+import os
 import struct
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -141,6 +143,50 @@ def decompress_chunk(buf, fields: ChunkFields) -> bytes:
     if fields.crc and zlib.crc32(data) != fields.crc:
         raise Damaged(CRC_MISMATCH, f"CRC32 of the records 0x{zlib.crc32(data):08x}, the chunk says 0x{fields.crc:08x}")
     return data
+
+
+#: chunks decompressed ahead of the walk (about 4 MB each uncompressed: the memory this holds beside the walk)
+PREFETCH_CHUNKS = 4
+
+
+class ChunkPrefetch:
+    """The chunks the summary indexes, decompressed and CRC-checked ahead of the walk in threads (zstd and CRC32 do
+    not hold the interpreter: on a multi-core machine the next chunks are opened while the walk parses this one).
+    A chunk asked for with other fields than the prefetch read, or not indexed, is decompressed by the caller; a
+    prefetched chunk's ``Damaged`` is raised to the caller as if it had decompressed it itself."""
+
+    def __init__(self, buf, size: int, summary: Summary | None, threads: int | None = None):
+        self.buf, self.size = buf, size
+        self.starts = summary.chunk_starts if summary is not None else []
+        threads = threads if threads is not None else min(2, (os.cpu_count() or 1) - 1)
+        self.pool = ThreadPoolExecutor(threads) if threads > 0 and len(self.starts) > 1 else None
+        self.pending: dict[int, Future] = {}
+
+    def _open(self, offset: int) -> tuple[ChunkFields | None, bytes | None]:
+        fields = chunk_fields(self.buf, offset, self.size)
+        return fields, (decompress_chunk(self.buf, fields) if fields is not None else None)
+
+    def records(self, offset: int, fields: ChunkFields) -> bytes:
+        """The uncompressed records of the chunk at ``offset`` (``fields``: :func:`chunk_fields` there)."""
+        if self.pool is None:
+            return decompress_chunk(self.buf, fields)
+        at = bisect.bisect_right(self.starts, offset)
+        for start in self.starts[at:at + PREFETCH_CHUNKS]:
+            if start not in self.pending:
+                self.pending[start] = self.pool.submit(self._open, start)
+        future = self.pending.pop(offset, None)
+        if future is None:
+            return decompress_chunk(self.buf, fields)
+        prefetched, data = future.result()
+        return data if prefetched == fields else decompress_chunk(self.buf, fields)
+
+    def close(self) -> None:
+        """Stop the threads (before the buffer they read is closed); chunks not asked for are dropped."""
+        if self.pool is not None:
+            for future in self.pending.values():
+                future.cancel()
+            self.pool.shutdown(wait=True)
+            self.pending.clear()
 
 
 def read_record_body(cls, buf, start: int, end: int):
@@ -304,6 +350,16 @@ def walk(buf, size: int, summary: Summary | None, on_chunk: Callable[[int, bytes
     body_end)`` every other record (it raises ``Malformed`` for a body that does not parse). ``progress(offset)``
     is called now and then with the position reached.
     """
+    prefetch = ChunkPrefetch(buf, size, summary)
+    try:
+        return _walk(buf, size, summary, on_chunk, on_record, progress, stop_at_data_end, prefetch)
+    finally:
+        prefetch.close()
+
+
+def _walk(buf, size: int, summary: Summary | None, on_chunk, on_record, progress, stop_at_data_end: bool,
+          prefetch: ChunkPrefetch) -> WalkResult:
+    """:func:`walk`, its chunks opened by ``prefetch``."""
     result = WalkResult()
     closed = footer_offset(buf, size) is not None   # a footer says the file was not cut short
     position = len(MAGIC)
@@ -337,7 +393,8 @@ def walk(buf, size: int, summary: Summary | None, on_chunk: Callable[[int, bytes
                 failed, failure_reason = position, (f"{_opcode_name(opcode)} record of {length} bytes would swallow "
                                                     "a record the summary knows: its length is wrong")
             elif opcode == Opcode.CHUNK:
-                chunk_end = _read_chunk(buf, position, size, summary, on_chunk, lose_chunk, visited_chunks)
+                chunk_end = _read_chunk(buf, position, size, summary, on_chunk, lose_chunk, visited_chunks,
+                                        prefetch)
                 if chunk_end is not None:
                     position = chunk_end
                     continue
@@ -390,7 +447,7 @@ def _swallows_a_known_record(summary: Summary, start: int, end: int) -> bool:
 
 
 def _read_chunk(buf, position: int, size: int, summary: Summary | None, on_chunk, lose_chunk,
-                visited: set[int]) -> int | None:
+                visited: set[int], prefetch: ChunkPrefetch) -> int | None:
     """Read one Chunk record; returns its end, where the walk goes on, or None when its fields cannot be trusted
     (then neither can its length)."""
     fields = chunk_fields(buf, position, size)
@@ -398,7 +455,7 @@ def _read_chunk(buf, position: int, size: int, summary: Summary | None, on_chunk
     if fields is None or (index is not None and index.chunk_length != fields.end - position):
         return None
     try:
-        on_chunk(position, decompress_chunk(buf, fields))
+        on_chunk(position, prefetch.records(position, fields))
     except Damaged as exc:
         lose_chunk(position, fields.end, exc.kind, str(exc))
         return fields.end

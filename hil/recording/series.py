@@ -494,8 +494,11 @@ def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> 
     return builder, malformed
 
 
-#: shapes tried per batch; the messages none of them matches are decoded one by one (a topic whose payloads keep
-#: changing shape, or have one the columnar decode does not read, costs a few templates per batch, not one each)
+#: shapes found per batch, and as many messages without one tried; the messages none of them matches are decoded one
+#: by one (a topic whose payloads keep changing shape, or have one the columnar decode does not read, costs a few
+#: templates per batch, not one each). The two budgets are apart because a real run's start spends both: a device
+#: clock crossing 2^16 us puts two integer widths in one frame's list (no shape) in the same first batch where seq
+#: outgrows a fixint and a byte (three shapes); one budget for both sent the rest of that batch one by one.
 SHAPES_PER_BATCH = 4
 #: payload keys the clocks of the rows are made of, decoded whatever keys are asked for
 _CLOCK_KEYS = frozenset(("stamp_ns", "device_us", "host_ns"))
@@ -522,14 +525,15 @@ def _fill_batch(builder: _TableBuilder, batch: list) -> int:
     lengths = np.array([len(message[2]) for message in batch], dtype=np.int64)
     shapes: list[_Shaped] = []
     one_by_one: list = []
-    malformed = tries = position = 0
+    malformed = failed = position = 0
     while position < len(batch):
         shaped = next((s for s in shapes if s.matches[position]), None)
-        if shaped is None and tries < SHAPES_PER_BATCH:
-            tries += 1
+        if shaped is None and len(shapes) < SHAPES_PER_BATCH and failed < SHAPES_PER_BATCH:
             shaped = _shape_at(batch, lengths, position, telemetry)
             if shaped is not None:
                 shapes.append(shaped)
+            else:
+                failed += 1
         if shaped is None:
             one_by_one.append(batch[position])
             position += 1

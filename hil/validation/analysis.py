@@ -66,6 +66,13 @@ def median_rate(t: np.ndarray) -> float:
     return float(1.0 / np.median(dt))
 
 
+def grid_rate(rate_sim_hz: float, rate_meas_hz: float, frequency_hz: float | None) -> float:
+    """The default grid rate (Hz) of :func:`compare` for signals sampled at the median rates ``rate_sim_hz`` and
+    ``rate_meas_hz``: the lower one, and at most GRID_SAMPLES_PER_CYCLE per cycle of ``frequency_hz`` if known."""
+    rate = min(rate_sim_hz, rate_meas_hz)
+    return rate if frequency_hz is None else min(rate, GRID_SAMPLES_PER_CYCLE * frequency_hz)
+
+
 def common_grid(t_a: np.ndarray, t_b: np.ndarray, rate_hz: float, skip_s: float = 0.0,
                 window: tuple[float, float] | None = None) -> np.ndarray:
     """Uniform times (m,) s at ``rate_hz`` over the overlap of ``t_a`` and ``t_b`` (both (n,) s, sorted),
@@ -348,9 +355,7 @@ def compare(t_sim: np.ndarray, x_sim: np.ndarray, t_meas: np.ndarray, x_meas: np
     t_sim, x_sim = np.asarray(t_sim, float), np.asarray(x_sim, float)
     t_meas, x_meas = np.asarray(t_meas, float), np.asarray(x_meas, float)
     if grid_hz is None:
-        grid_hz = min(median_rate(t_sim), median_rate(t_meas))
-        if frequency_hz is not None:
-            grid_hz = min(grid_hz, GRID_SAMPLES_PER_CYCLE * frequency_hz)
+        grid_hz = grid_rate(median_rate(t_sim), median_rate(t_meas), frequency_hz)
     t = common_grid(t_sim, t_meas, grid_hz, skip_s, window)
     if len(t) < 8:
         raise ValueError("fewer than 8 common samples")

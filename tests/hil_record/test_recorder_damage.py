@@ -104,6 +104,18 @@ def _damaged(tmp_path, recording: Recording, edit) -> object:
     return read_recording(path)
 
 
+def _middle_chunk_flipped(tmp_path, recording: Recording):
+    """The recording read with FLIPPED_BYTES inverted in the middle of its middle chunk; that chunk (start, end,
+    messages) and where the flipped bytes start."""
+    chunk = recording.middle_chunk()
+    flip_at = (chunk[0] + chunk[1]) // 2
+
+    def flip(data):
+        for i in range(FLIPPED_BYTES):
+            data[flip_at + i] ^= 0xFF
+    return _damaged(tmp_path, recording, flip), chunk, flip_at
+
+
 def _read(raw) -> list[tuple[str, int]]:
     """Every message read, as (topic, seq), sorted (a comparison of these lists counts every message)."""
     return sorted((topic, msgpack.unpackb(bytes(payload))["seq"])
@@ -120,13 +132,7 @@ def test_an_intact_recording_has_no_damage(zstd_recording, tmp_path):
 @pytest.mark.parametrize("which", ["plain", "zstd"])
 def test_flipped_bytes_in_a_middle_chunk_lose_that_chunk_only(which, plain_recording, zstd_recording, tmp_path):
     recording = plain_recording if which == "plain" else zstd_recording
-    start, end, lost = recording.middle_chunk()
-    flip_at = (start + end) // 2
-
-    def flip(data):
-        for i in range(FLIPPED_BYTES):
-            data[flip_at + i] ^= 0xFF
-    raw = _damaged(tmp_path, recording, flip)
+    raw, (start, _, lost), flip_at = _middle_chunk_flipped(tmp_path, recording)
     # uncompressed records fail their CRC; a zstd stream fails to decompress or decompresses to other bytes
     kinds = {CRC_MISMATCH} if which == "plain" else {CRC_MISMATCH, DECOMPRESSION_ERROR}
     assert len(raw.damage) == 1, raw.damage
@@ -218,3 +224,18 @@ def test_export_of_a_damaged_recording_says_what_was_lost_and_exits_3(zstd_recor
         assert f"{topic}: {rows} rows written from {rows} messages of {expected} in the file" in result.stderr
         with open(tmp_path / "csv" / f"{topic.replace('/', '_')}.csv") as handle:
             assert sum(1 for _ in handle) == rows + 1, "header + one row per message kept"
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_chunks_opened_ahead_read_as_chunks_opened_in_turn(threads, zstd_recording, tmp_path, monkeypatch):
+    """The chunks decompressed ahead of the walk in threads (salvage.ChunkPrefetch) give what the walk gets opening
+    each chunk itself, a damaged one included (its loss raised from the thread, reported at its turn); forced on
+    and off here, whatever the number of cores."""
+    from hil.recording import salvage
+
+    opened = salvage.ChunkPrefetch.__init__
+    monkeypatch.setattr(salvage.ChunkPrefetch, "__init__",
+                        lambda self, buf, size, summary: opened(self, buf, size, summary, threads=threads))
+    raw, (start, _, lost), flip_at = _middle_chunk_flipped(tmp_path, zstd_recording)
+    assert [(entry["offset"], entry["messages_lost"]) for entry in raw.damage] == [(start, len(lost))]
+    assert _read(raw) == sorted(zstd_recording.kept(flip_at, flip_at + FLIPPED_BYTES))

@@ -125,3 +125,34 @@ def test_the_recorder_reads_seq_and_stamp_by_shape_as_one_by_one():
     assert sorted(known) == list(range(len(states)))
     assert known == {i: _seq_and_stamp(pending[i][0][1]) for i in known}
     assert known[0] == (1000, states[0]["stamp_ns"])
+
+
+def test_a_run_start_of_shapeless_frames_and_seq_widths_leaves_only_those_frames_one_by_one(tmp_path, monkeypatch):
+    """The start of a real run: the device clock crosses 2^16 us inside a frame (two integer widths in one list:
+    no shape) while seq outgrows a fixint and a byte (three shapes) in the same first batch. Only the shapeless
+    frames go the message-by-message way (a single budget for shapes and misses sent the rest of the batch), and
+    the table is the reference path's."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "start.mcap"
+    writer = RecordingWriter(path, overwrite=True)
+    frames = 600                                   # seq 0..599: fixint, uint8 and uint16 in one batch
+    for k in range(frames):
+        frame = _telemetry(k, rng)
+        frame["device_us"] = [60_000 + (k * FRAME + i) * 100 for i in range(FRAME)]   # crosses 65 535 at k = 5
+        writer.add(TOPIC_HW_TELEMETRY, msgpack.packb(frame), frame["stamp_ns"] + 5, frame["stamp_ns"], k)
+    writer.close()
+    recording = read_recording(path)
+    shapeless = [k for k, (_, _, data) in enumerate(recording.messages[TOPIC_HW_TELEMETRY])
+                 if template(data, msgpack.unpackb(data), matrices=True) is None]
+    assert shapeless == [5], "the frame whose device clock crosses 2^16 us has no shape"
+    one_by_one = []
+    decode_one_by_one = series._fill_one_by_one
+    monkeypatch.setattr(series, "_fill_one_by_one",
+                        lambda builder, messages: one_by_one.extend(messages) or decode_one_by_one(builder, messages))
+    fast = series.build_tables(recording).tables[TOPIC_HW_TELEMETRY]
+    assert len(one_by_one) == len(shapeless)
+    monkeypatch.setattr(series, "SHAPES_PER_BATCH", 0)  # the message-by-message path
+    reference = series.build_tables(recording).tables[TOPIC_HW_TELEMETRY]
+    assert list(fast.columns) == list(reference.columns)
+    for name, values in reference.columns.items():
+        np.testing.assert_array_equal(fast.columns[name], values, err_msg=name)
