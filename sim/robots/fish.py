@@ -10,7 +10,8 @@ with its parent). Joints: revolute about z at the slice boundaries.
   between the slices' centres) for ``h = a(X) sin(2 pi (X / lambda - f t))``, ``a(X)/L = 0.02 - 0.0825 X/L +
   0.1625 (X/L)^2`` scaled so that ``a(L)`` is the tail amplitude, ramped in over ``ramp_cycles`` beats (a
   :class:`sim.laws.RampedSinusoid` per joint: the fused stepper runs it).
-- ``drive = "passive"``: visco-elastic joints ``k = E I(X_k) / D`` (``I = pi b a^3 / 4``), damping ``c``.
+- ``drive = "passive"``: visco-elastic joints ``k = E I(X_k) / D``, ``mu = c I(X_k) / D`` (``I = pi b a^3 / 4``; E the
+  Young's modulus, c the tissue's viscosity: a Kelvin-Voigt body, the spec's GEA joint law).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from sim.laws import RampedSinusoid, ViscoElastic
 from sim.lighthill import FLOW_KINDS, flow_vector, gauss_points, shedding_frequency, slices_model
 from sim.model import Model, ModelBuilder
 from sim.robots.raybot import BASE_MODES, MAX_FORCE_COEFFICIENT
-from sim.robots.schema import (SIMULATION, damping, density, frequency_hz, length, position, robot_table)
+from sim.robots.schema import (SIMULATION, density, frequency_hz, length, position, robot_table)
 from sim.spatial import spatial_inertia
 from sim.summary import base_motion, steady_state_warnings
 from sim.swimming import dominant_frequency, steady_window, swim_figures as swimmer_figures, tail_tip_positions
@@ -36,6 +37,8 @@ ENVELOPE = (0.02, -0.0825, 0.1625)
 MAX_SLICES = 200
 #: Largest Young's modulus of a passive body, Pa (stiffer than rubber by far; a fish is ~1e5).
 MAX_YOUNG_MODULUS_PA = 1e9
+#: Largest tissue viscosity of a passive body, Pa s (a Kelvin-Voigt retardation time c / E of 1 s at the largest E).
+MAX_VISCOSITY_PA_S = 1e9
 #: Fastest ambient stream, m/s.
 MAX_STREAM_M_S = 20.0
 
@@ -59,7 +62,9 @@ def config_schema(config: dict, path) -> dict:
         "muscle": table({"drive": one_of(*DRIVES), "frequency_Hz": frequency_hz(0.0),
                          "tail_amplitude_m": length(0.0), "wavelength_m": length(), "ramp_cycles": number(0.0, 1e3),
                          "young_modulus_Pa": number(0.0, MAX_YOUNG_MODULUS_PA),
-                         "damping_N_m_s_rad": damping()}, ["drive"]),
+                         "viscosity_Pa_s": number(0.0, MAX_VISCOSITY_PA_S,
+                                                  expected=f"a viscosity in [0, {MAX_VISCOSITY_PA_S:g}] Pa s")},
+                      ["drive"]),
         "flow": table({"kind": one_of(*FLOW_KINDS), "stream_m_s": number(-MAX_STREAM_M_S, MAX_STREAM_M_S),
                        "cylinder_diameter_m": length(), "street_x0_m": position(), "street_y0_m": position(),
                        "domain_x_m": span, "domain_y_m": span}, ["kind"]),
@@ -83,7 +88,7 @@ def read_parameters(config: dict, path=None) -> dict:
          "frequency": float(muscle.get("frequency_Hz", 0.0)), "tail_amplitude": float(muscle.get("tail_amplitude_m", 0.0)),
          "wavelength": float(muscle.get("wavelength_m", body["length_m"])),
          "ramp_cycles": float(muscle.get("ramp_cycles", 2.0)), "young_modulus": float(muscle.get("young_modulus_Pa", 0.0)),
-         "joint_damping": float(muscle.get("damping_N_m_s_rad", 0.0)), "flow_kind": flow["kind"],
+         "viscosity": float(muscle.get("viscosity_Pa_s", 0.0)), "flow_kind": flow["kind"],
          "stream": float(flow.get("stream_m_s", 0.0)), "diameter": float(flow.get("cylinder_diameter_m", 0.0)),
          "street": (float(flow.get("street_x0_m", 0.0)), float(flow.get("street_y0_m", 0.0))),
          "domain": tuple(flow.get("domain_x_m", (-math.inf, math.inf))) + tuple(flow.get("domain_y_m", (-math.inf, math.inf))),
@@ -174,11 +179,12 @@ def build(config: dict, path=None) -> Model:
         placement = np.eye(4)
         placement[0, 3] = -delta
         a, b = axes(k * delta)
-        stiffness = p["young_modulus"] * math.pi * b * a ** 3 / 4.0 / delta
+        area_moment = math.pi * b * a ** 3 / 4.0            # m^4, about the dorsal axis
         builder.add_body(f"slice_{k}", f"slice_{k - 1}", joint_name=f"joint_{k}", axis=(0.0, 0.0, 1.0),
                          placement=placement, inertia=slice_inertia(rho, axes, k * delta, (k + 1) * delta),
                          actuated=laws is not None, motion_law=laws[k - 1] if laws is not None else None,
-                         joint_law=None if laws is not None else ViscoElastic(stiffness, p["joint_damping"], 0.0))
+                         joint_law=None if laws is not None else ViscoElastic(
+                             p["young_modulus"] * area_moment / delta, p["viscosity"] * area_moment / delta, 0.0))
     flow = flow_vector(p["flow_kind"], stream=p["stream"], diameter=p["diameter"], x0=p["street"][0],
                        y0=p["street"][1], domain=p["domain"])
     builder.add_force_model(slices_model(rho, [(k, k * delta, (k + 1) * delta) for k in range(n)], axes,
