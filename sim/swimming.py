@@ -154,3 +154,47 @@ def dominant_frequency(t: np.ndarray, signal: np.ndarray, padding: int = 1) -> f
     spectrum = np.abs(np.fft.rfft(x * np.hanning(x.size), n=size))
     freqs = np.fft.rfftfreq(size, d=float(t[1] - t[0]))
     return float(freqs[1:][np.argmax(spectrum[1:])])
+
+
+def swing_frequency(t: np.ndarray, signal: np.ndarray, hysteresis: float) -> float:
+    """Full swings per second (Hz) of ``signal`` (T,) sampled at ``t`` (T,) s: its mean and linear trend removed,
+    the number of passages from below ``-h`` to above ``+h`` (``h = hysteresis`` times its RMS: jitter about the
+    mean is not a swing) over the record's duration. A sinusoid of frequency f gives f; unlike a spectral peak it
+    is a mean over every swing, so it converges for an irregular (chaotic) signal. 0 for fewer than 4 samples."""
+    if t.size < 4:
+        return 0.0
+    x = signal - np.polyval(np.polyfit(t, signal, 1), t)
+    h = hysteresis * float(np.sqrt(np.mean(x * x)))
+    swings, below = 0, False
+    for value in x:
+        if value < -h:
+            below = True
+        elif value > h and below:
+            swings += 1
+            below = False
+    return swings / float(t[-1] - t[0])
+
+
+def band_power_fraction(t: np.ndarray, signal: np.ndarray, f_low: float, f_high: float, segment_s: float) -> float:
+    """Fraction of the variance of ``signal`` (T,) sampled at ``t`` (T,) s (uniform) between ``f_low`` and
+    ``f_high`` Hz: Welch's estimate (Hann segments of ``segment_s`` s or the whole record, half overlapping, each
+    detrended). 0 for fewer than 4 samples or a constant signal."""
+    from scipy.signal import welch
+
+    if t.size < 4:
+        return 0.0
+    rate = 1.0 / float(t[1] - t[0])
+    per_segment = min(t.size, max(4, int(round(segment_s * rate))))
+    f, power = welch(signal, fs=rate, nperseg=per_segment, detrend="linear")
+    total = float(power[1:].sum())
+    return float(power[(f >= f_low) & (f <= f_high)].sum()) / total if total > 0.0 else 0.0
+
+
+def batch_mean_error(values: np.ndarray, batches: int) -> float:
+    """Standard error of the mean of a correlated series ``values`` (T,) by batch means: the series cut into
+    ``batches`` equal parts (each longer than its correlation time), the standard deviation of their means over
+    sqrt(batches). NaN for fewer than 2 batches."""
+    if batches < 2 or values.size < batches:
+        return math.nan
+    means = np.array([part.mean() for part in np.array_split(values, batches)])
+    return float(np.std(means, ddof=1) / math.sqrt(batches))
