@@ -41,20 +41,20 @@ def heading(quat: np.ndarray) -> np.ndarray:
     return axis / norm if norm > 0.0 else np.array([1.0, 0.0])
 
 
-def _rotation_about(axis: np.ndarray, angle: float) -> np.ndarray:
-    """Rotation matrix (3, 3) of ``angle`` rad about the unit ``axis`` (3,) (Rodrigues)."""
+def _rotations_about(axis: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """Rotation matrices (T, 3, 3) of ``angles`` (T,) rad about the unit ``axis`` (3,) (Rodrigues)."""
     x, y, z = axis
-    c, s = math.cos(angle), math.sin(angle)
+    c, s = np.cos(angles), np.sin(angles)
     C = 1.0 - c
-    return np.array([[c + x * x * C, x * y * C - z * s, x * z * C + y * s],
-                     [y * x * C + z * s, c + y * y * C, y * z * C - x * s],
-                     [z * x * C - y * s, z * y * C + x * s, c + z * z * C]])
+    return np.stack([np.stack([c + x * x * C, x * y * C - z * s, x * z * C + y * s], axis=-1),
+                     np.stack([y * x * C + z * s, c + y * y * C, y * z * C - x * s], axis=-1),
+                     np.stack([z * x * C - y * s, z * y * C + x * s, c + z * z * C], axis=-1)], axis=-2)
 
 
 def tail_tip_positions(model: Model, base_pos: np.ndarray, base_quat: np.ndarray, q: np.ndarray) -> np.ndarray:
     """World positions (T, 3) m of the trailing edge (``model.metadata["tail_tip"]``) from recorded base
     positions (T, 3), base quaternions (T, 4) (w, x, y, z) and joint positions (T, n), by forward kinematics along
-    the revolute chain from the base."""
+    the revolute chain from the base (all samples at once)."""
     body_name, tip_pose = model.metadata["tail_tip"]
     chain = []
     j = model.body_names.index(body_name)
@@ -62,17 +62,17 @@ def tail_tip_positions(model: Model, base_pos: np.ndarray, base_quat: np.ndarray
         chain.append(j)
         j = int(model.parent[j])
     chain.reverse()
-    out = np.empty((len(q), 3))
-    for i in range(len(q)):
-        g = np.eye(4)
-        g[:3, :3] = quat_to_matrix(np.asarray(base_quat[i], dtype=float) / np.linalg.norm(base_quat[i]))
-        g[:3, 3] = base_pos[i]
-        for j in chain:
-            joint = np.eye(4)
-            joint[:3, :3] = _rotation_about(model.joint_axis[j, 3:], float(q[i, j - 1]))
-            g = g @ model.joint_placement[j] @ joint
-        out[i] = (g @ tip_pose)[:3, 3]
-    return out
+    quat = np.asarray(base_quat, dtype=float)
+    g = np.zeros((len(q), 4, 4))
+    g[:, :3, :3] = [quat_to_matrix(row / np.linalg.norm(row)) for row in quat]
+    g[:, :3, 3] = base_pos
+    g[:, 3, 3] = 1.0
+    joint = np.zeros_like(g)
+    joint[:, 3, 3] = 1.0
+    for j in chain:
+        joint[:, :3, :3] = _rotations_about(model.joint_axis[j, 3:], np.asarray(q, dtype=float)[:, j - 1])
+        g = g @ model.joint_placement[j] @ joint
+    return (g @ tip_pose)[:, :3, 3]
 
 
 def lighthill_models(model: Model) -> list:
