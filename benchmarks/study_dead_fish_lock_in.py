@@ -120,7 +120,7 @@ def part_order(model) -> None:
     tips = {}
     for dt in (1e-3, 5e-4, 2.5e-4, 1.25e-4):
         t, out, _ = run(model, "rk4", dt, max(times))
-        tips[dt] = trailing_edge(model, out)[np.searchsorted(t, times)]
+        tips[dt] = trailing_edge(model, out)[[int(np.argmin(np.abs(t - s))) for s in times]]
     errors = {dt: np.abs(tips[dt] - tips[1.25e-4]) for dt in (1e-3, 5e-4, 2.5e-4)}
     print(json.dumps({"part": "order", "t_s": times, "error_m": {f"{dt:g}": e.tolist() for dt, e in errors.items()},
                       "ratio_1ms_to_0.5ms": (errors[1e-3] / errors[5e-4]).tolist(),
@@ -138,8 +138,8 @@ def part_lyapunov(model, dt: float, duration: float) -> None:
     rate = math.log(distance[last] / distance[first]) / (t[last] - t[first]) if last > first else math.nan
     print(json.dumps({"part": "lyapunov", "dt_s": dt, "perturbation_rad": TWIN_PERTURBATION,
                       "growth_rate_1_s": rate, "fit_from_s": float(t[first]), "fit_to_s": float(t[last]),
-                      "distance_at_s": {f"{s:g}": float(distance[np.searchsorted(t, s)]) for s in (1, 2, 4, 6, 8)
-                                        if s < duration}}))
+                      "distance_at_s": {f"{s:g}": float(distance[int(np.argmin(np.abs(t - s)))])
+                                        for s in (1, 2, 4, 6, 8) if s < duration}}))
 
 
 def part_statistics(model, integrator: str, dt: float, duration: float, batch: float) -> None:

@@ -73,6 +73,18 @@ GAUSS_POINTS = 6
 
 # ----------------------------------------------------------------------------------------- ambient flow
 @njit(cache=True)
+def _add_swirl(dx, dy, f, fp, v, grad):
+    """Add the swirl v += f(s) (-dy, dx) seen from the offset (dx, dy) m (s = r^2, f in 1/s, fp = df/ds in
+    1/(s m^2)) to the velocity ``v`` (3,) and its gradient ``grad`` (3, 3) [d v_i / d x_k]."""
+    v[0] += -dy * f
+    v[1] += dx * f
+    grad[0, 0] += -2.0 * dx * dy * fp
+    grad[0, 1] += -f - 2.0 * dy * dy * fp
+    grad[1, 0] += f + 2.0 * dx * dx * fp
+    grad[1, 1] += 2.0 * dx * dy * fp
+
+
+@njit(cache=True)
 def _lamb_oseen(dx, dy, gamma, core2, v, grad):
     """Add one Lamb-Oseen vortex (circulation gamma m^2/s, counterclockwise positive, core radius^2 core2 m^2)
     seen from the offset (dx, dy) m: velocity ``v`` (3,) += f(s) (-dy, dx), gradient ``grad`` (3, 3)
@@ -87,12 +99,7 @@ def _lamb_oseen(dx, dy, gamma, core2, v, grad):
         e = math.exp(-u)
         f = c * (1.0 - e) / s
         fp = c * (e / (core2 * s) - (1.0 - e) / (s * s))
-    v[0] += -dy * f
-    v[1] += dx * f
-    grad[0, 0] += -2.0 * dx * dy * fp
-    grad[0, 1] += -f - 2.0 * dy * dy * fp
-    grad[1, 0] += f + 2.0 * dx * dx * fp
-    grad[1, 1] += 2.0 * dx * dy * fp
+    _add_swirl(dx, dy, f, fp, v, grad)
 
 
 @njit(cache=True)
@@ -105,12 +112,7 @@ def _core_excess(dx, dy, gamma, core2, v, grad):
     c = gamma / (2.0 * math.pi)
     f = -c * e / s
     fp = c * e * (1.0 / (s * s) + 1.0 / (core2 * s))
-    v[0] += -dy * f
-    v[1] += dx * f
-    grad[0, 0] += -2.0 * dx * dy * fp
-    grad[0, 1] += -f - 2.0 * dy * dy * fp
-    grad[1, 0] += f + 2.0 * dx * dx * fp
-    grad[1, 1] += 2.0 * dx * dy * fp
+    _add_swirl(dx, dy, f, fp, v, grad)
 
 
 @njit(cache=True)
