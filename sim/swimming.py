@@ -143,19 +143,6 @@ def swim_figures(model: Model, t: np.ndarray, arrays: dict, frequency: float) ->
     }
 
 
-def dominant_frequency(t: np.ndarray, signal: np.ndarray, padding: int = 1) -> float:
-    """The frequency (Hz) of the largest peak of the spectrum of ``signal`` (T,) sampled at ``t`` (T,) s (uniform),
-    its mean and linear trend removed, Hann-windowed and zero-padded to ``padding`` times its length (a finer grid
-    for the peak); 0 for fewer than 4 samples."""
-    if t.size < 4:
-        return 0.0
-    x = signal - np.polyval(np.polyfit(t, signal, 1), t)
-    size = padding * x.size
-    spectrum = np.abs(np.fft.rfft(x * np.hanning(x.size), n=size))
-    freqs = np.fft.rfftfreq(size, d=float(t[1] - t[0]))
-    return float(freqs[1:][np.argmax(spectrum[1:])])
-
-
 def swing_frequency(t: np.ndarray, signal: np.ndarray, hysteresis: float) -> float:
     """Full swings per second (Hz) of ``signal`` (T,) sampled at ``t`` (T,) s: its mean and linear trend removed,
     the number of passages from below ``-h`` to above ``+h`` (``h = hysteresis`` times its RMS: jitter about the

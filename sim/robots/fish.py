@@ -40,6 +40,8 @@ MAX_SLICES = 200
 MAX_YOUNG_MODULUS_PA = 1e9
 #: Largest tissue viscosity of a passive body, Pa s (a Kelvin-Voigt retardation time c / E of 1 s at the largest E).
 MAX_VISCOSITY_PA_S = 1e9
+#: Longest transient (s) the stream figures may leave out (summary.transient_s).
+MAX_TRANSIENT_S = 1e4
 #: Fastest ambient stream, m/s.
 MAX_STREAM_M_S = 20.0
 
@@ -70,7 +72,7 @@ def config_schema(config: dict, path) -> dict:
                        "cylinder_diameter_m": length(), "street_x0_m": position(), "street_y0_m": position(),
                        "domain_x_m": span, "domain_y_m": span}, ["kind"]),
         "start": table({"head_x_m": position(), "head_y_m": position()}),
-        "summary": table({"transient_s": number(0.0, 1e4, expected="a time in [0, 1e4] s")}),
+        "summary": table({"transient_s": number(0.0, MAX_TRANSIENT_S, expected=f"a time in [0, {MAX_TRANSIENT_S:g}] s")}),
     }, ["robot", "water", "simulation", "body", "muscle"])
 
 
@@ -267,7 +269,8 @@ def stream_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
     if model.base_mode == "fixed":       # the support's wrench on the head, head frame = world axes
         pull = -upstream * arrays["base_wrench"][window, 0]
         out["upstream_force_N"] = float(np.mean(pull))
-        out["upstream_force_standard_error_N"] = batch_mean_error(pull, int(out["stream_window_s"] // FORCE_BATCH_S))
+        error = batch_mean_error(pull, int(out["stream_window_s"] // FORCE_BATCH_S))
+        out["upstream_force_standard_error_N"] = error if math.isfinite(error) else None     # None: under 2 batches
     else:
         travel = arrays["base_pos"][window][-1, 0] - arrays["base_pos"][window][0, 0]
         out["drift_upstream_m_s"] = float(upstream * travel / (tw[-1] - tw[0]))
