@@ -101,13 +101,14 @@ def part_street(model) -> None:
 
 
 def run(model, integrator: str, dt: float, duration: float, q=None):
-    """(t (T,) s, outputs every SAMPLE_S, wall s) of one run from rest (or joint angles q (n,))."""
+    """(t (T,) s, outputs every SAMPLE_S (every step for a longer dt), wall s) of one run from rest (or joint
+    angles q (n,))."""
     sim = Simulation(model, integrator, dt)
     sim.record(1, 1)                          # compile / load the kernels outside the timing
     sim.reset(q=q)
     every = max(1, int(round(SAMPLE_S / dt)))
     start = time.perf_counter()
-    t, out = sim.record(int(round(duration / SAMPLE_S)), every)
+    t, out = sim.record(int(round(duration / (every * dt))), every)
     return t, out, time.perf_counter() - start
 
 
