@@ -57,14 +57,15 @@ def test_free_fish_strouhal_is_in_the_cruising_band_at_every_frequency():
 #: docs/swimming.md, "The dead fish": the held dead fish's stream figures over 55 s (after 5 s), RK4 at dt = 0.5, 1, 2,
 #: 4 ms and ROSW at 1 ms (and at half the tissue viscosity): upstream pull 0.037-0.040 N (batch-means standard
 #: error 0.004 N per run), swings 0.33-0.55 Hz = 0.27-0.45 f_s (the 10 s batches scatter by 0.22 Hz, so one 55 s
-#: run by ~0.09 Hz), 9-21 % of the trailing edge's lateral variance within +-15 % of f_s, RMS 2.8-3.8 cm. The
-#: response is chaotic: a run on another platform follows another trajectory, so the bands are the runs' range
-#: widened by three of one run's standard errors. A tail locked to the street would give ratio ~1, fraction ~1.
+#: run by ~0.09 Hz, 0.075 in the ratio), 9-21 % of the trailing edge's lateral variance within +-15 % of f_s (10 s
+#: batches scatter by up to 0.25, one run by ~0.11), RMS 2.8-3.8 cm (one run: ~0.3 cm). The response is chaotic: a
+#: run on another platform follows another trajectory, so each band is the runs' range widened by three of one
+#: run's standard errors. A tail locked to the street would give ratio ~1, fraction ~1.
 DEAD_FISH_DT_S, DEAD_FISH_DURATION_S = 4e-3, 60.0
-UPSTREAM_PULL_BAND_N = (0.025, 0.052)
+UPSTREAM_PULL_BAND_N = (0.023, 0.054)
 MAX_SWING_TO_SHEDDING = 0.7
-MAX_SHEDDING_POWER_FRACTION = 0.5
-TAIL_RMS_BAND_M = (0.015, 0.05)
+MAX_SHEDDING_POWER_FRACTION = 0.55
+TAIL_RMS_BAND_M = (0.019, 0.047)
 
 
 @pytest.fixture(scope="module")
