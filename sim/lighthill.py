@@ -29,6 +29,7 @@ staggered Lamb-Oseen vortices convected downstream (:func:`karman_flow`).
 """
 from __future__ import annotations
 
+import cmath
 import math
 
 import numpy as np
@@ -50,9 +51,19 @@ FLOW_KINDS = {"none": FLOW_NONE, "uniform": FLOW_UNIFORM, "karman": FLOW_KARMAN}
 #: vortices (m, the street's wavelength), lateral distance between the rows (m), street origin x0, y0 (m: an upper
 #: vortex sits at (x0 + c t, y0 + spacing/2) at t = 0), domain x_min, x_max, y_min, y_max (m).
 FLOW_SIZE = 12
-#: Vortices summed on each side of the nearest one, per row: a row of like vortices summed symmetrically
-#: converges as 1/K^2, and at 12 the truncation is below 1e-3 of one vortex's peak speed at the street's axis.
-KARMAN_VORTICES_EACH_SIDE = 12
+#: A row's vortices whose Lamb-Oseen core is added to the row's point-vortex sum: the nearest and one on each side.
+#: Farther cores differ from point vortices by exp(-r^2 / r_core^2) <= exp(-(1.5 lambda / r_core)^2) (zero in
+#: double precision for any street :func:`flow_vector` accepts), so the street is exact and smooth in x.
+KARMAN_CORES_EACH_SIDE = 1
+#: Smallest street wavelength in vortex cores :func:`flow_vector` accepts (the spec's street has 45): at 5 the
+#: cores left out above weigh exp(-56) ~ 5e-25.
+MIN_WAVELENGTH_IN_CORES = 5.0
+#: Below this |x| (x = pi zeta / lambda) the regular part of a row's sum, cot x - 1/x, is taken from its Laurent
+#: series (the closed form cancels there); the first term left out, 2 x^9 / 93555, is below 2e-12 of the kept ones.
+ROW_SERIES_BELOW = 0.1
+#: Beyond this |Im x| cot x = -i sign(Im x) to double precision (the closed form's sin and cos overflow far off
+#: the row): the rest is 2 exp(-2 |Im x|) < 1e-17.
+ROW_FAR_FIELD = 20.0
 #: Below this r^2 / r_core^2 a Lamb-Oseen vortex's velocity is taken from its series (the closed form divides
 #: 0 by 0 at the centre); the series' next term is u^2/24 ~ 4e-10 of the value there.
 LAMB_OSEEN_SERIES_BELOW = 1e-4
@@ -61,6 +72,18 @@ GAUSS_POINTS = 6
 
 
 # ----------------------------------------------------------------------------------------- ambient flow
+@njit(cache=True)
+def _add_swirl(dx, dy, f, fp, v, grad):
+    """Add the swirl v += f(s) (-dy, dx) seen from the offset (dx, dy) m (s = r^2, f in 1/s, fp = df/ds in
+    1/(s m^2)) to the velocity ``v`` (3,) and its gradient ``grad`` (3, 3) [d v_i / d x_k]."""
+    v[0] += -dy * f
+    v[1] += dx * f
+    grad[0, 0] += -2.0 * dx * dy * fp
+    grad[0, 1] += -f - 2.0 * dy * dy * fp
+    grad[1, 0] += f + 2.0 * dx * dx * fp
+    grad[1, 1] += 2.0 * dx * dy * fp
+
+
 @njit(cache=True)
 def _lamb_oseen(dx, dy, gamma, core2, v, grad):
     """Add one Lamb-Oseen vortex (circulation gamma m^2/s, counterclockwise positive, core radius^2 core2 m^2)
@@ -76,20 +99,63 @@ def _lamb_oseen(dx, dy, gamma, core2, v, grad):
         e = math.exp(-u)
         f = c * (1.0 - e) / s
         fp = c * (e / (core2 * s) - (1.0 - e) / (s * s))
-    v[0] += -dy * f
-    v[1] += dx * f
-    grad[0, 0] += -2.0 * dx * dy * fp
-    grad[0, 1] += -f - 2.0 * dy * dy * fp
-    grad[1, 0] += f + 2.0 * dx * dx * fp
-    grad[1, 1] += 2.0 * dx * dy * fp
+    _add_swirl(dx, dy, f, fp, v, grad)
+
+
+@njit(cache=True)
+def _core_excess(dx, dy, gamma, core2, v, grad):
+    """Add a Lamb-Oseen vortex minus the point vortex of the same circulation (the core's correction, which
+    decays as exp(-r^2 / r_core^2)) seen from the offset (dx, dy) m, r > 0: f(s) = -gamma / (2 pi s) exp(-s /
+    core2) in v += f (-dy, dx) and its gradient, as :func:`_lamb_oseen`."""
+    s = dx * dx + dy * dy
+    e = math.exp(-s / core2)
+    c = gamma / (2.0 * math.pi)
+    f = -c * e / s
+    fp = c * e * (1.0 / (s * s) + 1.0 / (core2 * s))
+    _add_swirl(dx, dy, f, fp, v, grad)
+
+
+@njit(cache=True)
+def _row_regular(x):
+    """cot x - 1/x and its derivative 1/x^2 - csc^2 x at complex x (both regular at x = 0)."""
+    if abs(x) < ROW_SERIES_BELOW:
+        x2 = x * x
+        return (-x * (1.0 / 3.0 + x2 * (1.0 / 45.0 + x2 * (2.0 / 945.0 + x2 / 4725.0))),
+                -(1.0 / 3.0 + x2 * (3.0 / 45.0 + x2 * (10.0 / 945.0 + 7.0 * x2 / 4725.0))))
+    if abs(x.imag) > ROW_FAR_FIELD:
+        cot = complex(0.0, -1.0 if x.imag > 0.0 else 1.0)
+    else:
+        cot = cmath.cos(x) / cmath.sin(x)
+    return cot - 1.0 / x, 1.0 / (x * x) - (1.0 + cot * cot)
+
+
+@njit(cache=True)
+def _point_row_but_one(dx, dy, gamma, spacing, v, grad):
+    """Add an infinite row of point vortices (circulation gamma m^2/s each, ``spacing`` m apart along x) minus
+    its vortex at the offset's origin, seen from (dx, dy) m: with zeta = dx + i dy, x = pi zeta / spacing, the
+    complex velocity u - i v = gamma / (2 i spacing) (cot x - 1/x) (the sum of gamma / (2 pi i (zeta - m
+    spacing)) over m != 0, closed form), gradient from its derivative (irrotational: u_y = v_x, v_y = -u_x)."""
+    scale = gamma / (2j * spacing)
+    regular, slope = _row_regular(math.pi * complex(dx, dy) / spacing)
+    w = scale * regular
+    dw = scale * (math.pi / spacing) * slope         # d(u - i v)/dx = u_x - i v_x
+    v[0] += w.real
+    v[1] += -w.imag
+    grad[0, 0] += dw.real
+    grad[1, 0] += -dw.imag
+    grad[0, 1] += -dw.imag
+    grad[1, 1] += -dw.real
 
 
 @njit(cache=True)
 def karman_flow(x, y, t, flow, v, dvdt, grad) -> bool:
     """The Karman street at world (x, y) m, time t s: writes velocity v (3,) m/s, local time derivative dvdt (3,)
-    m/s^2 and gradient grad (3, 3) 1/s (world frame; z components zero). Two staggered rows of Lamb-Oseen
-    vortices (``flow``: :data:`FLOW_SIZE` entries) in a uniform stream, translating along x at the convection
-    speed, so ``d/dt v = -c d v / d x``. Returns whether (x, y) lies inside the street's domain."""
+    m/s^2 and gradient grad (3, 3) 1/s (world frame; z components zero). Two staggered infinite rows of
+    Lamb-Oseen vortices (``flow``: :data:`FLOW_SIZE` entries) in a uniform stream, translating along x at the
+    convection speed, so ``d/dt v = -c d v / d x``. Each row: its point vortices in closed form
+    (:func:`_point_row_but_one` plus the nearest one's Lamb-Oseen field) and the core corrections of the
+    :data:`KARMAN_CORES_EACH_SIDE` neighbours: smooth in x and t (no sum cut off at a moving vortex). Returns
+    whether (x, y) lies inside the street's domain."""
     stream, conv, gamma, core, spacing, rows = flow[0], flow[1], flow[2], flow[3], flow[4], flow[5]
     for a in range(3):
         v[a] = 0.0
@@ -102,9 +168,13 @@ def karman_flow(x, y, t, flow, v, dvdt, grad) -> bool:
         y_row = flow[7] + 0.5 * sign * rows
         x_row = flow[6] + conv * t + (0.0 if row == 0 else 0.5 * spacing)
         nearest = math.floor((x - x_row) / spacing + 0.5)
-        for m in range(-KARMAN_VORTICES_EACH_SIDE, KARMAN_VORTICES_EACH_SIDE + 1):
-            xv = x_row + (nearest + m) * spacing
-            _lamb_oseen(x - xv, y - y_row, sign * gamma, core2, v, grad)
+        dx = x - (x_row + nearest * spacing)
+        dy = y - y_row
+        _point_row_but_one(dx, dy, sign * gamma, spacing, v, grad)
+        _lamb_oseen(dx, dy, sign * gamma, core2, v, grad)
+        for m in range(1, KARMAN_CORES_EACH_SIDE + 1):
+            _core_excess(dx - m * spacing, dy, sign * gamma, core2, v, grad)
+            _core_excess(dx + m * spacing, dy, sign * gamma, core2, v, grad)
     for a in range(3):
         dvdt[a] = -conv * grad[a, 0]
     v[0] += stream
@@ -355,6 +425,9 @@ def flow_vector(kind: str, *, stream: float = 0.0, diameter: float = 0.0, x0: fl
         out[1] = math.copysign(spacing * f_s, stream)
         out[2] = -math.copysign(circulation_factor * abs(stream) * diameter, stream)
         out[3] = core_factor * diameter
+        if not spacing >= MIN_WAVELENGTH_IN_CORES * out[3]:
+            raise ValueError(f"a street of wavelength {spacing:g} m and core {out[3]:g} m: expected a wavelength of "
+                             f"at least {MIN_WAVELENGTH_IN_CORES:g} cores (karman_flow adds only the nearest cores)")
         out[4] = spacing
         out[5] = row_ratio * spacing
         out[6], out[7] = x0, y0

@@ -41,20 +41,20 @@ def heading(quat: np.ndarray) -> np.ndarray:
     return axis / norm if norm > 0.0 else np.array([1.0, 0.0])
 
 
-def _rotation_about(axis: np.ndarray, angle: float) -> np.ndarray:
-    """Rotation matrix (3, 3) of ``angle`` rad about the unit ``axis`` (3,) (Rodrigues)."""
+def _rotations_about(axis: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """Rotation matrices (T, 3, 3) of ``angles`` (T,) rad about the unit ``axis`` (3,) (Rodrigues)."""
     x, y, z = axis
-    c, s = math.cos(angle), math.sin(angle)
+    c, s = np.cos(angles), np.sin(angles)
     C = 1.0 - c
-    return np.array([[c + x * x * C, x * y * C - z * s, x * z * C + y * s],
-                     [y * x * C + z * s, c + y * y * C, y * z * C - x * s],
-                     [z * x * C - y * s, z * y * C + x * s, c + z * z * C]])
+    return np.stack([np.stack([c + x * x * C, x * y * C - z * s, x * z * C + y * s], axis=-1),
+                     np.stack([y * x * C + z * s, c + y * y * C, y * z * C - x * s], axis=-1),
+                     np.stack([z * x * C - y * s, z * y * C + x * s, c + z * z * C], axis=-1)], axis=-2)
 
 
 def tail_tip_positions(model: Model, base_pos: np.ndarray, base_quat: np.ndarray, q: np.ndarray) -> np.ndarray:
     """World positions (T, 3) m of the trailing edge (``model.metadata["tail_tip"]``) from recorded base
     positions (T, 3), base quaternions (T, 4) (w, x, y, z) and joint positions (T, n), by forward kinematics along
-    the revolute chain from the base."""
+    the revolute chain from the base (all samples at once)."""
     body_name, tip_pose = model.metadata["tail_tip"]
     chain = []
     j = model.body_names.index(body_name)
@@ -62,17 +62,17 @@ def tail_tip_positions(model: Model, base_pos: np.ndarray, base_quat: np.ndarray
         chain.append(j)
         j = int(model.parent[j])
     chain.reverse()
-    out = np.empty((len(q), 3))
-    for i in range(len(q)):
-        g = np.eye(4)
-        g[:3, :3] = quat_to_matrix(np.asarray(base_quat[i], dtype=float) / np.linalg.norm(base_quat[i]))
-        g[:3, 3] = base_pos[i]
-        for j in chain:
-            joint = np.eye(4)
-            joint[:3, :3] = _rotation_about(model.joint_axis[j, 3:], float(q[i, j - 1]))
-            g = g @ model.joint_placement[j] @ joint
-        out[i] = (g @ tip_pose)[:3, 3]
-    return out
+    quat = np.asarray(base_quat, dtype=float)
+    g = np.zeros((len(q), 4, 4))
+    g[:, :3, :3] = [quat_to_matrix(row / np.linalg.norm(row)) for row in quat]
+    g[:, :3, 3] = base_pos
+    g[:, 3, 3] = 1.0
+    joint = np.zeros_like(g)
+    joint[:, 3, 3] = 1.0
+    for j in chain:
+        joint[:, :3, :3] = _rotations_about(model.joint_axis[j, 3:], np.asarray(q, dtype=float)[:, j - 1])
+        g = g @ model.joint_placement[j] @ joint
+    return (g @ tip_pose)[:, :3, 3]
 
 
 def lighthill_models(model: Model) -> list:
@@ -143,14 +143,45 @@ def swim_figures(model: Model, t: np.ndarray, arrays: dict, frequency: float) ->
     }
 
 
-def dominant_frequency(t: np.ndarray, signal: np.ndarray, padding: int = 1) -> float:
-    """The frequency (Hz) of the largest peak of the spectrum of ``signal`` (T,) sampled at ``t`` (T,) s (uniform),
-    its mean and linear trend removed, Hann-windowed and zero-padded to ``padding`` times its length (a finer grid
-    for the peak); 0 for fewer than 4 samples."""
+def swing_frequency(t: np.ndarray, signal: np.ndarray, hysteresis: float) -> float:
+    """Full swings per second (Hz) of ``signal`` (T,) sampled at ``t`` (T,) s: its mean and linear trend removed,
+    the number of passages from below ``-h`` to above ``+h`` (``h = hysteresis`` times its RMS: jitter about the
+    mean is not a swing) over the record's duration. A sinusoid of frequency f gives f; unlike a spectral peak it
+    is a mean over every swing, so it converges for an irregular (chaotic) signal. 0 for fewer than 4 samples."""
     if t.size < 4:
         return 0.0
     x = signal - np.polyval(np.polyfit(t, signal, 1), t)
-    size = padding * x.size
-    spectrum = np.abs(np.fft.rfft(x * np.hanning(x.size), n=size))
-    freqs = np.fft.rfftfreq(size, d=float(t[1] - t[0]))
-    return float(freqs[1:][np.argmax(spectrum[1:])])
+    h = hysteresis * float(np.sqrt(np.mean(x * x)))
+    swings, below = 0, False
+    for value in x:
+        if value < -h:
+            below = True
+        elif value > h and below:
+            swings += 1
+            below = False
+    return swings / float(t[-1] - t[0])
+
+
+def band_power_fraction(t: np.ndarray, signal: np.ndarray, f_low: float, f_high: float, segment_s: float) -> float:
+    """Fraction of the variance of ``signal`` (T,) sampled at ``t`` (T,) s (uniform) between ``f_low`` and
+    ``f_high`` Hz: Welch's estimate (Hann segments of ``segment_s`` s or the whole record, half overlapping, each
+    detrended). 0 for fewer than 4 samples or a constant signal."""
+    from scipy.signal import welch
+
+    if t.size < 4:
+        return 0.0
+    rate = 1.0 / float(t[1] - t[0])
+    per_segment = min(t.size, max(4, int(round(segment_s * rate))))
+    f, power = welch(signal, fs=rate, nperseg=per_segment, detrend="linear")
+    total = float(power[1:].sum())
+    return float(power[(f >= f_low) & (f <= f_high)].sum()) / total if total > 0.0 else 0.0
+
+
+def batch_mean_error(values: np.ndarray, batches: int) -> float:
+    """Standard error of the mean of a correlated series ``values`` (T,) by batch means: the series cut into
+    ``batches`` equal parts (each longer than its correlation time), the standard deviation of their means over
+    sqrt(batches). NaN for fewer than 2 batches."""
+    if batches < 2 or values.size < batches:
+        return math.nan
+    means = np.array([part.mean() for part in np.array_split(values, batches)])
+    return float(np.std(means, ddof=1) / math.sqrt(batches))

@@ -10,7 +10,8 @@ with its parent). Joints: revolute about z at the slice boundaries.
   between the slices' centres) for ``h = a(X) sin(2 pi (X / lambda - f t))``, ``a(X)/L = 0.02 - 0.0825 X/L +
   0.1625 (X/L)^2`` scaled so that ``a(L)`` is the tail amplitude, ramped in over ``ramp_cycles`` beats (a
   :class:`sim.laws.RampedSinusoid` per joint: the fused stepper runs it).
-- ``drive = "passive"``: visco-elastic joints ``k = E I(X_k) / D`` (``I = pi b a^3 / 4``), damping ``c``.
+- ``drive = "passive"``: visco-elastic joints ``k = E I(X_k) / D``, ``mu = c I(X_k) / D`` (``I = pi b a^3 / 4``; E the
+  Young's modulus, c the tissue's viscosity: a Kelvin-Voigt body, the spec's GEA joint law).
 """
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ from sim.laws import RampedSinusoid, ViscoElastic
 from sim.lighthill import FLOW_KINDS, flow_vector, gauss_points, shedding_frequency, slices_model
 from sim.model import Model, ModelBuilder
 from sim.robots.raybot import BASE_MODES, MAX_FORCE_COEFFICIENT
-from sim.robots.schema import (SIMULATION, damping, density, frequency_hz, length, position, robot_table)
+from sim.robots.schema import (SIMULATION, density, frequency_hz, length, position, robot_table)
 from sim.spatial import spatial_inertia
 from sim.summary import base_motion, steady_state_warnings
-from sim.swimming import dominant_frequency, steady_window, swim_figures as swimmer_figures, tail_tip_positions
+from sim.swimming import (WINDOW_TIME_SLACK, band_power_fraction, batch_mean_error, swim_figures as swimmer_figures,
+                          swing_frequency, tail_tip_positions)
 
 DRIVES = ("wave", "passive")
 #: The amplitude envelope a(X)/L = c0 + c1 X/L + c2 (X/L)^2 of a carangiform swimmer (Videler's fit, the spec's).
@@ -36,6 +38,10 @@ ENVELOPE = (0.02, -0.0825, 0.1625)
 MAX_SLICES = 200
 #: Largest Young's modulus of a passive body, Pa (stiffer than rubber by far; a fish is ~1e5).
 MAX_YOUNG_MODULUS_PA = 1e9
+#: Largest tissue viscosity of a passive body, Pa s (a Kelvin-Voigt retardation time c / E of 1 s at the largest E).
+MAX_VISCOSITY_PA_S = 1e9
+#: Longest transient (s) the stream figures may leave out (summary.transient_s).
+MAX_TRANSIENT_S = 1e4
 #: Fastest ambient stream, m/s.
 MAX_STREAM_M_S = 20.0
 
@@ -59,11 +65,14 @@ def config_schema(config: dict, path) -> dict:
         "muscle": table({"drive": one_of(*DRIVES), "frequency_Hz": frequency_hz(0.0),
                          "tail_amplitude_m": length(0.0), "wavelength_m": length(), "ramp_cycles": number(0.0, 1e3),
                          "young_modulus_Pa": number(0.0, MAX_YOUNG_MODULUS_PA),
-                         "damping_N_m_s_rad": damping()}, ["drive"]),
+                         "viscosity_Pa_s": number(0.0, MAX_VISCOSITY_PA_S,
+                                                  expected=f"a viscosity in [0, {MAX_VISCOSITY_PA_S:g}] Pa s")},
+                      ["drive"]),
         "flow": table({"kind": one_of(*FLOW_KINDS), "stream_m_s": number(-MAX_STREAM_M_S, MAX_STREAM_M_S),
                        "cylinder_diameter_m": length(), "street_x0_m": position(), "street_y0_m": position(),
                        "domain_x_m": span, "domain_y_m": span}, ["kind"]),
         "start": table({"head_x_m": position(), "head_y_m": position()}),
+        "summary": table({"transient_s": number(0.0, MAX_TRANSIENT_S, expected=f"a time in [0, {MAX_TRANSIENT_S:g}] s")}),
     }, ["robot", "water", "simulation", "body", "muscle"])
 
 
@@ -83,11 +92,12 @@ def read_parameters(config: dict, path=None) -> dict:
          "frequency": float(muscle.get("frequency_Hz", 0.0)), "tail_amplitude": float(muscle.get("tail_amplitude_m", 0.0)),
          "wavelength": float(muscle.get("wavelength_m", body["length_m"])),
          "ramp_cycles": float(muscle.get("ramp_cycles", 2.0)), "young_modulus": float(muscle.get("young_modulus_Pa", 0.0)),
-         "joint_damping": float(muscle.get("damping_N_m_s_rad", 0.0)), "flow_kind": flow["kind"],
+         "viscosity": float(muscle.get("viscosity_Pa_s", 0.0)), "flow_kind": flow["kind"],
          "stream": float(flow.get("stream_m_s", 0.0)), "diameter": float(flow.get("cylinder_diameter_m", 0.0)),
          "street": (float(flow.get("street_x0_m", 0.0)), float(flow.get("street_y0_m", 0.0))),
          "domain": tuple(flow.get("domain_x_m", (-math.inf, math.inf))) + tuple(flow.get("domain_y_m", (-math.inf, math.inf))),
-         "head": (float(start.get("head_x_m", 0.0)), float(start.get("head_y_m", 0.0)))}
+         "head": (float(start.get("head_x_m", 0.0)), float(start.get("head_y_m", 0.0))),
+         "transient": float(config.get("summary", {}).get("transient_s", STREAM_TRANSIENT_S))}
     if p["tail_start_fraction"] < p["head_fraction"]:
         raise ConfigError(path, "body.tail_start_fraction", f"got {p['tail_start_fraction']:g}, expected at least "
                           f"body.head_fraction = {p['head_fraction']:g}")
@@ -174,11 +184,12 @@ def build(config: dict, path=None) -> Model:
         placement = np.eye(4)
         placement[0, 3] = -delta
         a, b = axes(k * delta)
-        stiffness = p["young_modulus"] * math.pi * b * a ** 3 / 4.0 / delta
+        area_moment = math.pi * b * a ** 3 / 4.0            # m^4, about the dorsal axis
         builder.add_body(f"slice_{k}", f"slice_{k - 1}", joint_name=f"joint_{k}", axis=(0.0, 0.0, 1.0),
                          placement=placement, inertia=slice_inertia(rho, axes, k * delta, (k + 1) * delta),
                          actuated=laws is not None, motion_law=laws[k - 1] if laws is not None else None,
-                         joint_law=None if laws is not None else ViscoElastic(stiffness, p["joint_damping"], 0.0))
+                         joint_law=None if laws is not None else ViscoElastic(
+                             p["young_modulus"] * area_moment / delta, p["viscosity"] * area_moment / delta, 0.0))
     flow = flow_vector(p["flow_kind"], stream=p["stream"], diameter=p["diameter"], x0=p["street"][0],
                        y0=p["street"][1], domain=p["domain"])
     builder.add_force_model(slices_model(rho, [(k, k * delta, (k + 1) * delta) for k in range(n)], axes,
@@ -220,32 +231,60 @@ def swim_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
     return swimmer_figures(model, t, arrays, beat_frequency(model))
 
 
-#: Zero padding of the trailing edge's spectrum (times the window's length): interpolates the peak between bins.
-SPECTRUM_PADDING = 16
+#: Time (s) the stream figures leave out at the start when ``summary.transient_s`` is not given: the slowest mode of
+#: the held dead fish in the stream decays at 0.63 1/s (benchmarks/study_dead_fish_lock_in.py), so 5 s is three
+#: of its time constants; its chaotic response forgets the start within about 3 s (docs/swimming.md).
+STREAM_TRANSIENT_S = 5.0
+#: Length (s) of the batches whose means give the upstream force's standard error (ten shedding periods of the
+#: shipped street; the force's correlation time is below 1 s).
+FORCE_BATCH_S = 5.0
+#: A swing of the trailing edge counts when it goes from below -h to above +h, h = this fraction of its RMS.
+SWING_HYSTERESIS = 0.5
+#: Half-width of the band about the shedding frequency, as a fraction of it, of ``shedding_power_fraction``.
+SHEDDING_BAND = 0.15
+#: Welch segments of the trailing edge's spectrum, in shedding periods (a resolution of 5 % of f_s).
+SPECTRUM_SEGMENT_PERIODS = 20.0
+
+
+def stream_window(t: np.ndarray, transient: float) -> np.ndarray:
+    """Boolean mask (T,) of the stream figures' window: after ``transient`` s, or the last half of a run shorter
+    than twice that."""
+    start = t[0] + transient if t[-1] - t[0] >= 2.0 * transient else 0.5 * (t[0] + t[-1])
+    return t >= start - WINDOW_TIME_SLACK
 
 
 def stream_figures(model: Model, t: np.ndarray, arrays: dict) -> dict:
-    """A fish in a stream, over the last three shedding periods (or the last half of the run): the drift against
-    the stream (``drift_upstream_m_s``, the head's speed, + upstream; a held head instead gives
-    ``upstream_force_N``, the mean force it pulls its support upstream with), the trailing edge's dominant
-    frequency (``measured_tailbeat_frequency_Hz``), the street's shedding frequency per row
-    (``shedding_frequency_Hz``) and their ratio."""
+    """A fish in a stream, over the run after its transient (``summary.transient_s``; docs/swimming.md): the drift
+    against the stream (``drift_upstream_m_s``, the head's speed, + upstream; a held head instead gives
+    ``upstream_force_N``, the mean force it pulls its support upstream with, and its batch-means standard error),
+    the trailing edge's lateral motion: ``measured_tailbeat_frequency_Hz`` (full swings per second),
+    ``tail_lateral_rms_m``, ``shedding_power_fraction`` (the share of its variance within +-15 % of the shedding
+    frequency: near 1 when it locks in), the street's ``shedding_frequency_Hz`` (per row) and the ratio."""
     p = model.metadata["parameters"]
     shedding = shedding_frequency(model.metadata["flow"]) if p["flow_kind"] == "karman" else 0.0
-    window = steady_window(t, shedding)
+    window = stream_window(t, p["transient"])
     tw = t[window]
     upstream = -math.copysign(1.0, p["stream"])
-    out: dict = {}
+    out: dict = {"stream_window_s": float(tw[-1] - tw[0])}
     if model.base_mode == "fixed":       # the support's wrench on the head, head frame = world axes
-        out["upstream_force_N"] = float(-upstream * np.mean(arrays["base_wrench"][window, 0]))
+        pull = -upstream * arrays["base_wrench"][window, 0]
+        out["upstream_force_N"] = float(np.mean(pull))
+        error = batch_mean_error(pull, int(out["stream_window_s"] // FORCE_BATCH_S))
+        out["upstream_force_standard_error_N"] = error if math.isfinite(error) else None     # None: under 2 batches
     else:
         travel = arrays["base_pos"][window][-1, 0] - arrays["base_pos"][window][0, 0]
         out["drift_upstream_m_s"] = float(upstream * travel / (tw[-1] - tw[0]))
     tip = tail_tip_positions(model, arrays["base_pos"][window], arrays["base_quat"][window], arrays["q"][window])
-    measured = dominant_frequency(tw, tip[:, 1], padding=SPECTRUM_PADDING)
+    lateral = tip[:, 1]
+    measured = swing_frequency(tw, lateral, SWING_HYSTERESIS)
     out["measured_tailbeat_frequency_Hz"] = measured
+    out["tail_lateral_rms_m"] = float(np.std(lateral))
     out["shedding_frequency_Hz"] = float(shedding)
     out["tailbeat_to_shedding_ratio"] = measured / shedding if shedding > 0.0 else None
+    out["shedding_power_fraction"] = (band_power_fraction(tw, lateral, (1.0 - SHEDDING_BAND) * shedding,
+                                                          (1.0 + SHEDDING_BAND) * shedding,
+                                                          SPECTRUM_SEGMENT_PERIODS / shedding)
+                                      if shedding > 0.0 else None)
     return out
 
 
