@@ -6,6 +6,7 @@
 - The real-time scheduling class for the loops paced to the wall clock (``--rt-priority``: ``mms serve``,
   ``mms drive``, ``mms emulate``), so that a busy machine delays them less (docs/headroom.md).
 - A heap frozen out of the garbage collector once those loops are set up (:func:`freeze_startup_heap`).
+- A fine timer slack for the loops that sleep until a deadline (:func:`fine_timer_slack`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+#: prctl option: this thread's timer slack, ns (linux/prctl.h)
+_PR_SET_TIMERSLACK = 29
+#: the timer slack of the loops paced to the wall clock, ns: the kernel may fire a sleeper's timer this late to
+#: group wake-ups (default 50 000 ns for the normal scheduler, 0 under SCHED_FIFO)
+FINE_TIMER_SLACK_NS = 1_000
+
+
+def fine_timer_slack() -> None:
+    """Ask the kernel to wake this thread's sleeps within FINE_TIMER_SLACK_NS of their end (no permission needed).
+    Measured on the 2-core machine (2 000 sleeps each, load 5.9): a 0.3 ms ``time.sleep`` ended 0.17 ms late at
+    the median with the default 50 us slack, 0.03 ms late with 1 us: a third of a 1 kHz state's 0.5 ms
+    tolerance given back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_TIMERSLACK, FINE_TIMER_SLACK_NS, 0, 0, 0)
 
 
 #: Highest SCHED_FIFO priority Linux accepts (sched_get_priority_max(SCHED_FIFO)).
