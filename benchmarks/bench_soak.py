@@ -120,6 +120,18 @@ def main() -> int:
     return 0
 
 
+def print_miss_split(status_messages: list) -> None:
+    """The server's deadline misses by reason and its lookahead, from its last sim/status."""
+    if not status_messages:
+        return
+    status = msgpack.unpackb(bytes(status_messages[-1][2]), raw=False)
+    states = max(status.get("states", 0), 1)
+    reasons = status.get("deadline_miss_reasons", {})
+    split = ", ".join(f"{reason.replace('_', ' ')} {count} ({count / states:.2%})" for reason, count in reasons.items())
+    print(f"  of {states} states: {split or 'no split (a server before the split)'}; lookahead "
+          f"{status.get('lookahead_states', 1)} states")
+
+
 def report(recording: Path, memory: dict, stats: Path, args) -> None:
     from hil.validation.health import HealthCriteria, assess
     from hil.recording.mcap_io import read_recording
@@ -147,6 +159,7 @@ def report(recording: Path, memory: dict, stats: Path, args) -> None:
     print(f"link disturbances: {len(unplugs)} link down/restart windows (the unplugs: {args.minutes * 60 / args.unplug:.0f} "
           f"expected), {len(silences)} telemetry silences > {HealthCriteria.stall_gap_s * 1e3:.0f} ms outside them")
     print(f"simulator: {len(health.stalls)} stalls, deadline misses {health.deadline_miss_fraction or 0:.2%}")
+    print_miss_split(raw.messages.get("sim/status", []))
     print("\nmemory (RSS, MiB): first, last, slope over the second half (MiB/min)")
     for role, samples in sorted(memory.items()):
         print(f"  {role:28s} {samples[0][1]:8.1f} {samples[-1][1]:8.1f} {slope_mib_per_min(samples):+8.3f}")
