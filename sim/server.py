@@ -49,7 +49,8 @@ from sim.cli_options import add_integrator, add_network, add_rig, add_robot, add
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
-from sim.processes import fine_timer_slack, set_realtime_priority
+from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, fine_timer_slack, request_slice,
+                           set_realtime_priority)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -777,6 +778,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="realtime: integrate states up to this far ahead of their due time, s, rounded to "
                              "whole publish periods, at least one (a slow period or a short preemption is then "
                              "absorbed); with --feedback always one period (default: %(default)g)")
+    parser.add_argument("--slice", type=float, default=SHORT_SLICE_S, metavar="S",
+                        help="the Linux fair scheduler's slice asked for (kernel 6.12 or later; no permission "
+                             "needed), s, 1e-4 to 0.1: a short one lets the loop preempt busy processes as soon as "
+                             "a state is due; 0: the kernel's default; ignored under --rt-priority "
+                             "(default: %(default)g)")
 
 
 def _positive(value: float, option: str) -> float:
@@ -800,6 +806,8 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
     stall_timeout = _positive(args.stall_timeout, "--stall-timeout")
     max_lag = _positive(args.max_lag, "--max-lag")
     lookahead = _positive(args.lookahead, "--lookahead")
+    if args.slice != 0 and not MIN_SLICE_S <= args.slice <= MAX_SLICE_S:
+        raise ConfigError(None, "--slice", f"got {args.slice!r}, expected 0 or {MIN_SLICE_S:g} to {MAX_SLICE_S:g} s")
     endpoints = load_endpoints(args.network)
     pub_endpoint = args.pub or endpoints.sim_pub
     control_endpoint = args.control or endpoints.sim_control
@@ -812,7 +820,9 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
                               log=_log, feedback=feedback, lookahead_s=lookahead)
     if args.rig is not None:
         check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
-    set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
+    # before the context: its I/O thread inherits both
+    if not set_realtime_priority(args.rt_priority, "mms serve") and args.slice > 0:
+        request_slice(args.slice)
     fine_timer_slack()
     context = zmq.Context()
     previous_handlers = {}

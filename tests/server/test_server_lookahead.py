@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import tomllib
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from sim.messages import TOPIC_SIM_STATE, TOPIC_SIM_STATUS, validate
+from sim.processes import SHORT_SLICE_S, current_slice_ns, request_slice
 
 RATE_HZ = 200.0
 PERIOD_S = 1.0 / RATE_HZ
@@ -43,7 +45,8 @@ def _states_from(server, sub, seq: int, count: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ahead(serve_shared, pendulum):
-    return serve_shared(pendulum.config, "--rate", str(RATE_HZ), "--lookahead", str(LOOKAHEAD_S))
+    # no re-anchoring however late the stopped server gets: every state due while stopped is counted
+    return serve_shared(pendulum.config, "--rate", str(RATE_HZ), "--lookahead", str(LOOKAHEAD_S), "--max-lag", "10")
 
 
 def _running(server, sub) -> tuple[dict, list[dict]]:
@@ -59,6 +62,33 @@ def test_the_status_says_how_far_ahead_the_server_integrates(ahead):
     validate(TOPIC_SIM_STATUS, status)
     assert status["lookahead_states"] == LOOKAHEAD_STATES
     assert set(status["deadline_miss_reasons"]) == {"not_ready", "published_late"}
+
+
+def _slices_ns(pid: int) -> dict[str, int]:
+    """The fair scheduler's slice of the main thread and of ZeroMQ's threads (``ZMQbg/...``) of ``pid``, ns, by
+    thread name (/proc/PID/task/TID/sched ``se.slice``); the threads numpy's BLAS starts at import come before
+    the request and keep the default."""
+    slices = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        name = (task / "comm").read_text().strip()
+        if task.name == str(pid) or name.startswith("ZMQbg"):
+            for line in (task / "sched").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "se.slice":
+                    slices[f"{name} {task.name}"] = int(float(value))
+    return slices
+
+
+def test_the_loop_and_zeromqs_threads_have_the_short_slice_where_the_kernel_takes_one(ahead):
+    default_ns = current_slice_ns()
+    taken = []
+    probe = threading.Thread(target=lambda: taken.append(request_slice(SHORT_SLICE_S)))     # this thread only
+    probe.start()
+    probe.join()
+    slices = _slices_ns(ahead.process.pid)
+    assert len(slices) >= 2 and any(name.startswith("ZMQbg") for name in slices), slices
+    # the I/O thread, which sends the states, inherits the loop's slice
+    assert set(slices.values()) == ({round(SHORT_SLICE_S * 1e9)} if taken[0] else {default_ns}), slices
 
 
 def test_a_reset_discards_the_states_integrated_ahead(ahead):
