@@ -43,9 +43,9 @@ FINE_TIMER_SLACK_NS = 1_000
 
 def fine_timer_slack() -> None:
     """Ask the kernel to wake this thread's sleeps within FINE_TIMER_SLACK_NS of their end (no permission needed).
-    Measured on the 2-core machine (2 000 sleeps each, load 5.9): a 0.3 ms ``time.sleep`` ended 0.17 ms late at
-    the median with the default 50 us slack, 0.03 ms late with 1 us: a third of a 1 kHz state's 0.5 ms
-    tolerance given back."""
+    benchmarks/bench_wakeup.py on the 2-core machine: a 0.3 ms ``time.sleep`` ends 0.074-0.076 ms late at the
+    median with the default 50 us slack, 0.024-0.030 ms with 1 us (3 runs, load 7.2-8.4), out of the half period
+    (0.5 ms) a 1 kHz state may be late."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_TIMERSLACK, FINE_TIMER_SLACK_NS, 0, 0, 0)
 
