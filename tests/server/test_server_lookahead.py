@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from sim.messages import TOPIC_SIM_STATE, TOPIC_SIM_STATUS, validate
+from tests.server.test_server_control import FLAPPER, LAW_ATOL_RAD, _states, _stroke
 from sim.processes import SHORT_SLICE_S, current_slice_ns, request_slice
 
 RATE_HZ = 200.0
@@ -23,15 +24,9 @@ LOOKAHEAD_STATES = 10
 #: lookahead, far beyond any scheduling delay
 STOPPED_S = 0.3
 QUIET_S = 0.5
-FLAPPER = Path(__file__).resolve().parents[2] / "configs" / "robots" / "flapper.toml"
 FLAPPER_PERIOD_S = 1e-3             # the default 1 kHz
 FLAPPER_LOOKAHEAD_S = 0.02          # 20 states ahead
 FOLLOWING = 30                      # states checked after a request
-LAW_ATOL_RAD = 1e-12
-
-
-def _states(messages) -> list[dict]:
-    return [payload for topic, payload in messages if topic == TOPIC_SIM_STATE]
 
 
 def _states_from(server, sub, seq: int, count: int) -> list[dict]:
@@ -134,11 +129,6 @@ def test_a_stopped_server_counts_its_misses_by_reason(ahead):
     assert reasons["published_late"] > earlier["published_late"]
     assert reasons["not_ready"] > earlier["not_ready"]
     assert after["deadline_misses"] - before["deadline_misses"] >= STOPPED_S * RATE_HZ / 2
-
-
-def _stroke(t: np.ndarray, amplitude_deg: float, frequency_hz: float) -> np.ndarray:
-    """The flapper's actuated stroke law, r = -A cos(2 pi f t) (rad), spec flapper-hawkmoth.md."""
-    return -np.radians(amplitude_deg) * np.cos(2 * np.pi * frequency_hz * t)
 
 
 def test_a_parameter_set_in_realtime_reaches_the_very_next_state(serve):
