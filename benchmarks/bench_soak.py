@@ -12,7 +12,12 @@ the driver restarts it) -> `mms record`, for ``--minutes``. Then, from the recor
 - the link: frames the driver sent vs frames the emulator received, and the reverse, from the driver's last
   hw/status and the emulator's --stats file (the last emulator instance only: counters restart with it).
 
-Not a test: it takes minutes. Usage: python benchmarks/bench_soak.py [--minutes 10] [--unplug 60]
+The server's deadline misses are printed by reason (sim/status ``deadline_miss_reasons``: ``not_ready``, the
+integration fell behind; ``published_late``, the process was not scheduled at the due time). By default every
+process runs as a user starting them by hand would (the normal scheduler); ``--rt-priority N`` launches them as
+`mms demo` does (the server at SCHED_FIFO N, the driver, the emulator and its plant one below; docs/headroom.md).
+
+Not a test: it takes minutes. Usage: python benchmarks/bench_soak.py [--minutes 10] [--unplug 60] [--rt-priority N]
 """
 from __future__ import annotations
 
@@ -30,8 +35,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hil.experiment.demo import write_demo_robot, RIGS  # noqa: E402
+from hil.experiment.demo import RIGS, below_server_priority, write_demo_robot  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
+from sim.cli_options import add_rt_priority  # noqa: E402
 from sim.network import write_loopback_network  # noqa: E402
 
 #: fault injection: a 190-byte telemetry frame has 1 520 bits; one flipped bit per frame with this probability is
@@ -83,6 +89,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the soak (default 10)")
     parser.add_argument("--unplug", type=float, default=60.0, help="seconds between emulated unplugs (default 60)")
     parser.add_argument("--sample", type=float, default=5.0, help="RSS sampling period, s (default 5)")
+    add_rt_priority(parser)
     args = parser.parse_args()
     rig = RIGS["flapper"]
     with tempfile.TemporaryDirectory() as folder:
@@ -92,15 +99,17 @@ def main() -> int:
         robot = write_demo_robot(rig, run / "flapper.toml")
         recording = run / "soak.mcap"
         stats = run / "emulator-stats.json"
+        below = ("--rt-priority", str(below_server_priority(args.rt_priority)))
         emulator = (f"--plant kinematic --corrupt-rate {FRAME_CORRUPT_RATE} --rx-byte-error-rate "
                     f"{RX_BYTE_ERROR_RATE} --burst-rate {BURST_RATE} --disconnect-after {args.unplug} "
-                    f"--stats {shlex.quote(str(stats))}")
+                    f"--stats {shlex.quote(str(stats))} {' '.join(below)}")
         supervisor = Supervisor(run / "logs", say=lambda text: print(f"[soak] {text}", flush=True))
-        supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network)))
+        supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), "--rt-priority",
+                                           str(args.rt_priority)))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network), "--robot",
                                             str(robot), "--rig", str(rig.rig), "--quiet"))
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
-                                           "--autostart", "--emulator-args", emulator))
+                                           "--autostart", *below, "--emulator-args", emulator))
         memory: dict[str, list[tuple[float, float]]] = {}
         started = time.monotonic()
         duration = args.minutes * 60.0
@@ -118,6 +127,18 @@ def main() -> int:
             supervisor.stop_all(["drive", "serve", "record"])
         report(recording, memory, stats, args)
     return 0
+
+
+def print_miss_split(status_messages: list) -> None:
+    """The server's deadline misses by reason and its lookahead, from its last sim/status."""
+    if not status_messages:
+        return
+    status = msgpack.unpackb(bytes(status_messages[-1][2]), raw=False)
+    states = max(status.get("states", 0), 1)
+    reasons = status.get("deadline_miss_reasons", {})
+    split = ", ".join(f"{reason.replace('_', ' ')} {count} ({count / states:.2%})" for reason, count in reasons.items())
+    print(f"  of {states} states: {split or 'no split (a server before the split)'}; lookahead "
+          f"{status.get('lookahead_states', 1)} states")
 
 
 def report(recording: Path, memory: dict, stats: Path, args) -> None:
@@ -147,6 +168,7 @@ def report(recording: Path, memory: dict, stats: Path, args) -> None:
     print(f"link disturbances: {len(unplugs)} link down/restart windows (the unplugs: {args.minutes * 60 / args.unplug:.0f} "
           f"expected), {len(silences)} telemetry silences > {HealthCriteria.stall_gap_s * 1e3:.0f} ms outside them")
     print(f"simulator: {len(health.stalls)} stalls, deadline misses {health.deadline_miss_fraction or 0:.2%}")
+    print_miss_split(raw.messages.get("sim/status", []))
     print("\nmemory (RSS, MiB): first, last, slope over the second half (MiB/min)")
     for role, samples in sorted(memory.items()):
         print(f"  {role:28s} {samples[0][1]:8.1f} {samples[-1][1]:8.1f} {slope_mib_per_min(samples):+8.3f}")

@@ -6,10 +6,15 @@ each publish period integrates the ``dt`` steps that fit in it), publishes ``sim
 REP control socket between publications through a :class:`zmq.Poller`. Three clock modes:
 
 - ``realtime``: paced to the wall clock on an absolute schedule: state ``k`` (since the last reset) is due at
-  ``anchor + k period``; it is integrated as soon as state ``k-1`` is out, held, and published at its due time.
-  A state not ready by its due time, or published more than half a period late, is a deadline miss: counted,
-  reported in ``sim/status`` and on stderr, never silent. When the lag exceeds ``--max-lag`` the schedule is
-  re-anchored (reported on stderr) rather than bursting to catch up.
+  ``anchor + k period``. States are integrated ahead of their due time into a queue of up to ``--lookahead``
+  (default 5 ms of states; one state with a closed loop, whose measurements must be fresh), held, and each is
+  published at its due time, so that one slow period or a short preemption is absorbed by the queue. A reset or a
+  ``set`` discards the queue (the next state published is the new t = 0); a pause keeps it (pausing changes
+  nothing in the dynamics: the queued states are the ones that follow), and a resume re-anchors the clock at the
+  last state published. A state not ready by its due time (``not_ready``), or ready but published more than half
+  a period late (``published_late``: the process was not scheduled in time), is a deadline miss: counted by
+  reason, reported in ``sim/status`` and on stderr, never silent. When the lag exceeds ``--max-lag`` the schedule
+  is re-anchored (reported on stderr) rather than bursting to catch up.
 - ``fast``: as fast as possible (slow subscribers drop messages; their ``seq`` gaps show it).
 - ``lockstep``: each ``step`` request advances ``n`` publish periods, publishing every state, and is answered
   after the last one. When no request comes for ``--stall-timeout`` seconds the state becomes ``stalled``:
@@ -33,6 +38,7 @@ import signal
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,7 +49,8 @@ from sim.cli_options import add_integrator, add_network, add_rig, add_robot, add
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
-from sim.processes import set_realtime_priority
+from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, fine_timer_slack, request_slice,
+                           set_realtime_priority)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -66,6 +73,11 @@ BEHIND_REPORT_INTERVAL_S = 10.0     # stderr reports of deadline misses at most 
 STALL_REPORT_INTERVAL_S = 60.0      # "still stalled" stderr reminders at most this often
 PUB_LINGER_MS = 1000                # bounded wait for the last sim/status to leave at shutdown
 PUB_SNDHWM = 10_000                 # 10 s of 1 kHz states queued per subscriber before dropping
+#: realtime: how far ahead of their due time states are integrated by default, s: five periods at 1 kHz absorb an
+#: integration spike or a preemption of up to ~5 ms (the flapper's costs ~0.17 ms per period on average)
+DEFAULT_LOOKAHEAD_S = 0.005
+#: why a realtime state missed its deadline (the keys of sim/status ``deadline_miss_reasons``)
+NOT_READY, PUBLISHED_LATE = "not_ready", "published_late"
 #: a wall-clock gap between two consecutive sim/state messages of a running simulation longer than this is a stall:
 #: 50 publish periods at 1 kHz, far beyond scheduling jitter (< 1 ms) and long enough to disturb a 5 Hz stroke
 STALL_GAP_S = 0.05
@@ -145,16 +157,26 @@ class StepTimes:
         return self.last
 
 
+@dataclass
+class Prepared:
+    """A state integrated ahead of its due time and not yet published."""
+    tick: int                  # publish periods since the last reset: the state is due at anchor + tick period
+    payload: dict[str, Any]    # the sim/state message, without seq, names and stamp
+    ready_at: float            # perf_counter s when it was ready
+
+
 class SimulationServer:
     """The state machine, the clock and the sockets of ``mms serve``.
 
     ``tick`` counts publish periods since the last reset: state ``tick`` is the simulation at
-    ``t = tick * period`` (s). ``anchor`` (s, ``time.perf_counter``) is the wall time at which state 0 was due.
+    ``t = tick * period`` (s), the newest state integrated; ``published_tick`` is the newest one published
+    (realtime: up to ``lookahead_states`` behind). ``anchor`` (s, ``time.perf_counter``) is the wall time at which
+    state 0 was due.
     """
 
     def __init__(self, config_path: Path, config: dict[str, Any], *, mode: str, rate_hz: float,
                  dt: float | None, integrator: str | None, stall_timeout_s: float, max_lag_s: float,
-                 log: Callable[[str], None], feedback=None) -> None:
+                 log: Callable[[str], None], feedback=None, lookahead_s: float = DEFAULT_LOOKAHEAD_S) -> None:
         self.config_path = config_path
         self.config = config
         self.mode = mode
@@ -167,6 +189,9 @@ class SimulationServer:
         self.log = log
         #: the closed loop (hil/feedback/loop.py: FeedbackLoop, duck-typed here: sim imports nothing of hil), or None
         self.feedback = feedback
+        #: realtime: states integrated ahead of their due time, at most (the closed loop integrates only the next
+        #: one: a state integrated further ahead would use a measurement older by that much)
+        self.lookahead_states = 1 if feedback is not None else max(1, round(lookahead_s * rate_hz))
         self.model = self._build(config)
         self.simulation = _new_simulation(self.model, config, config_path, integrator, dt)
         if feedback is not None:
@@ -192,6 +217,7 @@ class SimulationServer:
         self.anchor = self.clock()
         self.last_step_request = self.clock()
         self.deadline_misses = 0
+        self.miss_reasons = {NOT_READY: 0, PUBLISHED_LATE: 0}
         self.resyncs = 0
         # status window
         self.step_times = StepTimes()
@@ -204,8 +230,10 @@ class SimulationServer:
         self.last_behind_report = -math.inf
         self.last_stall_report = -math.inf
         self.stalled_since = 0.0
-        self.pending: dict[str, Any] | None = None     # realtime: the next state, integrated ahead of its time
-        self.ready_at = 0.0                             # perf_counter s when ``pending`` was ready
+        #: states prepared and not yet published, oldest first (realtime: up to lookahead_states, integrated ahead
+        #: of their due time; the other modes publish each state as soon as it is prepared)
+        self.queue: deque[Prepared] = deque()
+        self.published_tick = 0
         # stalls: wall-clock gaps between consecutive states of a running simulation (perf_counter s)
         self.last_sent_at: float | None = None
         self.last_sent_stamp_ns = 0
@@ -227,6 +255,12 @@ class SimulationServer:
         """Simulated time (s) of the newest state prepared: ``tick`` periods (the simulation itself may be up to
         one step ahead: its states are interpolated at the publish times)."""
         return self.tick * self.period
+
+    @property
+    def published_t(self) -> float:
+        """Simulated time (s) of the newest state published: what subscribers have seen, and what replies and
+        sim/status report."""
+        return self.published_tick * self.period
 
     def _robot_name(self) -> str:
         robot = self.config.get("robot")
@@ -310,23 +344,27 @@ class SimulationServer:
 
     # ---------------------------------------------------------------- publishing
     def _prepare_state(self, t: float | None = None, outputs: dict[str, np.ndarray] | None = None) -> bool:
-        """Build the payload of the state at ``t`` (default: the current one) into ``pending`` (not sent, not
-        stamped); False (and paused) if the state is not finite: a diverged simulation is never published."""
+        """Build the payload of the state at ``t`` (default: the current one, state ``tick``) onto the queue (not
+        sent, not stamped); False (and paused) if the state is not finite: a diverged simulation is never
+        published."""
         payload = self._state_payload(t, outputs)
         if not (np.isfinite(payload["q"]).all() and np.isfinite(payload["qd"]).all()):
             self._fault(f"simulation diverged at t = {payload['t']:.6g} s (non-finite q or qd); "
                         f"reset or set a parameter")
             return False
-        self.pending = payload
+        self.queue.append(Prepared(self.tick, payload, self.clock()))
         return True
 
     def _publish_state(self) -> bool:
-        """Publish the current state at once; False (and paused) if it is not finite."""
-        return self._prepare_state() and self._send_pending()
+        """Publish the current state at once (the queue is empty: after a reset or before the start); False (and
+        paused) if it is not finite."""
+        return self._prepare_state() and self._send_next()
 
-    def _send_pending(self) -> bool:
-        """Stamp and send the prepared state."""
-        payload, self.pending = self.pending, None
+    def _send_next(self) -> bool:
+        """Stamp and send the oldest prepared state."""
+        prepared = self.queue.popleft()
+        payload = prepared.payload
+        self.published_tick = prepared.tick
         payload["seq"] = self.state_seq
         if self.names_due or self.states_since_names >= self.names_every:
             payload.update(self._names())
@@ -357,9 +395,10 @@ class SimulationServer:
         self._publish_status(now)
 
     def _status_payload(self, seq: int) -> dict[str, Any]:
-        payload = {"v": SCHEMA_VERSION, "seq": seq, "t": self.t, "stamp_ns": time.time_ns(),
+        payload = {"v": SCHEMA_VERSION, "seq": seq, "t": self.published_t, "stamp_ns": time.time_ns(),
                    "mode": self.mode, "state": self.state, "rtf": self.last_window["rtf"],
                    "step_us": dict(self.step_times.last), "deadline_misses": self.deadline_misses,
+                   "deadline_miss_reasons": dict(self.miss_reasons), "lookahead_states": self.lookahead_states,
                    "state_rate_hz": self.last_window["state_rate_hz"], "robot": self.robot_name,
                    "joint_names": self._joint_names(), "actuated": self._actuated(),
                    "states": self.state_seq, "window_misses": self.last_window["misses"],
@@ -389,8 +428,9 @@ class SimulationServer:
 
     def _report_behind(self, now: float) -> None:
         if self.unreported_misses and now - self.last_behind_report >= BEHIND_REPORT_INTERVAL_S:
+            reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in self.miss_reasons.items())
             self.log(f"behind real time: {self.unreported_misses} sim/state deadline misses since the last "
-                     f"report ({self.deadline_misses} in all, schedule re-anchored {self.resyncs} times), "
+                     f"report ({self.deadline_misses} in all: {reasons}; schedule re-anchored {self.resyncs} times), "
                      f"real-time factor {self.last_window['rtf']:.3f}")
             self.unreported_misses = 0
             self.last_behind_report = now
@@ -412,8 +452,11 @@ class SimulationServer:
         return outputs
 
     def _tick(self) -> bool:
-        """One publish period: integrate, publish. False when the simulation failed (then it is paused)."""
-        return self._prepare_tick() and self._send_pending()
+        """One publish period: publish the next state (integrated now, unless the realtime queue holds it). False
+        when the simulation failed (then it is paused)."""
+        if not self.queue and not self._prepare_tick():
+            return False
+        return self._send_next()
 
     def _prepare_tick(self) -> bool:
         """Integrate one publish period and prepare its state. False when the simulation failed (then paused), or
@@ -436,23 +479,18 @@ class SimulationServer:
         self.log(f"paused: {self.reason}")
         self._publish_status(self.clock())
 
-    def _flush_pending(self) -> None:
-        """Publish a state prepared ahead of its due time now, so the last state published is the current one."""
-        if self.pending is not None:
-            self._send_pending()
-
     def _restart_clock(self) -> None:
-        """Re-anchor real time at the current state: the next state is due one period from now (and a new running
-        stretch begins: the gap since the last state is not a stall)."""
+        """Re-anchor real time at the last state published: the next one is due one period from now (and a new
+        running stretch begins: the gap since the last state is not a stall)."""
         now = self.clock()
         self.last_sent_at = None
-        self.anchor = now - self.tick * self.period
+        self.anchor = now - self.published_tick * self.period
         self.last_step_request = now
 
     def _reset(self) -> None:
-        self.pending = None                  # a state prepared before the reset is never published
+        self.queue.clear()                   # states integrated before the reset are never published
         self.simulation.reset()
-        self.tick = 0
+        self.tick = self.published_tick = 0
         self.names_due = True
         self._restart_clock()
         if self.state != IDLE:
@@ -478,7 +516,6 @@ class SimulationServer:
 
     def cmd_pause(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.state in (RUNNING, STALLED):
-            self._flush_pending()
             self.last_sent_at = None
             self._set_state(PAUSED, "pause command")
         return {}
@@ -560,7 +597,7 @@ class SimulationServer:
         except Exception as exc:  # a bug must cost one error reply, not the server
             self.log(f"internal error on a control request: {type(exc).__name__}: {exc}")
             return error_reply(f"internal error: {type(exc).__name__}: {exc}")
-        return {"ok": True, **reply, "state": self.state, "t": self.t,
+        return {"ok": True, **reply, "state": self.state, "t": self.published_t,
                 "seq": self.state_seq - 1}
 
     def _serve_control(self, timeout_ms: int) -> bool:
@@ -617,33 +654,45 @@ class SimulationServer:
         return False
 
     def _realtime_period(self) -> None:
-        """Integrate the next state ahead of its due time, sleep until then (serving requests), publish it.
+        """Integrate ahead while the queue has room and its oldest state is not about to be due; else sleep until
+        that state is due (serving requests) and publish it.
 
         Sleeping right after each publication lets ZeroMQ's I/O thread send at once, and the states leave at
-        regular times. A deadline miss is a state ready only after its due time (the integration of one period
-        took longer than one period) or published more than half a period late (the process was not scheduled).
+        regular times. Another state is integrated only while the oldest one is due more than half a period from
+        now (the publication's tolerance), so that integrating ahead never makes a ready state late; with the
+        queue full, one state is integrated per period, right after each publication. A deadline miss is a state
+        ready only after its due time (``not_ready``: the integration fell behind) or published more than half a
+        period late (``published_late``: the process was not scheduled in time).
         """
-        if self.pending is None:
-            if not self._prepare_tick():
-                return
-            self.ready_at = self.clock()
-        due = self.anchor + self.tick * self.period
-        if not self._wait_until(due) or self.pending is None or self.state != RUNNING:
+        queue = self.queue
+        if not queue or (len(queue) < self.lookahead_states
+                         and self._due(queue[0]) - self.clock() > self.period / 2):
+            self._prepare_tick()
+            return                           # look again: the state may have changed, the head may be due
+        head = queue[0]
+        due = self._due(head)
+        if not self._wait_until(due) or not queue or queue[0] is not head or self.state != RUNNING:
             return                           # a request came first (it may have changed the state): look again
-        self._send_pending()
+        self._send_next()
         now = self.clock()
         lateness = now - due
         self.window_late_max_s = max(self.window_late_max_s, lateness)
-        if self.ready_at > due or lateness > self.period / 2:
+        reason = NOT_READY if head.ready_at > due else PUBLISHED_LATE if lateness > self.period / 2 else None
+        if reason is not None:
             self.deadline_misses += 1
+            self.miss_reasons[reason] += 1
             self.unreported_misses += 1
             self.window_misses += 1
             if lateness > self.max_lag_s:
                 self.resyncs += 1
-                self.anchor = now - self.tick * self.period
+                self.anchor = now - self.published_tick * self.period
                 if self.resyncs == 1:
-                    self.log(f"fell {lateness:.3f} s behind real time at t = {self.t:.6g} s: schedule "
+                    self.log(f"fell {lateness:.3f} s behind real time at t = {self.published_t:.6g} s: schedule "
                              f"re-anchored (each time it happens again is counted in the next report)")
+
+    def _due(self, prepared: Prepared) -> float:
+        """The wall time (perf_counter s) at which a prepared state is due."""
+        return self.anchor + prepared.tick * self.period
 
     def _fast_period(self) -> None:
         self._tick()
@@ -668,7 +717,7 @@ class SimulationServer:
                 self._fast_period()
             else:
                 self._wait_until(self.clock() + IDLE_WAIT_S)
-        self._flush_pending()
+        self.queue.clear()                   # states integrated ahead of their due time: the run ended before it
         self.state, self.reason = STOPPED, self.stop_reason
         self._publish_status(self.clock())
         return self.stop_reason
@@ -725,6 +774,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-lag", type=float, default=0.5, metavar="S",
                         help="realtime: re-anchor the schedule when this far behind the wall clock, s "
                              "(default: %(default)g)")
+    parser.add_argument("--lookahead", type=float, default=DEFAULT_LOOKAHEAD_S, metavar="S",
+                        help="realtime: integrate states up to this far ahead of their due time, s, rounded to "
+                             "whole publish periods, at least one (a slow period or a short preemption is then "
+                             "absorbed); with --feedback always one period (default: %(default)g)")
+    parser.add_argument("--slice", type=float, default=SHORT_SLICE_S, metavar="S",
+                        help="the Linux fair scheduler's slice asked for (kernel 6.12 or later; no permission "
+                             "needed), s, 1e-4 to 0.1: a short one lets the loop preempt busy processes as soon as "
+                             "a state is due; 0: the kernel's default; ignored under --rt-priority "
+                             "(default: %(default)g)")
 
 
 def _positive(value: float, option: str) -> float:
@@ -747,6 +805,9 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
         _positive(args.dt, "--dt")
     stall_timeout = _positive(args.stall_timeout, "--stall-timeout")
     max_lag = _positive(args.max_lag, "--max-lag")
+    lookahead = _positive(args.lookahead, "--lookahead")
+    if args.slice != 0 and not MIN_SLICE_S <= args.slice <= MAX_SLICE_S:
+        raise ConfigError(None, "--slice", f"got {args.slice!r}, expected 0 or {MIN_SLICE_S:g} to {MAX_SLICE_S:g} s")
     endpoints = load_endpoints(args.network)
     pub_endpoint = args.pub or endpoints.sim_pub
     control_endpoint = args.control or endpoints.sim_control
@@ -756,10 +817,13 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
     feedback = None if feedback_factory is None else feedback_factory(_log)
     server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
                               integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
-                              log=_log, feedback=feedback)
+                              log=_log, feedback=feedback, lookahead_s=lookahead)
     if args.rig is not None:
         check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
-    set_realtime_priority(args.rt_priority, "mms serve")       # before the context: its I/O thread inherits it
+    # before the context: its I/O thread inherits both
+    if not set_realtime_priority(args.rt_priority, "mms serve") and args.slice > 0:
+        request_slice(args.slice)
+    fine_timer_slack()
     context = zmq.Context()
     previous_handlers = {}
     try:

@@ -75,6 +75,7 @@ def test_a_loop_gain_below_the_damping_runs_and_one_above_it_trips_the_guard_and
         wait_for(lambda: _running_closed(sim, WATCH_S), 120, what="the stable loop running", logs=[stable.log_path])
         status = _status(sim)
         assert status["state"] == "running" and status["feedback"]["trips"] == 0, status
+        assert status["lookahead_states"] == 1, status       # measurements fresh: no state integrated further ahead
         assert stable_rig.requests == [] and status["feedback"]["wrench"][LOADS.index("my")] != 0.0, status
     finally:
         sim.close()

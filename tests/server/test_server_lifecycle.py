@@ -129,6 +129,7 @@ def test_bad_input_is_a_one_line_error_without_traceback(serve, pendulum, tmp_pa
         ((pendulum.config, "--rate", "-5"), "--rate"),
         ((pendulum.config, "--dt", "0"), "--dt"),
         ((pendulum.config, "--integrator", "euler"), "integrator"),
+        ((pendulum.config, "--slice", "0.5"), "--slice"),         # beyond the longest slice Linux accepts
     ]
     bad_robot = tmp_path / "bad_robot.toml"
     bad_robot.write_text(pendulum.config.read_text().replace('kind = "urdf"', 'kind = "zeppelin"'))

@@ -1,0 +1,149 @@
+"""The realtime lookahead queue of a real `mms serve` (sim/server.py): states integrated ahead of their due time are
+never published after a request that changes the simulation (reset, set), a pause keeps them (they are the states
+that follow), and deadline misses are counted by reason. Behaviour only: no assert depends on the machine's speed."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.messages import TOPIC_SIM_STATE, TOPIC_SIM_STATUS, validate
+from tests.server.test_server_control import FLAPPER, LAW_ATOL_RAD, _states, _stroke
+from sim.processes import SHORT_SLICE_S, current_slice_ns, request_slice
+
+RATE_HZ = 200.0
+PERIOD_S = 1.0 / RATE_HZ
+LOOKAHEAD_S = 0.05                  # ten periods integrated ahead: a stale state would carry a t up to 50 ms on
+LOOKAHEAD_STATES = 10
+#: how long the server is stopped (SIGSTOP) to make it miss deadlines of both kinds: 60 periods, six times its
+#: lookahead, far beyond any scheduling delay
+STOPPED_S = 0.3
+QUIET_S = 0.5
+FLAPPER_PERIOD_S = 1e-3             # the default 1 kHz
+FLAPPER_LOOKAHEAD_S = 0.02          # 20 states ahead
+FOLLOWING = 30                      # states checked after a request
+
+
+def _states_from(server, sub, seq: int, count: int) -> list[dict]:
+    """The states with seq ``seq`` .. ``seq + count - 1``, in order, as one subscriber received them."""
+    received = server.receive(sub, lambda topic, p: topic == TOPIC_SIM_STATE and p["seq"] >= seq + count - 1,
+                              what=f"sim/state seq {seq + count - 1}")
+    states = [p for p in _states(received) if p["seq"] >= seq]
+    assert [p["seq"] for p in states] == list(range(seq, seq + count))
+    return states
+
+
+@pytest.fixture(scope="module")
+def ahead(serve_shared, pendulum):
+    # no re-anchoring however late the stopped server gets: every state due while stopped is counted
+    return serve_shared(pendulum.config, "--rate", str(RATE_HZ), "--lookahead", str(LOOKAHEAD_S), "--max-lag", "10")
+
+
+def _running(server, sub) -> tuple[dict, list[dict]]:
+    """The latest status once the queue has filled (the server integrates ahead at once, then one per period), and
+    the states received until then."""
+    received = server.receive(sub, lambda topic, p: topic == TOPIC_SIM_STATE and p["t"] > 2 * LOOKAHEAD_S,
+                              what="a state after twice the lookahead")
+    return server.ok("get", what="status"), _states(received)
+
+
+def test_the_status_says_how_far_ahead_the_server_integrates(ahead):
+    status = ahead.ok("get", what="status")["status"]
+    validate(TOPIC_SIM_STATUS, status)
+    assert status["lookahead_states"] == LOOKAHEAD_STATES
+    assert set(status["deadline_miss_reasons"]) == {"not_ready", "published_late"}
+
+
+def _slices_ns(pid: int) -> dict[str, int]:
+    """The fair scheduler's slice of the main thread and of ZeroMQ's threads (``ZMQbg/...``) of ``pid``, ns, by
+    thread name (/proc/PID/task/TID/sched ``se.slice``); the threads numpy's BLAS starts at import come before
+    the request and keep the default."""
+    slices = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        name = (task / "comm").read_text().strip()
+        if task.name == str(pid) or name.startswith("ZMQbg"):
+            for line in (task / "sched").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "se.slice":
+                    slices[f"{name} {task.name}"] = int(float(value))
+    return slices
+
+
+def test_the_loop_and_zeromqs_threads_have_the_short_slice_where_the_kernel_takes_one(ahead):
+    default_ns = current_slice_ns()
+    taken = []
+    probe = threading.Thread(target=lambda: taken.append(request_slice(SHORT_SLICE_S)))     # this thread only
+    probe.start()
+    probe.join()
+    slices = _slices_ns(ahead.process.pid)
+    assert len(slices) >= 2 and any(name.startswith("ZMQbg") for name in slices), slices
+    # the I/O thread, which sends the states, inherits the loop's slice
+    assert set(slices.values()) == ({round(SHORT_SLICE_S * 1e9)} if taken[0] else {default_ns}), slices
+
+
+def test_a_reset_discards_the_states_integrated_ahead(ahead):
+    sub = ahead.subscriber(b"sim/state")
+    _running(ahead, sub)
+    reply = ahead.ok("reset")
+    assert reply["t"] == 0.0
+    states = _states_from(ahead, sub, reply["seq"], FOLLOWING)
+    np.testing.assert_allclose([p["t"] for p in states], PERIOD_S * np.arange(FOLLOWING), atol=1e-12)
+    assert states[0]["joint_names"] == ["hinge"]
+
+
+def test_a_pause_keeps_the_queue_and_the_stream_goes_on_where_it_stopped(ahead):
+    sub = ahead.subscriber(b"sim/state")
+    _, received = _running(ahead, sub)
+    paused = ahead.ok("pause")
+    received += _states(ahead.collect(sub, QUIET_S))
+    assert received[-1]["seq"] == paused["seq"] and received[-1]["t"] == pytest.approx(paused["t"], abs=1e-12)
+    assert ahead.ok("get", what="status")["status"]["t"] == paused["t"]     # the last state published, not the queue's
+    stepped = ahead.ok("step", n=3)
+    assert stepped["t"] == pytest.approx(paused["t"] + 3 * PERIOD_S, abs=1e-12)
+    ahead.ok("resume")
+    states = _states_from(ahead, sub, paused["seq"] + 1, FOLLOWING)
+    np.testing.assert_allclose([p["t"] for p in states], paused["t"] + PERIOD_S * np.arange(1, FOLLOWING + 1),
+                               atol=1e-9)
+
+
+def test_a_stopped_server_counts_its_misses_by_reason(ahead):
+    sub = ahead.subscriber(b"sim/state")
+    before = _running(ahead, sub)[0]["status"]
+    os.kill(ahead.process.pid, signal.SIGSTOP)
+    try:                # stopped: its queued states fall due, the next ones are not integrated
+        sent = _states(ahead.collect(sub, STOPPED_S))
+    finally:
+        os.kill(ahead.process.pid, signal.SIGCONT)
+    # every state due while it was stopped is out (and counted) once a state due after the stop arrives
+    last_t = max([before["t"]] + [p["t"] for p in sent])
+    ahead.receive(sub, lambda topic, p: p["t"] > last_t + STOPPED_S + LOOKAHEAD_S, what="the states after the stop")
+    after = ahead.ok("get", what="status")["status"]
+    reasons, earlier = after["deadline_miss_reasons"], before["deadline_miss_reasons"]
+    assert sum(reasons.values()) == after["deadline_misses"]
+    # the queued states were ready before their due time and left late; the states due after them were not ready
+    assert reasons["published_late"] > earlier["published_late"]
+    assert reasons["not_ready"] > earlier["not_ready"]
+    assert after["deadline_misses"] - before["deadline_misses"] >= STOPPED_S * RATE_HZ / 2
+
+
+def test_a_parameter_set_in_realtime_reaches_the_very_next_state(serve):
+    config = tomllib.loads(FLAPPER.read_text())
+    amplitude, frequency = config["stroke"]["amplitude_deg"], config["stroke"]["frequency_hz"]
+    server = serve(FLAPPER, "--lookahead", str(FLAPPER_LOOKAHEAD_S))
+    assert server.ok("get", what="status")["status"]["lookahead_states"] == round(FLAPPER_LOOKAHEAD_S /
+                                                                                  FLAPPER_PERIOD_S)
+    stroke = server.ok("get", what="joint_names")["joint_names"].index("stroke_r")
+    sub = server.subscriber(b"sim/state")
+    server.receive(sub, lambda topic, p: p["t"] > 2 * FLAPPER_LOOKAHEAD_S, what="a state after twice the lookahead")
+    reply = server.ok("set", key="stroke.frequency_hz", value=2 * frequency)
+    assert reply["t"] == 0.0
+    states = _states_from(server, sub, reply["seq"], FOLLOWING)
+    t = np.array([p["t"] for p in states])
+    np.testing.assert_allclose(t, FLAPPER_PERIOD_S * np.arange(FOLLOWING), atol=1e-12)
+    np.testing.assert_allclose([p["q"][stroke] for p in states], _stroke(t, amplitude, 2 * frequency),
+                               atol=LAW_ATOL_RAD)
