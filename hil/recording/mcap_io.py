@@ -246,11 +246,14 @@ class RecordingWriter:
             self._finish_chunk()
 
     def add_batch(self, channels: np.ndarray, payloads: list[bytes], log_times_ns: np.ndarray,
-                  publish_times_ns: np.ndarray, sequences: np.ndarray) -> None:
+                  publish_times_ns: np.ndarray, sequences: np.ndarray, lengths: np.ndarray | None = None) -> None:
         """Append k messages in this order: ``channels`` (k,) channel ids (:meth:`channel_id`), ``payloads`` k
         bytes, ``log_times_ns`` and ``publish_times_ns`` (k,) ns, ``sequences`` (k,) the MCAP sequence (u32). Chunks
-        close where :meth:`add` would close them (past ``chunk_bytes``)."""
-        lengths = np.fromiter(map(len, payloads), dtype=np.uint64, count=len(payloads))
+        close where :meth:`add` would close them (past ``chunk_bytes``). ``lengths``: (k,) the payloads' lengths,
+        bytes, when the caller knows them."""
+        if lengths is None:
+            lengths = np.fromiter(map(len, payloads), dtype=np.uint64, count=len(payloads))
+        lengths = lengths.astype(np.uint64, copy=False)
         done = 0
         while done < len(payloads):
             chunk = self._chunk

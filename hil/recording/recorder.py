@@ -189,8 +189,8 @@ def _shape_of(payload: bytes) -> Structure | None:
     return structure(payload, decoded, _CLOCK_KEYS)
 
 
-def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int, Structure] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int, Structure] | None = None,
+                     lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``seq`` and ``stamp_ns`` of the queued messages that arrive in runs of one topic and shape, validated and read
     from all of them at once (:func:`hil.recording.template_decode.structure`: a message with the bytes of its run's
     first one but for the numbers' values decodes to a map of the same keys and types, so it is as valid as that
@@ -198,13 +198,15 @@ def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int,
     each message's topic (:func:`_topic_codes`). ``shapes``: payload length -> the last shape seen of that length,
     kept from batch to batch (a run that still has it is not decoded at all), updated here. A block of a run
     (SHAPE_BLOCK_BYTES) in which any message differs, and runs shorter than SHAPE_GROUP_MIN_MESSAGES, are left to the
-    one-by-one decode (:func:`_seq_and_stamp`)."""
+    one-by-one decode (:func:`_seq_and_stamp`). ``lengths``: (k,) int64 the payloads' lengths, bytes, when known.
+    """
     count = len(payloads)
     shaped = np.zeros(count, dtype=bool)
     seqs, stamps = np.zeros(count, dtype=np.uint64), np.zeros(count, dtype=np.uint64)
     if count < SHAPE_GROUP_MIN_MESSAGES:
         return shaped, seqs, stamps
-    lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
+    if lengths is None:
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
     for indices in _shape_groups(codes, lengths):
         if len(indices) < SHAPE_GROUP_MIN_MESSAGES or lengths[indices[0]] == 0:
             continue
@@ -408,7 +410,8 @@ class Recorder:
             self.dropped_while_idle += count
             return count
         names, codes = _topic_codes(topics)
-        valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes)
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
+        valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes, lengths)
         for index in np.flatnonzero(~valid).tolist():
             try:
                 seqs[index], stamps[index] = _seq_and_stamp(payloads[index])
@@ -421,10 +424,9 @@ class Recorder:
         kept = np.flatnonzero(valid)
         session.malformed += count - len(kept)
         if len(kept) < count:
-            codes, seqs, stamps = codes[kept], seqs[kept], stamps[kept]
+            codes, seqs, stamps, lengths = codes[kept], seqs[kept], stamps[kept], lengths[kept]
             payloads = [payloads[i] for i in kept.tolist()]
             log_times = [log_times[i] for i in kept.tolist()]
-        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         channels = np.zeros(len(names), dtype=np.uint16)
         for code in np.unique(codes).tolist():
             topic = names[code].decode("ascii")
@@ -436,12 +438,12 @@ class Recorder:
             topic_stats.messages += int(np.count_nonzero(mine))
             topic_stats.bytes += int(lengths[mine].sum())
             session.seq.update_many(topic, seqs[mine])
-        self._write(session, codes, channels[codes], payloads, np.array(log_times, dtype=np.uint64), stamps, seqs,
-                    names)
+        self._write(session, codes, channels[codes], payloads, lengths, np.array(log_times, dtype=np.uint64), stamps,
+                    seqs, names)
         return count
 
     @staticmethod
-    def _write(session: Session, codes: np.ndarray, channels: np.ndarray, payloads: list[bytes],
+    def _write(session: Session, codes: np.ndarray, channels: np.ndarray, payloads: list[bytes], lengths: np.ndarray,
                log_times: np.ndarray, stamps: np.ndarray, seqs: np.ndarray, names: list[bytes]) -> None:
         """Write valid messages in receipt order, each state that is due for a Foxglove pose followed by its pose
         messages (hil/foxglove)."""
@@ -454,14 +456,15 @@ class Recorder:
                     continue
                 end = index + 1
                 writer.add_batch(channels[begin:end], payloads[begin:end], log_times[begin:end], stamps[begin:end],
-                                 sequences[begin:end])
+                                 sequences[begin:end], lengths[begin:end])
                 begin = end
                 for message in session.poses.messages(msgpack.unpackb(payloads[index], raw=False,
                                                                       strict_map_key=False)):
                     writer.add_json(message.topic, message.schema_name, schema(message.schema_name), message.data,
                                     int(log_times[index]), message.stamp_ns)
         if begin < len(payloads):
-            writer.add_batch(channels[begin:], payloads[begin:], log_times[begin:], stamps[begin:], sequences[begin:])
+            writer.add_batch(channels[begin:], payloads[begin:], log_times[begin:], stamps[begin:], sequences[begin:],
+                             lengths[begin:])
 
     def handle_control(self) -> None:
         try:

@@ -187,7 +187,7 @@ def test_update_many_counts_as_update_one_by_one():
             one_by_one.received, one_by_one.gaps, one_by_one.restarts, one_by_one.last_seq)
 
 
-@pytest.mark.parametrize("compression", [CompressionType.ZSTD, CompressionType.NONE])
+@pytest.mark.parametrize("compression", [CompressionType.ZSTD, CompressionType.LZ4, CompressionType.NONE])
 def test_a_bulk_written_file_reads_back_as_the_mcap_writers_own(tmp_path, compression):
     """add_batch (chunks closed inside a batch: small chunks) and add give the messages, statistics and indexes the
     mcap package's Writer gives for the same messages."""
