@@ -9,7 +9,8 @@ payload size. Two payloads: hw/status (140 B, a nested map) and a sim/state of a
 The figure of merit is the ratio of the raw loop's CPU time per message to the recorder's, pair by pair (each
 receiver's process, all threads: user + system time, from /proc for the recorder, ``time.process_time`` for the
 raw loop), printed as the median over the pairs with its spread (min-max); the recorder's includes validating,
-counting and writing the messages, which it does once a burst is drained. Receive rates (msg/s over each receiver's
+counting and writing the messages, which it does a 4 MiB batch at a time and at each flush (every 0.5 s; the
+recorder's CPU is read once its status counts every message, so the last batch is in it). Receive rates (msg/s over each receiver's
 first to last message; the recorder's from the ``log_time`` span of the MCAP file it wrote, read back with the mcap
 reader) and drops (``seq`` gaps plus missing messages) are printed too: the publisher is a Python loop on the same
 two cores, so they follow the machine's load more than the receivers.

@@ -74,6 +74,9 @@ _FOOTER_HEAD = struct.Struct("<BQQQ")
 _FOOTER_BODY_BYTES = 8 + 8 + 4
 _VALID_OPCODES = frozenset(int(op) for op in Opcode)
 _PROGRESS_STEP_BYTES = 1 << 20
+#: a batch's records are checksummed and compressed this many bytes at a time (the slice stays in the processor's
+#: cache between the two passes)
+_ABSORB_SLICE_BYTES = 256 * 1024
 
 
 class RecordingError(ValueError):
@@ -111,10 +114,20 @@ def stored_robot_config(metadata: dict[str, dict[str, str]], key: str) -> tuple[
 
 
 class _OpenChunk:
-    """The records of the chunk being filled (uncompressed), with its message indexes and log-time span."""
+    """The chunk being filled: its records not yet compressed, what is compressed so far, the running CRC32 and size
+    of its uncompressed records, its message indexes and log-time span.
 
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []        # records, in file order
+    Records are compressed and checksummed a batch at a time while the batch is still in the processor's cache
+    (:meth:`RecordingWriter._absorb`), by a streaming compressor that makes one frame per chunk, rather than all at
+    once from a joined copy of the whole chunk when it closes: the copy of a 4 MB chunk into fresh memory, and
+    reading it back from RAM twice, cost more than compressing (docs/recording.md, "Figures")."""
+
+    def __init__(self, compressor) -> None:
+        self.parts: list[bytes] = []        # records not yet compressed, in file order
+        self.compressor = compressor        # one frame per chunk (None: stored as they are)
+        self.compressed: list[bytes] = []   # the chunk's data so far, in file order
+        self.crc = 0                        # CRC32 of the uncompressed records absorbed so far
+        self.absorbed = 0                   # bytes of the uncompressed records absorbed so far
         self.size = 0                       # bytes of the records so far (the offset of the next one)
         self.messages = 0
         self.start_time = 0                 # ns, the earliest log_time (valid when messages > 0)
@@ -139,13 +152,13 @@ class RecordingWriter:
         if self.path.exists() and not overwrite:
             raise FileExistsError(f"{self.path} exists (choose another name or allow overwriting)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._compression_name, self._compress = _compressor(compression)
+        self._compression_name, self._new_compressor = _compressor(compression)
         self._chunk_bytes = chunk_bytes
         self._file = open(self.path, "wb")
         self._channels: dict[str, int] = {}
         self._schema_records: list[Schema] = []
         self._channel_records: list[Channel] = []
-        self._chunk = _OpenChunk()
+        self._chunk = _OpenChunk(self._new_compressor())
         self._chunk_indexes: list[ChunkIndex] = []
         self._metadata_indexes: list[MetadataIndex] = []
         self._statistics = Statistics(attachment_count=0, channel_count=0, channel_message_counts={}, chunk_count=0,
@@ -233,11 +246,14 @@ class RecordingWriter:
             self._finish_chunk()
 
     def add_batch(self, channels: np.ndarray, payloads: list[bytes], log_times_ns: np.ndarray,
-                  publish_times_ns: np.ndarray, sequences: np.ndarray) -> None:
+                  publish_times_ns: np.ndarray, sequences: np.ndarray, lengths: np.ndarray | None = None) -> None:
         """Append k messages in this order: ``channels`` (k,) channel ids (:meth:`channel_id`), ``payloads`` k
         bytes, ``log_times_ns`` and ``publish_times_ns`` (k,) ns, ``sequences`` (k,) the MCAP sequence (u32). Chunks
-        close where :meth:`add` would close them (past ``chunk_bytes``)."""
-        lengths = np.fromiter(map(len, payloads), dtype=np.uint64, count=len(payloads))
+        close where :meth:`add` would close them (past ``chunk_bytes``). ``lengths``: (k,) the payloads' lengths,
+        bytes, when the caller knows them."""
+        if lengths is None:
+            lengths = np.fromiter(map(len, payloads), dtype=np.uint64, count=len(payloads))
+        lengths = lengths.astype(np.uint64, copy=False)
         done = 0
         while done < len(payloads):
             chunk = self._chunk
@@ -249,6 +265,27 @@ class RecordingWriter:
             done += take
             if chunk.size > self._chunk_bytes:
                 self._finish_chunk()
+        self._absorb()
+
+    def _absorb(self) -> None:
+        """Checksum and compress the open chunk's records not yet compressed (they are in the processor's cache),
+        a cache-sized slice at a time."""
+        chunk = self._chunk
+        if not chunk.parts:
+            return
+        records = b"".join(chunk.parts)
+        chunk.parts.clear()
+        view = memoryview(records)
+        for begin in range(0, len(records), _ABSORB_SLICE_BYTES):
+            piece = view[begin:begin + _ABSORB_SLICE_BYTES]
+            chunk.crc = zlib.crc32(piece, chunk.crc)
+            if chunk.compressor is None:
+                chunk.compressed.append(bytes(piece))
+                continue
+            compressed = chunk.compressor.compress(piece)
+            if compressed:
+                chunk.compressed.append(compressed)
+        chunk.absorbed += len(records)
 
     def _add_to_chunk(self, channels, payloads, lengths, log_times_ns, publish_times_ns, sequences) -> None:
         chunk, count = self._chunk, len(payloads)
@@ -284,15 +321,17 @@ class RecordingWriter:
         chunk = self._chunk
         if chunk.messages == 0:
             return
-        records = b"".join(chunk.parts)
-        data = self._compress(records) if self._compress else records
+        self._absorb()
+        if chunk.compressor is not None:
+            chunk.compressed.append(chunk.compressor.flush())
+        data_length = sum(map(len, chunk.compressed))
         start = self._file.tell()
         name = self._compression_name.encode()
         head_length = _CHUNK_HEAD.size - _RECORD_HEADER.size + 4 + len(name) + 8
-        self._file.write(_CHUNK_HEAD.pack(Opcode.CHUNK, head_length + len(data), chunk.start_time, chunk.end_time,
-                                          len(records), zlib.crc32(records)))
-        self._file.write(struct.pack("<I", len(name)) + name + struct.pack("<Q", len(data)))
-        self._file.write(data)
+        self._file.write(_CHUNK_HEAD.pack(Opcode.CHUNK, head_length + data_length, chunk.start_time, chunk.end_time,
+                                          chunk.absorbed, chunk.crc))
+        self._file.write(struct.pack("<I", len(name)) + name + struct.pack("<Q", data_length))
+        self._file.write(b"".join(chunk.compressed))
         index_start = self._file.tell()
         offsets: dict[int, int] = {}
         for channel, entries in chunk.index.items():
@@ -304,14 +343,14 @@ class RecordingWriter:
             message_start_time=chunk.start_time, message_end_time=chunk.end_time, chunk_start_offset=start,
             chunk_length=index_start - start, message_index_offsets=offsets,
             message_index_length=self._file.tell() - index_start, compression=self._compression_name,
-            compressed_size=len(data), uncompressed_size=len(records)))
+            compressed_size=data_length, uncompressed_size=chunk.absorbed))
         statistics = self._statistics
         statistics.message_start_time = (chunk.start_time if statistics.message_count == 0
                                          else min(statistics.message_start_time, chunk.start_time))
         statistics.message_end_time = max(statistics.message_end_time, chunk.end_time)
         statistics.message_count += chunk.messages
         statistics.chunk_count += 1
-        self._chunk = _OpenChunk()
+        self._chunk = _OpenChunk(self._new_compressor())
 
     def add_metadata(self, name: str, data: dict[str, str]) -> None:
         offset = self._file.tell()
@@ -373,15 +412,34 @@ class RecordingWriter:
 
 
 def _compressor(compression: CompressionType):
-    """The MCAP compression name and the function that compresses a chunk's records (None: stored as they are).
-    zstd at level 1: on the recorder's payloads it compresses as well as the default level 3 at about half the
-    CPU (docs/recording.md, "Figures")."""
+    """The MCAP compression name and a function that makes the streaming compressor of one chunk (``compress(data)``
+    and ``flush()``, one frame; it makes None: stored as they are). zstd at level 1: on the recorder's payloads it
+    compresses as well as the default level 3 at about half the CPU (docs/recording.md, "Figures"). The zstd frame
+    does not state its content size (a stream's size is not known when it begins); MCAP readers decompress a chunk
+    into its stated uncompressed size."""
     if compression == CompressionType.ZSTD:
-        return "zstd", zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress
+        zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        return "zstd", zstd.compressobj
     if compression == CompressionType.LZ4:
         import lz4.frame
-        return "lz4", lz4.frame.compress
-    return "", None
+        return "lz4", lambda: _Lz4Stream(lz4.frame.LZ4FrameCompressor())
+    return "", lambda: None
+
+
+class _Lz4Stream:
+    """lz4.frame's compressor with the ``compress``/``flush`` of zstd's streaming one: one frame per chunk."""
+
+    def __init__(self, compressor) -> None:
+        self._compressor = compressor
+        self._header = compressor.begin()
+
+    def compress(self, data) -> bytes:
+        header, self._header = self._header, b""
+        return header + self._compressor.compress(data)
+
+    def flush(self) -> bytes:
+        header, self._header = self._header, b""
+        return header + self._compressor.flush()
 
 
 class _BoundedReader(io.RawIOBase):

@@ -36,6 +36,7 @@ from sim.config import ConfigError, load_toml, resolve_config
 from sim.control import ControlError, encode_reply, error_reply, parse_request
 from sim.messages import TOPIC_SIM_STATE, SeqTracker
 from sim.network import Endpoints, load_endpoints, open_socket
+from sim.processes import freeze_startup_heap
 
 #: control commands -> what they do (the reply of "help"; docs/recording.md lists their arguments and replies)
 COMMANDS = {
@@ -51,13 +52,15 @@ PROGRESS_INTERVAL_S = 0.5
 #: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
 LOOP_TIMEOUT_S = 0.05
 #: the receive path only takes messages off the SUB socket and stamps them (``log_time``); validating, gap counting
-#: and MCAP writing (0.2-0.5x the CPU of receiving) wait until the socket has been quiet this long, ms (a burst is
-#: over), so that a burst is taken at the socket's rate with exact receipt times ...
-QUIET_MS = 2
+#: and MCAP writing wait until the queue holds this many payload bytes (4 MB: about 2 000 states of 2.1 kB; a batch
+#: that size costs a tenth of a small one per message in fixed costs, and its memory is reused from batch to batch
+#: instead of being returned to the system and faulted in again) ...
+WRITE_BATCH_BYTES = 4 * 1024 * 1024
+#: ... or this many messages (small ones: the queue's Python objects) ...
+WRITE_BATCH_MESSAGES = 16_384
 #: ... or until the file's flush is due (every message received before a flush is in it: the crash-loss bound
-#: is unchanged), or until the queue holds this many messages (memory bound: 200 MB of 2 kB states)
-PENDING_MAX_MESSAGES = 100_000
-#: ... or when a receive turn has lasted this long, s (the control socket and the flush get a look)
+#: is unchanged; at low rates the messages are written at each flush). A receive turn also ends after this long, s
+#: (the control socket and the flush get a look)
 RECEIVE_TURN_S = LOOP_TIMEOUT_S
 #: At a stop, the recorder takes messages until its socket has been quiet this long, s (the peers stopped first
 #: in an orderly shutdown; a message in flight crosses the loopback in well under a ms) ...
@@ -186,8 +189,8 @@ def _shape_of(payload: bytes) -> Structure | None:
     return structure(payload, decoded, _CLOCK_KEYS)
 
 
-def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int, Structure] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int, Structure] | None = None,
+                     lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``seq`` and ``stamp_ns`` of the queued messages that arrive in runs of one topic and shape, validated and read
     from all of them at once (:func:`hil.recording.template_decode.structure`: a message with the bytes of its run's
     first one but for the numbers' values decodes to a map of the same keys and types, so it is as valid as that
@@ -195,13 +198,15 @@ def _clocks_by_shape(codes: np.ndarray, payloads: list[bytes], shapes: dict[int,
     each message's topic (:func:`_topic_codes`). ``shapes``: payload length -> the last shape seen of that length,
     kept from batch to batch (a run that still has it is not decoded at all), updated here. A block of a run
     (SHAPE_BLOCK_BYTES) in which any message differs, and runs shorter than SHAPE_GROUP_MIN_MESSAGES, are left to the
-    one-by-one decode (:func:`_seq_and_stamp`)."""
+    one-by-one decode (:func:`_seq_and_stamp`). ``lengths``: (k,) int64 the payloads' lengths, bytes, when known.
+    """
     count = len(payloads)
     shaped = np.zeros(count, dtype=bool)
     seqs, stamps = np.zeros(count, dtype=np.uint64), np.zeros(count, dtype=np.uint64)
     if count < SHAPE_GROUP_MIN_MESSAGES:
         return shaped, seqs, stamps
-    lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
+    if lengths is None:
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
     for indices in _shape_groups(codes, lengths):
         if len(indices) < SHAPE_GROUP_MIN_MESSAGES or lengths[indices[0]] == 0:
             continue
@@ -267,8 +272,9 @@ class Recorder:
         self.session: Session | None = None
         # received, not yet written, in receipt order: topic frame, payload frame, receipt time (ns)
         self.pending_topics: list[bytes] = []
-        self.pending_payloads: list[bytes] = []
+        self.pending_payloads: list[zmq.Frame | bytes] = []
         self.pending_log_times: list[int] = []
+        self._pending_bytes = self._pending_counted = 0     # payload bytes of the first _pending_counted queued
         self.shapes: dict[int, Structure] = {}       # the shapes of recent payloads (:func:`_clocks_by_shape`)
         self.stop_requested = False
         self.dropped_while_idle = 0
@@ -338,13 +344,16 @@ class Recorder:
 
     # --- the loop -----------------------------------------------------------------------------------------
     def receive_batch(self) -> bool:
-        """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn;
-        True when the socket was drained. The messages are written by :meth:`write_pending`.
+        """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn or until
+        a write batch is queued (:meth:`batch_full`); True when the socket was drained. The messages are written by
+        :meth:`write_pending`.
 
         Frame by frame as zmq.Frame objects rather than with ``recv_multipart`` (which asks the socket whether more
-        frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. A message's frames
-        arrive together (ZeroMQ delivers a multipart message whole), so after a topic frame with more to come the
-        payload frame is there; a message of one frame, or of more than two, is queued as MALFORMED_FRAMES."""
+        frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. The payload is
+        queued as its Frame, not copied into a bytes object (ZeroMQ's buffer is kept until the message is written:
+        1 us less per 2.1 kB state). A message's frames arrive together (ZeroMQ delivers a multipart message whole),
+        so after a topic frame with more to come the payload frame is there; a message of one frame, or of more than
+        two, is queued as MALFORMED_FRAMES."""
         recv, clock = self.sub.recv, time.time_ns
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
@@ -358,14 +367,23 @@ class Recorder:
                 payload = recv(zmq.NOBLOCK, copy=False) if topic.more else None
                 if payload is not None and not payload.more:
                     topics.append(topic.bytes)
-                    payloads.append(payload.bytes)
+                    payloads.append(payload)
                     continue
                 while payload is not None and payload.more:
                     payload = recv(zmq.NOBLOCK, copy=False)
                 topics.append(MALFORMED_FRAMES[0])
                 payloads.append(MALFORMED_FRAMES[1])
-            if len(topics) >= PENDING_MAX_MESSAGES or time.monotonic() > turn_end:
+            if self.batch_full() or time.monotonic() > turn_end:
                 return False
+
+    def batch_full(self) -> bool:
+        """Whether the queue holds a write batch (WRITE_BATCH_BYTES of payloads or WRITE_BATCH_MESSAGES)."""
+        payloads = self.pending_payloads
+        if len(payloads) >= WRITE_BATCH_MESSAGES:
+            return True
+        self._pending_bytes += sum(map(len, payloads[self._pending_counted:]))
+        self._pending_counted = len(payloads)
+        return self._pending_bytes >= WRITE_BATCH_BYTES
 
     def drain(self) -> None:
         """At a stop: receive and write what the peers published before it, so that it is in the file. A recorder
@@ -386,12 +404,14 @@ class Recorder:
         malformed and not written."""
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         self.pending_topics, self.pending_payloads, self.pending_log_times = [], [], []
+        self._pending_bytes = self._pending_counted = 0
         count, session = len(topics), self.session
         if session is None or count == 0:
             self.dropped_while_idle += count
             return count
         names, codes = _topic_codes(topics)
-        valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes)
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
+        valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes, lengths)
         for index in np.flatnonzero(~valid).tolist():
             try:
                 seqs[index], stamps[index] = _seq_and_stamp(payloads[index])
@@ -404,10 +424,9 @@ class Recorder:
         kept = np.flatnonzero(valid)
         session.malformed += count - len(kept)
         if len(kept) < count:
-            codes, seqs, stamps = codes[kept], seqs[kept], stamps[kept]
+            codes, seqs, stamps, lengths = codes[kept], seqs[kept], stamps[kept], lengths[kept]
             payloads = [payloads[i] for i in kept.tolist()]
             log_times = [log_times[i] for i in kept.tolist()]
-        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         channels = np.zeros(len(names), dtype=np.uint16)
         for code in np.unique(codes).tolist():
             topic = names[code].decode("ascii")
@@ -419,12 +438,12 @@ class Recorder:
             topic_stats.messages += int(np.count_nonzero(mine))
             topic_stats.bytes += int(lengths[mine].sum())
             session.seq.update_many(topic, seqs[mine])
-        self._write(session, codes, channels[codes], payloads, np.array(log_times, dtype=np.uint64), stamps, seqs,
-                    names)
+        self._write(session, codes, channels[codes], payloads, lengths, np.array(log_times, dtype=np.uint64), stamps,
+                    seqs, names)
         return count
 
     @staticmethod
-    def _write(session: Session, codes: np.ndarray, channels: np.ndarray, payloads: list[bytes],
+    def _write(session: Session, codes: np.ndarray, channels: np.ndarray, payloads: list[bytes], lengths: np.ndarray,
                log_times: np.ndarray, stamps: np.ndarray, seqs: np.ndarray, names: list[bytes]) -> None:
         """Write valid messages in receipt order, each state that is due for a Foxglove pose followed by its pose
         messages (hil/foxglove)."""
@@ -437,14 +456,15 @@ class Recorder:
                     continue
                 end = index + 1
                 writer.add_batch(channels[begin:end], payloads[begin:end], log_times[begin:end], stamps[begin:end],
-                                 sequences[begin:end])
+                                 sequences[begin:end], lengths[begin:end])
                 begin = end
                 for message in session.poses.messages(msgpack.unpackb(payloads[index], raw=False,
                                                                       strict_map_key=False)):
                     writer.add_json(message.topic, message.schema_name, schema(message.schema_name), message.data,
                                     int(log_times[index]), message.stamp_ns)
         if begin < len(payloads):
-            writer.add_batch(channels[begin:], payloads[begin:], log_times[begin:], stamps[begin:], sequences[begin:])
+            writer.add_batch(channels[begin:], payloads[begin:], log_times[begin:], stamps[begin:], sequences[begin:],
+                             lengths[begin:])
 
     def handle_control(self) -> None:
         try:
@@ -482,18 +502,17 @@ class Recorder:
 
     def run(self, duration_s: float | None = None) -> None:
         """Loop until a signal or ``duration_s`` after the recording started; the open file is finished."""
+        freeze_startup_heap()       # the queued Frames are collector-tracked: its passes skip the imports
         poller = zmq.Poller()
         poller.register(self.sub, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
         timeout_ms = int(LOOP_TIMEOUT_S * 1000)
         try:
             while not self.stop_requested:
-                events = dict(poller.poll(QUIET_MS if self.pending_topics else timeout_ms))
-                quiet = self.sub not in events
-                if not quiet:
+                events = dict(poller.poll(timeout_ms))
+                if self.sub in events:
                     self.receive_batch()
-                if self.pending_topics and (quiet or len(self.pending_topics) >= PENDING_MAX_MESSAGES
-                                            or self._sync_due()):
+                if self.pending_topics and (self.batch_full() or self._sync_due()):
                     self.write_pending()
                 if self.control in events:
                     self.handle_control()

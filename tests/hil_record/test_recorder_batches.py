@@ -108,6 +108,37 @@ def test_batches_keep_receipt_order_and_count_gaps_and_restarts_across_their_bou
     assert status["malformed"] == 0
 
 
+def test_a_receive_turn_ends_at_a_write_batch_and_every_message_is_written(rig, tmp_path, monkeypatch):
+    """The queue is bounded by WRITE_BATCH_BYTES of payloads (here 64 KiB, looked at every 8 messages): a receive turn
+    with more waiting on the socket ends there, undrained; the batch's byte count starts again after a write, and the
+    messages of all the batches are in the file in order."""
+    recorder, pub = rig
+    monkeypatch.setattr(recorder_module, "WRITE_BATCH_BYTES", 64 * 1024)
+    monkeypatch.setattr(recorder_module, "RECEIVE_CLOCK_EVERY", 8)
+    recorder.start(tmp_path / "turns.mcap")
+    payloads = [msgpack.packb(sim_state(k, k * 1e-3, [0.1 * k] * 32)) for k in range(200)]
+    length = len(payloads[-1])
+    for payload in payloads:
+        pub.send_multipart([b"sim/state", payload])
+    assert recorder.sub.poll(int(DEADLINE_S * 1000))
+    time.sleep(0.1)                                  # the 400 kB cross the loopback
+    assert recorder.receive_batch() is False, "the turn ended at the batch bound, the socket not drained"
+    queued = sum(map(len, recorder.pending_payloads))
+    assert 64 * 1024 <= queued < 64 * 1024 + 8 * length
+    recorder.write_pending()
+    assert not recorder.batch_full() and recorder.pending_payloads == []
+    batches, deadline = 1, time.monotonic() + DEADLINE_S
+    while recorder.session.stats["sim/state"].messages < len(payloads):
+        assert time.monotonic() < deadline, f"{recorder.session.stats['sim/state'].messages} of 200 written"
+        recorder.sub.poll(50)
+        recorder.receive_batch()
+        batches += recorder.write_pending() > 0
+    recorder.stop()
+    most_per_batch = 64 * 1024 + 8 * length
+    assert batches >= -(-sum(map(len, payloads)) // most_per_batch)
+    assert [data for _, data, _, _ in _read(tmp_path / "turns.mcap")] == payloads
+
+
 def test_a_bad_message_inside_a_batch_is_counted_and_dropped_and_the_rest_recorded(rig, tmp_path, monkeypatch):
     recorder, pub = rig
     session = recorder.start(tmp_path / "bad.mcap")
@@ -187,7 +218,7 @@ def test_update_many_counts_as_update_one_by_one():
             one_by_one.received, one_by_one.gaps, one_by_one.restarts, one_by_one.last_seq)
 
 
-@pytest.mark.parametrize("compression", [CompressionType.ZSTD, CompressionType.NONE])
+@pytest.mark.parametrize("compression", [CompressionType.ZSTD, CompressionType.LZ4, CompressionType.NONE])
 def test_a_bulk_written_file_reads_back_as_the_mcap_writers_own(tmp_path, compression):
     """add_batch (chunks closed inside a batch: small chunks) and add give the messages, statistics and indexes the
     mcap package's Writer gives for the same messages."""
