@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
@@ -119,3 +120,96 @@ def _plot(times, closed, open_loop, truth, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+@dataclass(frozen=True)
+class CaptiveRun:
+    """An offline closed loop (:func:`captive_loop`) and its references, on the publish grid."""
+    times: np.ndarray          # (n,) s
+    closed: np.ndarray         # (n, 6) thorax twist of the model with the fed-back error (body frame; m/s, rad/s)
+    open_loop: np.ndarray      # (n, 6) ... of the model alone
+    truth: np.ndarray          # (n, 6) ... of the rig's truth in free flight, driven by the simulation's stroke
+    error: np.ndarray          # (n, 6) the tared error m - m_hat of each sample (N, N m; body frame, about O_body)
+
+
+def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "model", seed: int = 1) -> CaptiveRun:
+    """The closed loop of docs/closed-loop.md without sockets or wall clock: the rig's physics plant (its truth,
+    tethered: firmware_interface.plant.SimulatorCore) and the model's twin (hil.feedback.loop.ModelTwin) step by
+    step on the telemetry grid, the error ``m - m_hat`` (the rig's sensor model on ``m``, seeded) tared and put
+    through the rig's ``[feedback]`` compensation (its PhaseTable) onto the free model ``robot``, one publish
+    period at a time. ``stroke``: what drives the plant and the twin: ``"model"`` the simulation's stroke itself,
+    ``"rig"`` that stroke through the rig's command rate and emulated servos (``[emulator.servo]``: lag, rate
+    limit, deadband), the table then reading each sample the servos' first-harmonic lag earlier."""
+    from firmware_interface.emulator import SensorBank, ServoBank
+    from firmware_interface.plant import SimulatorCore
+    from hil.feedback.loop import ModelTwin, PhaseTable, load_feedback
+    from sim.measured_wrench import MeasuredWrench
+    from sim.robots import build_robot
+    from sim.simulation import Simulation
+
+    rig, spec = load_feedback(rig_path)
+    config = load_toml(robot)
+    dt, integrator = config["simulation"]["dt"], config["simulation"]["integrator"]
+    sample_s = 1.0 / rig.telemetry_hz               # the telemetry period, also the publish period here
+    model = build_robot(config, robot)
+    laws = [(model.motion_laws[model.joint_names.index(j.joint)], j) for j in rig.joints]
+    servo_order = [rig.servo_names.index(j.servo) for j in rig.joints]
+
+    def commanded(t: float) -> np.ndarray:
+        """The servo angles (n_servo,) rad the simulation's stroke asks for at t (s)."""
+        angles = np.array([s.neutral_rad for s in rig.servos])
+        for (law, joint), k in zip(laws, servo_order):
+            angles[k] = joint.servo_angle(law.evaluate(t)[0])
+        return angles
+
+    plant, twin = SimulatorCore(rig), ModelTwin(rig, spec, robot, sample_s, integrator)
+    sensors, servos = SensorBank(rig, np.random.default_rng(seed)), ServoBank(rig)
+    names = [s.name for s in rig.sensors]
+    columns = [names.index(name) for name in spec.channels]
+    to_units = np.array([s.gain for s in rig.sensors])[columns]
+    zero = np.array([s.offset_counts for s in rig.sensors])[columns]
+    lag_s = 0.0
+    if stroke == "rig":
+        omega = 2.0 * np.pi / spec.period_s
+        tau = float(np.mean(servos.tau))
+        lag_s = np.arctan(omega * tau) / omega + 0.5 / rig.command_hz + 0.5 * sample_s
+    table = PhaseTable(spec.period_s, sample_s, spec.periods, spec.harmonics)
+    wrench = MeasuredWrench(spec.body)
+    closed = Simulation(model.replace(force_models=[*model.force_models, wrench]), integrator=integrator, dt=dt)
+    closed.reset()
+    # the rig at rest at the stroke's start (the driver ramps the servos there before the loop starts)
+    previous = commanded(0.0)
+    servos.angle, servos.held = previous.copy(), previous.copy()
+
+    def sample(t_rig: float, command: np.ndarray) -> np.ndarray:
+        """One telemetry sample at the rig's time ``t_rig`` (s) for the servo command (n_servo,) rad: the error
+        m - m_hat (6,) of the plant and the twin driven by the stroke (``stroke``)."""
+        nonlocal previous
+        if stroke == "rig":
+            servos.step(command, sample_s)
+            angle = servos.angle.copy()
+        else:
+            angle = command
+        rate, previous = (angle - previous) / sample_s, angle
+        plant.set_inputs(angle, rate)
+        plant.advance_to(t_rig)
+        m = (np.asarray(sensors.sample(plant.read(), t_rig), dtype=float)[columns] - zero) * to_units
+        return (m - twin.predict(t_rig, angle, rate)) / spec.scale
+
+    # the tare: the rig at the stroke's start while the simulation waits at t = 0 (as mms serve --feedback)
+    taring = round(spec.tare_s / sample_s)
+    tare = np.mean([sample(k * sample_s, commanded(0.0)) for k in range(1, taring + 1)], axis=0)
+    n = round(duration_s / sample_s)
+    twists, errors = np.empty((n, 6)), np.empty((n, 6))
+    for k in range(1, n + 1):
+        t = k * sample_s
+        command = commanded(np.floor(t * rig.command_hz) / rig.command_hz if stroke == "rig" else t)
+        errors[k - 1] = sample(t + taring * sample_s, command) - tare
+        table.add(t - lag_s, errors[k - 1])
+        value, slope = table.at(closed.t)
+        wrench.set(closed.t, value, slope)
+        closed.inputs_changed()
+        twists[k - 1] = closed.advance_to(t)["base_twist"]
+    times = sample_s * np.arange(1, n + 1)
+    return CaptiveRun(times, twists, simulated_thorax(config, robot, times),
+                      simulated_thorax(truth_config(config, rig_path), robot, times), errors)
