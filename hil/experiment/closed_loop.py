@@ -9,6 +9,7 @@ truth's, per component, and their ratio closed over open (below 1: the closed lo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,19 +58,29 @@ def recorded_thorax(recording: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(times), np.asarray(twists)
 
 
-def simulated_thorax(config: dict, path: Path, times: np.ndarray) -> np.ndarray:
-    """Thorax twists (n, 6) of ``config`` run offline from rest at ``times`` (n,) s: the publish times k T of the
-    server, which the step divides (the demo's 0.5 ms into 1 ms)."""
+def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | None = None) -> np.ndarray:
+    """Thorax twists (n, 6) of ``config`` run offline at ``times`` (n,) s, the publish times k T of the server
+    (which the step divides: the demo's 0.5 ms into 1 ms), from rest at t = 0 or from ``start``: a sim/state
+    (``t`` s, ``q``, ``qd`` (n,), ``base_pos`` (3,) m, ``base_quat`` (4,) (w, x, y, z), ``base_twist`` (6,) body
+    frame), every time after its ``t``."""
     from sim.robots import build_robot
     from sim.simulation import Simulation
+    from sim.spatial import quat_to_matrix
 
     dt = config["simulation"]["dt"]
-    period = float(np.median(np.diff(times)))
+    period = float(np.median(np.diff(times))) if times.size > 1 else dt
     every = round(period / dt)
     simulation = Simulation(build_robot(config, path), integrator=config["simulation"]["integrator"], dt=dt)
-    simulation.reset()
-    at, outputs = simulation.record(round(times[-1] / period), every)
-    rows = np.rint(times / period).astype(int) - 1
+    t0 = 0.0
+    if start is None:
+        simulation.reset()
+    else:
+        pose = np.eye(4)
+        pose[:3, :3], pose[:3, 3] = quat_to_matrix(np.asarray(start["base_quat"], dtype=float)), start["base_pos"]
+        simulation.reset(q=start["q"], qd=start["qd"], base_pose=pose, base_twist=start["base_twist"])
+        simulation.t = t0 = float(start["t"])
+    at, outputs = simulation.record(round((times[-1] - t0) / period), every)
+    rows = np.rint((times - t0) / period).astype(int) - 1
     if not np.allclose(at[rows], times):
         raise ValueError(f"the recorded states are not on the publish grid of {period:g} s")
     return outputs["base_twist"][rows]
@@ -132,7 +143,8 @@ class CaptiveRun:
     error: np.ndarray          # (n, 6) the tared error m - m_hat of each sample (N, N m; body frame, about O_body)
 
 
-def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "model", seed: int = 1) -> CaptiveRun:
+def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "model", seed: int | None = 1,
+                 compensation: str | None = None, gain: float = 1.0) -> CaptiveRun:
     """The closed loop of docs/closed-loop.md without sockets or wall clock: the rig's physics plant (its truth,
     tethered: firmware_interface.plant.SimulatorCore) and the model's twin (hil.feedback.loop.ModelTwin) step by
     step on the telemetry grid, the error ``m - m_hat`` (the rig's sensor model on ``m``, seeded) tared and put
@@ -146,8 +158,10 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     from sim.measured_wrench import MeasuredWrench
     from sim.robots import build_robot
     from sim.simulation import Simulation
+    from sim.spatial import matrix_to_quat
 
     rig, spec = load_feedback(rig_path)
+    spec = dataclasses.replace(spec, compensation=compensation or spec.compensation)
     config = load_toml(robot)
     dt, integrator = config["simulation"]["dt"], config["simulation"]["integrator"]
     sample_s = 1.0 / rig.telemetry_hz               # the telemetry period, also the publish period here
@@ -193,23 +207,34 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
         rate, previous = (angle - previous) / sample_s, angle
         plant.set_inputs(angle, rate)
         plant.advance_to(t_rig)
-        m = (np.asarray(sensors.sample(plant.read(), t_rig), dtype=float)[columns] - zero) * to_units
+        m = plant.read()[columns] if seed is None else \
+            (np.asarray(sensors.sample(plant.read(), t_rig), dtype=float)[columns] - zero) * to_units
         return (m - twin.predict(t_rig, angle, rate)) / spec.scale
 
     # the tare: the rig at the stroke's start while the simulation waits at t = 0 (as mms serve --feedback)
     taring = round(spec.tare_s / sample_s)
     tare = np.mean([sample(k * sample_s, commanded(0.0)) for k in range(1, taring + 1)], axis=0)
     n = round(duration_s / sample_s)
-    twists, errors = np.empty((n, 6)), np.empty((n, 6))
+    twists, errors, closing = np.empty((n, 6)), np.zeros((n, 6)), None
     for k in range(1, n + 1):
         t = k * sample_s
         command = commanded(np.floor(t * rig.command_hz) / rig.command_hz if stroke == "rig" else t)
         errors[k - 1] = sample(t + taring * sample_s, command) - tare
         table.add(t - lag_s, errors[k - 1])
-        value, slope = table.at(closed.t)
-        wrench.set(closed.t, value, slope)
+        periodic = spec.compensation == "periodic"
+        if closing is None and (table.full() or not periodic):    # the loop closes: the references start from here
+            closing = {"t": closed.t, "q": closed.q, "qd": closed.qd, "base_pos": closed.base_pose[:3, 3],
+                       "base_quat": matrix_to_quat(closed.base_pose[:3, :3]), "base_twist": closed.y[7:13].copy()}
+        # "none": the newest error at the period's start, held (a lockstep loop's; errors[-1] is zero at k = 1)
+        value, slope = table.at(closed.t) if periodic else (errors[k - 2], np.zeros(6))
+        wrench.set(closed.t, gain * value, gain * slope)
         closed.inputs_changed()
         twists[k - 1] = closed.advance_to(t)["base_twist"]
     times = sample_s * np.arange(1, n + 1)
-    return CaptiveRun(times, twists, simulated_thorax(config, robot, times),
-                      simulated_thorax(truth_config(config, rig_path), robot, times), errors)
+    if closing is None:
+        raise ValueError(f"the loop did not close within {duration_s:g} s (the phase table fills in "
+                         f"{spec.tare_s + spec.periods * spec.period_s:g} s and more)")
+    after = times > closing["t"] + 0.5 * sample_s
+    times = times[after]
+    return CaptiveRun(times, twists[after], simulated_thorax(config, robot, times, closing),
+                      simulated_thorax(truth_config(config, rig_path), robot, times, closing), errors[after])

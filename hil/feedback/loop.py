@@ -96,8 +96,6 @@ class FeedbackSpec:
     joints: tuple[tuple[str, str, float], ...] = ()
     #: m/s^2: the gravity the rig's sensor is under, which the twin is tethered under (None: the served robot's)
     gravity: float | None = None
-    #: s: how much older the sensor's reading is than the servo angle sampled with it (the twin is driven that late)
-    sensor_delay_s: float = 0.0
 
 
 def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
@@ -127,15 +125,15 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
         growth_window_s=get(guard, "growth_window_s", DEFAULT_GROWTH_WINDOW_S),
         joints=tuple((joint, entry["channel"], float(entry.get("scale", 1.0)))
                      for joint, entry in table.get("joints", {}).items()),
-        gravity=float(table["gravity"]) if "gravity" in table else None,
-        sensor_delay_s=get(table, "sensor_delay_s", 0.0))
+        gravity=float(table["gravity"]) if "gravity" in table else None)
 
 
 class ModelTwin:
     """What the model predicts the rig's sensor reads: the served robot tethered at its base under the rig's
-    gravity ([feedback] gravity), its servo-driven joints following the measured servo angles of
-    ``[feedback] sensor_delay_s`` before (firmware_interface.plant.SimulatorCore, the emulator's physics plant with
-    the model's own parameters instead of the rig's truth)."""
+    gravity (``[feedback] gravity``; the served robot's when not given: a weightless simulation of a rig on the
+    Earth needs it, or its twin would miss the wings' weight, which moves with the stroke), its servo-driven
+    joints following the measured servo angles (firmware_interface.plant.SimulatorCore, the emulator's physics
+    plant with the model's own parameters instead of the rig's truth)."""
 
     def __init__(self, rig: Rig, spec: FeedbackSpec, robot: Path, dt: float, integrator: str):
         from firmware_interface.plant import SimulatorCore
@@ -148,15 +146,11 @@ class ModelTwin:
                                                                                         physics=physics)))
         names = [s.name for s in rig.sensors]
         self.columns = [names.index(name) for name in spec.channels]
-        #: the servo inputs of the last samples, the oldest first: the one sensor_delay_s before drives the twin
-        self.inputs: deque[tuple[np.ndarray, np.ndarray]] = deque(
-            maxlen=round(spec.sensor_delay_s * rig.telemetry_hz) + 1)
 
     def predict(self, t: float, servo_rad: np.ndarray, servo_rate: np.ndarray) -> np.ndarray:
         """The sensor's predicted channels (6,) at the twin's time ``t`` (s) for the servo angles (n_servo,) rad
-        and rates rad/s sampled with it, in the rig's servo order."""
-        self.inputs.append((servo_rad, servo_rate))
-        self.core.set_inputs(*self.inputs[0])
+        and rates rad/s, in the rig's servo order."""
+        self.core.set_inputs(servo_rad, servo_rate)
         self.core.advance_to(t)
         return self.core.read()[self.columns]
 
