@@ -144,7 +144,7 @@ class CaptiveRun:
 
 
 def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "model", seed: int | None = 1,
-                 compensation: str | None = None, gain: float = 1.0) -> CaptiveRun:
+                 gain: float = 1.0, **feedback) -> CaptiveRun:
     """The closed loop of docs/closed-loop.md without sockets or wall clock: the rig's physics plant (its truth,
     tethered: firmware_interface.plant.SimulatorCore) and the model's twin (hil.feedback.loop.ModelTwin) step by
     step on the telemetry grid, the error ``m - m_hat`` (the rig's sensor model on ``m``, seeded) tared and put
@@ -161,7 +161,7 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     from sim.spatial import matrix_to_quat
 
     rig, spec = load_feedback(rig_path)
-    spec = dataclasses.replace(spec, compensation=compensation or spec.compensation)
+    spec = dataclasses.replace(spec, **feedback)
     config = load_toml(robot)
     dt, integrator = config["simulation"]["dt"], config["simulation"]["integrator"]
     sample_s = 1.0 / rig.telemetry_hz               # the telemetry period, also the publish period here
