@@ -236,5 +236,20 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
                          f"{spec.tare_s + spec.periods * spec.period_s:g} s and more)")
     after = times > closing["t"] + 0.5 * sample_s
     times = times[after]
+    truth = truth_config(config, rig_path)
     return CaptiveRun(times, twists[after], simulated_thorax(config, robot, times, closing),
-                      simulated_thorax(truth_config(config, rig_path), robot, times, closing), errors[after])
+                      simulated_thorax(truth, robot, times, closing | joint_state(truth, robot, closing["t"])),
+                      errors[after])
+
+
+def joint_state(config: dict, path: Path, t: float) -> dict[str, np.ndarray]:
+    """``q``, ``qd`` (n,) of ``config`` run from rest to ``t`` (s): the truth's own wings when it starts from the
+    closed loop's thorax (the model's wings would set the truth's stiffer ones ringing)."""
+    from sim.robots import build_robot
+    from sim.simulation import Simulation
+
+    simulation = Simulation(build_robot(config, path), integrator=config["simulation"]["integrator"],
+                            dt=config["simulation"]["dt"])
+    simulation.reset()
+    simulation.advance(t)
+    return {"q": simulation.q, "qd": simulation.qd}

@@ -181,8 +181,8 @@ class PhaseTable:
         self.added = 0
 
     def add(self, t: float, value: np.ndarray) -> None:
-        """One sample (6,) at drive time ``t`` (s)."""
-        b = int((t % self.period_s) / self.bin_s) % self.n
+        """One sample (6,) at drive time ``t`` (s), into the bin nearest it (a bin's value is read as at its start)."""
+        b = round((t % self.period_s) / self.bin_s) % self.n
         self.counts[b] = min(self.counts[b] + 1, self.periods)
         self.values[b] += (value - self.values[b]) / self.counts[b]
         self.added += 1

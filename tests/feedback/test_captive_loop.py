@@ -41,3 +41,17 @@ def test_the_fed_back_error_brings_the_free_thorax_toward_the_truth_and_its_flip
     nearer, farther = _ratios(robot, 1.0), _ratios(robot, -1.0)
     for name in ("vx", "wy"):       # vz: the mirror-symmetric stroke leaves it 1000x smaller than its RMS
         assert nearer[name] < NEARER < 1.0 < FARTHER < farther[name], (name, nearer, farther)
+
+
+def test_samples_on_the_bin_grid_fill_every_bin_once_a_period():
+    """A sample goes to the bin nearest its time: samples exactly on the grid (k ms, in floating point) fill each
+    bin once per period, so the table is full after exactly ``periods`` periods (with the bin below, floating-point
+    times such as 0.003 / 0.001 = 2.9999... skipped some bins and doubled others)."""
+    from hil.feedback.loop import PhaseTable
+
+    table = PhaseTable(0.2, 1e-3, 8, 4)
+    for k in range(1, 8 * 200 + 1):
+        assert not table.full()
+        table.add(k * 1e-3, np.full(6, float(k % 200)))
+    assert table.full() and (table.counts == 8).all()
+    assert np.allclose(table.values[:, 0], np.arange(200))   # bin b holds the samples at b ms of each period
