@@ -167,7 +167,7 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
                                                      "bias": _CALIBRATION})),
             "physics": table({"robot": string("a robot file name"), "overrides": {"type": "object"},
                               "dt": number(above=0.0, maximum=1.0, expected="a time step in (0, 1] s"),
-                              "integrator": one_of(*INTEGRATORS),
+                              "integrator": one_of(*INTEGRATORS), "clock": one_of("wall", "samples"),
                               "sensors": _sub_tables(sensors, physics_source)}, ["robot"]),
         }),
         "feedback": feedback_schema(_names(doc, "load"), _names(doc, "strain") + servos),
@@ -200,9 +200,12 @@ def feedback_schema(load_names: list[str], angle_names: list[str]) -> dict[str, 
         "periods": integer(1, 1000), "harmonics": integer(1, 1000),
         "tare_s": number(0.0, 10.0, expected="a time in [0, 10] s"),
         "gravity": number(0.0, MAX_GRAVITY, expected=f"a gravity in [0, {MAX_GRAVITY:g}] m/s^2"),
+        "sensor_delay_samples": integer(0, 1000),
+        "smoothing_s": number(0.0, MAX_FEEDBACK_AGE_S, expected=f"a window in [0, {MAX_FEEDBACK_AGE_S:g}] s"),
         "wrench": table({
             "channels": array(channel, len(WRENCH_COMPONENTS), len(WRENCH_COMPONENTS),
                               expected="six [[load]] channels: fx, fy, fz (N), mx, my, mz (N m), body frame"),
+            "left_out": array(channel, 0, len(WRENCH_COMPONENTS) - 1, expected="at most five of the channels"),
             "body": integer(0, 100_000), "scale": _CALIBRATION | {"not": {"const": 0}, EXPECTED: (
                 f"a non-zero number in [-{MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}]")}}, ["channels"]),
         "joints": {"type": "object", "additionalProperties": table({
