@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,17 @@ COMPONENTS = {"vx": 0, "vz": 2, "wy": 4}
 #: falling thorax's wings meet air the tethered ones never see (with weight the loop comes no nearer the truth even
 #: offline and exact); a lighter thorax pitches +-5 deg a stroke instead of +-0.6
 FREE = {"robot": {"base": "floating", "gravity": 0.0}, "thorax": {"density": 8000.0}}
+
+
+#: `mms emulate` options the closed loop's rig runs with: its physics plant stepped on the telemetry samples
+#: (firmware_interface.plant), which the model's twin follows sample for sample; on the wall clock's slices the
+#: twin's error was 20-40x the structure's in the stroke's harmonics (docs/closed-loop.md)
+PLANT_CLOCK = "--plant-clock samples"
+
+
+def emulator_args(drive_args: tuple[str, ...]) -> tuple[str, ...]:
+    """The demo rig's `mms drive` arguments with the closed loop's emulator options (:data:`PLANT_CLOCK`)."""
+    return tuple(f"{arg} {PLANT_CLOCK}" if arg.startswith("--plant physics") else arg for arg in drive_args)
 
 
 def free_robot_config(config: dict) -> dict:
@@ -203,7 +215,7 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
         omega = 2.0 * np.pi / spec.period_s
         tau = float(np.mean(servos.tau))
         lag_s = np.arctan(omega * tau) / omega + 0.5 / rig.command_hz + 0.5 * sample_s
-    lag_s += lag_error_s + (sample_s if rig.emulator.physics.clock == "samples" else 0.0)
+    lag_s += lag_error_s + spec.sensor_delay_samples * sample_s
     table = phase_table(spec, sample_s)
     fed = fed_channels(spec)
     wrench = MeasuredWrench(spec.body)
@@ -213,8 +225,8 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     previous = commanded(0.0)
     for core in (plant, twin.core):     # both at the start before their first step (no jump from neutral)
         core.set_inputs(previous, np.zeros_like(previous))
-    reading = plant.read()
-    late = rig.emulator.physics.clock == "samples"      # the plant's reading one sample late (firmware_interface.plant)
+    # the plant's readings, sensor_delay_samples late (as its "samples" clock reads it one sample late)
+    readings = deque([plant.read()] * (spec.sensor_delay_samples + 1), maxlen=spec.sensor_delay_samples + 1)
     servos.angle, servos.held = previous.copy(), previous.copy()
 
     def sample(t_rig: float, command: np.ndarray) -> np.ndarray:
@@ -227,13 +239,10 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
         else:
             angle = command
         rate, previous = (angle - previous) / sample_s, angle
-        nonlocal reading
-        if late:                     # the plant's reading of the previous sample, then this sample's step
-            truth, reading = reading, None
         plant.set_inputs(angle, rate)
         plant.advance_to(t_rig)
-        reading = plant.read()
-        truth = reading if not late else truth
+        readings.append(plant.read())
+        truth = readings[0]
         m = truth[columns] if seed is None else \
             (np.asarray(sensors.sample(truth, t_rig), dtype=float)[columns] - zero) * to_units
         return (m - twin.predict(t_rig, angle, rate)) / spec.scale
