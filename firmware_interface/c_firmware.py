@@ -225,7 +225,7 @@ class FirmwareEmulator(Emulator):
         target = np.array([s.to_rad(r) for s, r in zip(self.rig.servos, out_raw)])     # (n_servo,) rad
         before = servos.angle
         servos.step(target, dt)
-        truth = d.plant.sense(servos.angle, (servos.angle - before) / dt)
+        truth = d.plant.sense(servos.angle, (servos.angle - before) / dt, t_us / US_PER_S)
         raw = [float(s.to_raw(a)) for s, a in zip(self.rig.servos, servos.angle)]
         return raw, d.sensors.sample(truth, t_us / US_PER_S)
 

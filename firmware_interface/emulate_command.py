@@ -5,6 +5,7 @@ same microcontroller's C firmware behind it (firmware_interface/c_firmware.py) a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from firmware_interface.c_firmware import FirmwareEmulator, host_program
 from firmware_interface.emulator import Emulator, Faults
 from firmware_interface.pty_device import add_applied_log_argument, open_applied_log, serve
 from firmware_interface.rigs.dynamixel import rig_kind
-from firmware_interface.rigs.mcu import load_rig
+from firmware_interface.rigs.mcu import PLANT_CLOCKS, load_rig
 from sim.cli_options import add_rig, add_rt_priority
 from sim.processes import freeze_startup_heap, set_realtime_priority
 
@@ -26,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baud", type=int, default=None, help="override the rig's baud rate (bit/s)")
     parser.add_argument("--plant", choices=("kinematic", "physics"), default=None,
                         help="override the rig's [emulator] plant")
+    parser.add_argument("--plant-clock", choices=PLANT_CLOCKS, default=None,
+                        help="override the physics plant's clock ([emulator.physics] clock): wall (slices of the wall "
+                             "clock) or samples (one step per telemetry sample, read at the next: what the closed "
+                             "loop's model twin can follow, docs/closed-loop.md)")
     parser.add_argument("--seed", type=int, default=None, help="random seed for noise and faults "
                         "(default: the rig's [emulator] seed)")
     parser.add_argument("--duration", type=float, default=None, help="exit after this many seconds "
@@ -56,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: options of `mms emulate` (their argparse names) that only one kind of rig takes, and what the other has instead
-SERIAL_ONLY = ("plant", "firmware", "burst_rate", "burst_bytes", "rx_byte_error_rate", "disconnect_after")
+SERIAL_ONLY = ("plant", "plant_clock", "firmware", "burst_rate", "burst_bytes", "rx_byte_error_rate", "disconnect_after")
 DYNAMIXEL_ONLY = ("missing_ids", "hw_error")
 NOT_FOR = {
     "dynamixel": (SERIAL_ONLY, "not an option of a Dynamixel bus (no plant, no serial-line noise; its faults: "
@@ -95,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     for name in ("drop_rate", "corrupt_rate", "burst_rate", "rx_byte_error_rate"):
         _check_rate(name.replace("_", "-"), getattr(args, name))
     rig = load_rig(args.rig)
+    if args.plant_clock is not None and rig.emulator.physics is not None:
+        rig = dataclasses.replace(rig, emulator=dataclasses.replace(
+            rig.emulator, physics=dataclasses.replace(rig.emulator.physics, clock=args.plant_clock)))
     faults = Faults(drop_rate=args.drop_rate, corrupt_rate=args.corrupt_rate, burst_rate=args.burst_rate,
                     burst_bytes=max(1, args.burst_bytes), rx_byte_error_rate=args.rx_byte_error_rate,
                     disconnect_after_s=args.disconnect_after)

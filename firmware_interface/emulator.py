@@ -288,7 +288,7 @@ class Device:
             target = self.neutral if (self.estop or self.watchdog_tripped) else self.command
             before = self.servos.angle
             self.servos.step(target, dt)
-            truth = self.plant.sense(self.servos.angle, (self.servos.angle - before) / dt)
+            truth = self.plant.sense(self.servos.angle, (self.servos.angle - before) / dt, t)
             raw = tuple(float(s.to_raw(a)) for s, a in zip(self.rig.servos, self.servos.angle))
             counts = self.sensors.sample(truth, t)
             self.pending.append(p.TelemetrySample(self._us(t), raw, tuple(counts[:self.n_strain]),

@@ -59,8 +59,9 @@ class KinematicPlant:
     def stop(self) -> None:
         """Nothing to stop."""
 
-    def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> np.ndarray:
-        """True sensor values ``(n_sensor,)`` for the servo angles ``(n_servo,)`` rad (rates unused)."""
+    def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray, t: float) -> np.ndarray:
+        """True sensor values ``(n_sensor,)`` for the servo angles ``(n_servo,)`` rad (rates and the sample time
+        unused)."""
         return self.bias + self.coefficients @ servo_rad
 
     def status(self) -> dict:
@@ -156,12 +157,19 @@ class SimulatorCore:
             self.steps += sim.advance(steps * sim.dt)
 
 
-# Layout of the shared array between the emulator and the plant process (float64 slots).
-_T, _STEPS, _WALL_START, _WALL, _HEADER = 0, 1, 2, 3, 4   # sim time, steps, wall clock at go, wall at publish
+# Layout of the shared array between the emulator and the plant process (float64 slots): sim time, steps, wall clock
+# at go, wall at publish, the newest sample's device time (s) and count, the count of the last sample stepped ("samples"
+# clock)
+_T, _STEPS, _WALL_START, _WALL, _SAMPLE_T, _SAMPLE_SEQ, _DONE_SEQ, _HEADER = 0, 1, 2, 3, 4, 5, 6, 7
 #: How long the emulator waits for the plant process to build its robot, s (numba compiles on first use).
 PLANT_START_TIMEOUT_S = 300.0
 #: Simulated time per slice between input/output exchanges with the emulator, s.
 PLANT_SLICE_S = 1e-3
+#: "samples" clock: how long the plant waits for a sample before it looks at its stop flag again, s
+SAMPLE_WAIT_S = 0.05
+#: "samples" clock: how long the emulator waits at most for the plant's step of the previous sample, s (longer: the
+#: reading is a sample older, counted in status()["late"])
+STEP_WAIT_S = 2e-3
 
 
 class SimulatorPlant:
@@ -180,11 +188,13 @@ class SimulatorPlant:
         ctx = mp.get_context("fork")       # the child inherits the parsed rig; nothing is pickled
         self.n_servo, self.n_sensor = len(rig.servos), len(rig.sensors)
         self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor)
-        self._go, self._stop = ctx.Event(), ctx.Event()
+        self._go, self._stop, self._sampled, self._stepped = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+        self.clock = rig.emulator.physics.clock if rig.emulator.physics is not None else "wall"
+        self.late = 0      # "samples" clock: readings older than one sample (the plant had not stepped in time)
         self._messages = ctx.Queue()
         self._process = ctx.Process(target=_plant_process, name="mms-emulate-plant", daemon=True,
-                                    args=(rig, self._shared, self._go, self._stop, self._messages, os.getpid(),
-                                          rt_priority))
+                                    args=(rig, self._shared, self._go, self._stop, self._sampled, self._stepped,
+                                          self._messages, os.getpid(), rt_priority))
         self._process.start()
         try:
             message = self._messages.get(timeout=PLANT_START_TIMEOUT_S)
@@ -206,6 +216,7 @@ class SimulatorPlant:
     def stop(self) -> None:
         self._stop.set()
         self._go.set()
+        self._sampled.set()
         self._process.join(timeout=5.0)
         if self._process.is_alive():
             self._process.terminate()
@@ -218,14 +229,26 @@ class SimulatorPlant:
                 np.frombuffer(a, dtype=np.float64, count=n, offset=8 * (_HEADER + n)),
                 np.frombuffer(a, dtype=np.float64, count=m, offset=8 * (_HEADER + 2 * n)))
 
-    def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> np.ndarray:
-        """Hand the servo angles ``(n_servo,)`` rad and rates rad/s to the simulator; return its newest sensor
-        values ``(n_sensor,)``."""
+    def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray, t: float) -> np.ndarray:
+        """Hand the servo angles ``(n_servo,)`` rad and rates rad/s of the sample at device time ``t`` (s) to the
+        simulator; return its newest sensor values ``(n_sensor,)`` (with the "samples" clock: the previous
+        sample's, when the plant kept up)."""
         angle, speed, values = self._slots()
+        if self.clock == "samples" and self._go.is_set():
+            with self._shared.get_lock():
+                stepped = self._shared[_DONE_SEQ] >= self._shared[_SAMPLE_SEQ]
+            if not stepped and not self._stepped.wait(STEP_WAIT_S):
+                self.late += 1
+            self._stepped.clear()
         with self._shared.get_lock():
             angle[:] = servo_rad
             speed[:] = servo_rate
-            return values.copy()
+            self._shared[_SAMPLE_T] = t
+            self._shared[_SAMPLE_SEQ] += 1
+            newest = values.copy()
+        if self.clock == "samples":
+            self._sampled.set()
+        return newest
 
     def status(self) -> dict:
         with self._shared.get_lock():
@@ -238,10 +261,12 @@ class SimulatorPlant:
             if message[0] == "error":
                 self.error = message[1]
         return {"plant": self.kind, "sim_t": t, "rtf": t / wall if wall > 0 else 0.0, "lag_s": wall - t,
-                "steps": int(steps), "error": self.error, "alive": self._process.is_alive()}
+                "steps": int(steps), "error": self.error, "alive": self._process.is_alive(), "clock": self.clock,
+                "late": self.late}
 
 
-def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int, rt_priority: int) -> None:
+def _plant_process(rig: Rig, shared, go, stop, sampled, stepped, messages, emulator_pid: int,
+                   rt_priority: int) -> None:
     """The plant process: build the robot, report, then keep the simulation level with the wall clock (under
     SCHED_FIFO at ``rt_priority`` after the warm-up when it is not 0: the plant stands in for the rig's physics,
     which a busy host never delays)."""
@@ -277,6 +302,9 @@ def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int, rt_p
     with shared.get_lock():
         shared[_WALL_START] = wall_start
     sim = core.simulation
+    if rig.emulator.physics.clock == "samples":
+        _follow_samples(core, shared, stop, sampled, stepped, wall_start, angle, speed, values, messages)
+        return
     try:
         while not stop.is_set():
             wall = time.monotonic() - wall_start
@@ -293,6 +321,40 @@ def _plant_process(rig: Rig, shared, go, stop, messages, emulator_pid: int, rt_p
                 shared[_T] = sim.t
                 shared[_STEPS] = core.steps
                 shared[_WALL] = time.monotonic() - wall_start
+    except Exception as exc:  # a diverging simulation must not take the serial link down: report it
+        messages.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _follow_samples(core: SimulatorCore, shared, stop, sampled, stepped, wall_start: float, angle, speed, values,
+                    messages) -> None:
+    """The "samples" clock: for each telemetry sample, the servo angles and rates it carries drive one advance to its
+    device time (from the first sample's), and the sensors are read there. The emulator reads them at its next
+    sample, having waited up to STEP_WAIT_S for this step: one sample late, which a model's twin stepped on the same
+    samples reproduces exactly (docs/closed-loop.md); a plant that fell behind takes the newest sample's angles (the
+    steps between held at them)."""
+    sim, done, t_first = core.simulation, 0, None
+    try:
+        while not stop.is_set():
+            if not sampled.wait(SAMPLE_WAIT_S):
+                continue
+            sampled.clear()
+            with shared.get_lock():
+                seq, t_sample = int(shared[_SAMPLE_SEQ]), shared[_SAMPLE_T]
+                servo_rad, servo_rate = angle.copy(), speed.copy()
+            if seq == done:
+                continue
+            t_first = t_sample if t_first is None else t_first
+            core.set_inputs(servo_rad, servo_rate)
+            core.advance_to(t_sample - t_first)
+            out = core.read()
+            done = seq
+            with shared.get_lock():
+                values[:] = out
+                shared[_DONE_SEQ] = seq
+                shared[_T] = sim.t
+                shared[_STEPS] = core.steps
+                shared[_WALL] = time.monotonic() - wall_start
+            stepped.set()
     except Exception as exc:  # a diverging simulation must not take the serial link down: report it
         messages.put(("error", f"{type(exc).__name__}: {exc}"))
 

@@ -128,6 +128,10 @@ class PhysicsSource:
     scale: float
 
 
+#: how the emulator's physics plant keeps time (PhysicsPlant.clock)
+PLANT_CLOCKS = ("wall", "samples")
+
+
 @dataclass(frozen=True)
 class PhysicsPlant:
     robot: Path                        # robot TOML, resolved against the rig file's folder
@@ -135,6 +139,9 @@ class PhysicsPlant:
     dt: float
     integrator: str
     sensors: dict[str, PhysicsSource]
+    #: "wall": the plant steps in slices of the wall clock with the newest servo angles; "samples": one step per
+    #: telemetry sample, to the sample's time with its servo angles (its reading one sample late, always)
+    clock: str = "wall"
 
 
 @dataclass(frozen=True)
@@ -403,7 +410,9 @@ def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[S
             integrator=require(phys_t, "integrator", str, path=path, prefix="emulator.physics", default="rk4",
                                check=lambda v: v in INTEGRATORS,
                                expected=" or ".join(f'"{name}"' for name in INTEGRATORS)),
-            sensors=sources)
+            sensors=sources,
+            clock=require(phys_t, "clock", str, path=path, prefix="emulator.physics", default="wall",
+                          check=lambda v: v in PLANT_CLOCKS, expected=" or ".join(f'"{c}"' for c in PLANT_CLOCKS)))
     return EmulatorConfig(plant=plant, seed=seed, firmware_version=tuple(fw), servo=truths, sensors=sensor_truths,
                           kinematic=kinematic, physics=physics)
 

@@ -167,7 +167,7 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
                                                      "bias": _CALIBRATION})),
             "physics": table({"robot": string("a robot file name"), "overrides": {"type": "object"},
                               "dt": number(above=0.0, maximum=1.0, expected="a time step in (0, 1] s"),
-                              "integrator": one_of(*INTEGRATORS),
+                              "integrator": one_of(*INTEGRATORS), "clock": one_of("wall", "samples"),
                               "sensors": _sub_tables(sensors, physics_source)}, ["robot"]),
         }),
         "feedback": feedback_schema(_names(doc, "load"), _names(doc, "strain") + servos),
@@ -178,6 +178,8 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
 MAX_FEEDBACK_AGE_S = 1.0
 #: Largest wrench bound of `[feedback.guard]`: N and N m (a bench rig's F/T sensor reads far less).
 MAX_FEEDBACK_WRENCH = 1e4
+#: Largest gravity of `[feedback]`, m/s^2 (ten times the Earth's: a bench rig stands on a planet)
+MAX_GRAVITY = 100.0
 #: The measured wrench's channels, in order: force x, y, z (N), moment x, y, z (N m).
 WRENCH_COMPONENTS = ("fx", "fy", "fz", "mx", "my", "mz")
 
@@ -197,9 +199,13 @@ def feedback_schema(load_names: list[str], angle_names: list[str]) -> dict[str, 
         "period_s": number(above=0.0, maximum=60.0, expected="the drive's period in (0, 60] s"),
         "periods": integer(1, 1000), "harmonics": integer(1, 1000),
         "tare_s": number(0.0, 10.0, expected="a time in [0, 10] s"),
+        "gravity": number(0.0, MAX_GRAVITY, expected=f"a gravity in [0, {MAX_GRAVITY:g}] m/s^2"),
+        "sensor_delay_samples": integer(0, 1000),
+        "smoothing_s": number(0.0, MAX_FEEDBACK_AGE_S, expected=f"a window in [0, {MAX_FEEDBACK_AGE_S:g}] s"),
         "wrench": table({
             "channels": array(channel, len(WRENCH_COMPONENTS), len(WRENCH_COMPONENTS),
                               expected="six [[load]] channels: fx, fy, fz (N), mx, my, mz (N m), body frame"),
+            "left_out": array(channel, 0, len(WRENCH_COMPONENTS) - 1, expected="at most five of the channels"),
             "body": integer(0, 100_000), "scale": _CALIBRATION | {"not": {"const": 0}, EXPECTED: (
                 f"a non-zero number in [-{MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}]")}}, ["channels"]),
         "joints": {"type": "object", "additionalProperties": table({

@@ -9,27 +9,44 @@ truth's, per component, and their ratio closed over open (below 1: the closed lo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
 import numpy as np
 
 from sim.config import load_toml
-from sim.messages import TOPIC_SIM_STATE
+from sim.messages import TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 #: the thorax twist components of a mirror-symmetric stroke (the others stay zero): forward and vertical speed,
 #: pitch rate
 COMPONENTS = {"vx": 0, "vz": 2, "wy": 4}
-#: the base of the closed loop's robot: free flight
-FREE = "floating"
+#: the closed loop's robot: free flight, weightless, its thorax ten times denser. The conditions under which the
+#: captive approximation holds (docs/closed-loop.md): at the rig's 5 Hz the wings cannot carry the weight, and a
+#: falling thorax's wings meet air the tethered ones never see (with weight the loop comes no nearer the truth even
+#: offline and exact); a lighter thorax pitches +-5 deg a stroke instead of +-0.6
+FREE = {"robot": {"base": "floating", "gravity": 0.0}, "thorax": {"density": 8000.0}}
+
+
+#: `mms emulate` options the closed loop's rig runs with: its physics plant stepped on the telemetry samples
+#: (firmware_interface.plant), which the model's twin follows sample for sample; on the wall clock's slices the
+#: twin's error was 20-40x the structure's in the stroke's harmonics (docs/closed-loop.md)
+PLANT_CLOCK = "--plant-clock samples"
+
+
+def emulator_args(drive_args: tuple[str, ...]) -> tuple[str, ...]:
+    """The demo rig's `mms drive` arguments with the closed loop's emulator options (:data:`PLANT_CLOCK`)."""
+    return tuple(f"{arg} {PLANT_CLOCK}" if arg.startswith("--plant physics") else arg for arg in drive_args)
 
 
 def free_robot_config(config: dict) -> dict:
-    """The demo robot's config in free flight (the closed loop moves the thorax)."""
-    free = copy.deepcopy(config)
-    free["robot"]["base"] = FREE
-    return free
+    """The demo robot's config in the closed loop's free flight (:data:`FREE`)."""
+    from firmware_interface.rigs.mcu import deep_merge
+
+    return deep_merge(copy.deepcopy(config), FREE)
 
 
 def truth_config(robot_config: dict, rig_path: Path) -> dict:
@@ -42,33 +59,51 @@ def truth_config(robot_config: dict, rig_path: Path) -> dict:
     return deep_merge(copy.deepcopy(robot_config), overrides)
 
 
-def recorded_thorax(recording: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The closed loop's sim/state: times (n,) s and thorax twists (n, 6) (body frame; m/s, rad/s)."""
+def recorded_thorax(recording: Path) -> tuple[np.ndarray, np.ndarray, dict | None]:
+    """The closed loop's sim/state: times (n,) s and thorax twists (n, 6) (body frame; m/s, rad/s), and the state
+    at which the loop closed (the first at or after sim/status ``feedback.closed_at_s``; None if it never did)."""
     from mcap.reader import make_reader
 
-    times, twists = [], []
+    times, twists, states, closed_at = [], [], [], -1.0
     with recording.open("rb") as handle:
-        for _schema, channel, message in make_reader(handle).iter_messages(topics=[TOPIC_SIM_STATE]):
-            if channel.message_encoding == "msgpack":
-                state = msgpack.unpackb(message.data, raw=False)
-                times.append(state["t"])
-                twists.append(state["base_twist"])
-    return np.asarray(times), np.asarray(twists)
+        for _schema, channel, message in make_reader(handle).iter_messages(topics=[TOPIC_SIM_STATE,
+                                                                                  TOPIC_SIM_STATUS]):
+            if channel.message_encoding != "msgpack":
+                continue
+            payload = msgpack.unpackb(message.data, raw=False)
+            if channel.topic == TOPIC_SIM_STATUS:
+                closed_at = payload.get("feedback", {}).get("closed_at_s", closed_at)
+                continue
+            times.append(payload["t"])
+            twists.append(payload["base_twist"])
+            states.append(payload)
+    closing = next((state for state in states if 0.0 <= closed_at <= state["t"]), None)
+    return np.asarray(times), np.asarray(twists), closing
 
 
-def simulated_thorax(config: dict, path: Path, times: np.ndarray) -> np.ndarray:
-    """Thorax twists (n, 6) of ``config`` run offline from rest at ``times`` (n,) s: the publish times k T of the
-    server, which the step divides (the demo's 0.5 ms into 1 ms)."""
+def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | None = None) -> np.ndarray:
+    """Thorax twists (n, 6) of ``config`` run offline at ``times`` (n,) s, the publish times k T of the server
+    (which the step divides: the demo's 0.5 ms into 1 ms), from rest at t = 0 or from ``start``: a sim/state
+    (``t`` s, ``q``, ``qd`` (n,), ``base_pos`` (3,) m, ``base_quat`` (4,) (w, x, y, z), ``base_twist`` (6,) body
+    frame), every time after its ``t``."""
     from sim.robots import build_robot
     from sim.simulation import Simulation
+    from sim.spatial import quat_to_matrix
 
     dt = config["simulation"]["dt"]
-    period = float(np.median(np.diff(times)))
+    period = float(np.median(np.diff(times))) if times.size > 1 else dt
     every = round(period / dt)
     simulation = Simulation(build_robot(config, path), integrator=config["simulation"]["integrator"], dt=dt)
-    simulation.reset()
-    at, outputs = simulation.record(round(times[-1] / period), every)
-    rows = np.rint(times / period).astype(int) - 1
+    t0 = 0.0
+    if start is None:
+        simulation.reset()
+    else:
+        pose = np.eye(4)
+        pose[:3, :3], pose[:3, 3] = quat_to_matrix(np.asarray(start["base_quat"], dtype=float)), start["base_pos"]
+        simulation.reset(q=start["q"], qd=start["qd"], base_pose=pose, base_twist=start["base_twist"])
+        simulation.t = t0 = float(start["t"])
+    at, outputs = simulation.record(round((times[-1] - t0) / period), every)
+    rows = np.rint((times - t0) / period).astype(int) - 1
     if not np.allclose(at[rows], times):
         raise ValueError(f"the recorded states are not on the publish grid of {period:g} s")
     return outputs["base_twist"][rows]
@@ -77,15 +112,20 @@ def simulated_thorax(config: dict, path: Path, times: np.ndarray) -> np.ndarray:
 def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     """The closed loop's thorax against the open loop and the truth (figures in ``out``/closed_loop.json and a plot
     closed_loop.png); the figures."""
-    times, closed = recorded_thorax(recording)
-    keep = times > 0.0
+    times, closed, closing = recorded_thorax(recording)
+    if closing is None:
+        raise ValueError(f"{recording}: the loop never closed (no sim/status feedback.closed_at_s)")
+    keep = times > closing["t"]
     times, closed = times[keep], closed[keep]
     config = load_toml(robot)
-    say(f"closed loop: {times.size} states over {times[-1]:.2f} s; running the open loop and the truth offline")
-    open_loop = simulated_thorax(config, robot, times)
-    truth = simulated_thorax(truth_config(config, rig), robot, times)
+    say(f"closed loop: {times.size} states from its closing at {closing['t']:.3f} s to {times[-1]:.2f} s; running "
+        "the open loop and the truth offline from its thorax there")
+    truth_config_ = truth_config(config, rig)
+    open_loop = simulated_thorax(config, robot, times, closing)
+    truth = simulated_thorax(truth_config_, robot, times, closing | joint_state(truth_config_, robot, closing["t"]))
     rms = lambda x: float(np.sqrt(np.mean(x * x)))  # noqa: E731 - one-line local
-    figures = {"duration_s": float(times[-1]), "states": int(times.size), "components": {}}
+    figures = {"duration_s": float(times[-1]), "closed_at_s": float(closing["t"]), "states": int(times.size),
+               "components": {}}
     for name, k in COMPONENTS.items():
         closed_error, open_error = rms(closed[:, k] - truth[:, k]), rms(open_loop[:, k] - truth[:, k])
         figures["components"][name] = {"truth_rms": rms(truth[:, k]), "closed_error_rms": closed_error,
@@ -119,3 +159,133 @@ def _plot(times, closed, open_loop, truth, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+@dataclass(frozen=True)
+class CaptiveRun:
+    """An offline closed loop (:func:`captive_loop`) and its references, on the publish grid."""
+    times: np.ndarray          # (n,) s
+    closed: np.ndarray         # (n, 6) thorax twist of the model with the fed-back error (body frame; m/s, rad/s)
+    open_loop: np.ndarray      # (n, 6) ... of the model alone
+    truth: np.ndarray          # (n, 6) ... of the rig's truth in free flight, driven by the simulation's stroke
+    error: np.ndarray          # (n, 6) the tared error m - m_hat of each sample (N, N m; body frame, about O_body)
+
+
+def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "model", seed: int | None = 1,
+                 gain: float = 1.0, lag_error_s: float = 0.0, **feedback) -> CaptiveRun:
+    """The closed loop of docs/closed-loop.md without sockets or wall clock: the rig's physics plant (its truth,
+    tethered: firmware_interface.plant.SimulatorCore) and the model's twin (hil.feedback.loop.ModelTwin) step by
+    step on the telemetry grid, the error ``m - m_hat`` (the rig's sensor model on ``m``, seeded) tared and put
+    through the rig's ``[feedback]`` compensation (its PhaseTable) onto the free model ``robot``, one publish
+    period at a time. ``stroke``: what drives the plant and the twin: ``"model"`` the simulation's stroke itself,
+    ``"rig"`` that stroke through the rig's command rate and emulated servos (``[emulator.servo]``: lag, rate
+    limit, deadband), the table then reading each sample the servos' first-harmonic lag earlier."""
+    from firmware_interface.emulator import SensorBank, ServoBank
+    from firmware_interface.plant import SimulatorCore
+    from hil.feedback.loop import ModelTwin, fed_channels, load_feedback, phase_table
+    from sim.measured_wrench import MeasuredWrench
+    from sim.robots import build_robot
+    from sim.simulation import Simulation
+    from sim.spatial import matrix_to_quat
+
+    rig, spec = load_feedback(rig_path)
+    spec = dataclasses.replace(spec, **feedback)
+    config = load_toml(robot)
+    dt, integrator = config["simulation"]["dt"], config["simulation"]["integrator"]
+    sample_s = 1.0 / rig.telemetry_hz               # the telemetry period, also the publish period here
+    model = build_robot(config, robot)
+    laws = [(model.motion_laws[model.joint_names.index(j.joint)], j) for j in rig.joints]
+    servo_order = [rig.servo_names.index(j.servo) for j in rig.joints]
+
+    def commanded(t: float) -> np.ndarray:
+        """The servo angles (n_servo,) rad the simulation's stroke asks for at t (s)."""
+        angles = np.array([s.neutral_rad for s in rig.servos])
+        for (law, joint), k in zip(laws, servo_order):
+            angles[k] = joint.servo_angle(law.evaluate(t)[0])
+        return angles
+
+    plant, twin = SimulatorCore(rig), ModelTwin(rig, spec, robot, sample_s, integrator)
+    sensors, servos = SensorBank(rig, np.random.default_rng(seed)), ServoBank(rig)
+    names = [s.name for s in rig.sensors]
+    columns = [names.index(name) for name in spec.channels]
+    to_units = np.array([s.gain for s in rig.sensors])[columns]
+    zero = np.array([s.offset_counts for s in rig.sensors])[columns]
+    lag_s = 0.0
+    if stroke == "rig":
+        omega = 2.0 * np.pi / spec.period_s
+        tau = float(np.mean(servos.tau))
+        lag_s = np.arctan(omega * tau) / omega + 0.5 / rig.command_hz + 0.5 * sample_s
+    lag_s += lag_error_s + spec.sensor_delay_samples * sample_s
+    table = phase_table(spec, sample_s)
+    fed = fed_channels(spec)
+    wrench = MeasuredWrench(spec.body)
+    closed = Simulation(model.replace(force_models=[*model.force_models, wrench]), integrator=integrator, dt=dt)
+    closed.reset()
+    # the rig at rest at the stroke's start (the driver ramps the servos there before the loop starts)
+    previous = commanded(0.0)
+    for core in (plant, twin.core):     # both at the start before their first step (no jump from neutral)
+        core.set_inputs(previous, np.zeros_like(previous))
+    # the plant's readings, sensor_delay_samples late (as its "samples" clock reads it one sample late)
+    readings = deque([plant.read()] * (spec.sensor_delay_samples + 1), maxlen=spec.sensor_delay_samples + 1)
+    servos.angle, servos.held = previous.copy(), previous.copy()
+
+    def sample(t_rig: float, command: np.ndarray) -> np.ndarray:
+        """One telemetry sample at the rig's time ``t_rig`` (s) for the servo command (n_servo,) rad: the error
+        m - m_hat (6,) of the plant and the twin driven by the stroke (``stroke``)."""
+        nonlocal previous
+        if stroke == "rig":
+            servos.step(command, sample_s)
+            angle = servos.angle.copy()
+        else:
+            angle = command
+        rate, previous = (angle - previous) / sample_s, angle
+        plant.set_inputs(angle, rate)
+        plant.advance_to(t_rig)
+        readings.append(plant.read())
+        truth = readings[0]
+        m = truth[columns] if seed is None else \
+            (np.asarray(sensors.sample(truth, t_rig), dtype=float)[columns] - zero) * to_units
+        return (m - twin.predict(t_rig, angle, rate)) / spec.scale
+
+    # the tare: the rig at the stroke's start while the simulation waits at t = 0 (as mms serve --feedback)
+    taring = round(spec.tare_s / sample_s)
+    tare = np.mean([sample(k * sample_s, commanded(0.0)) for k in range(1, taring + 1)], axis=0)
+    n = round(duration_s / sample_s)
+    twists, errors, closing = np.empty((n, 6)), np.zeros((n, 6)), None
+    for k in range(1, n + 1):
+        t = k * sample_s
+        command = commanded(np.floor(t * rig.command_hz) / rig.command_hz if stroke == "rig" else t)
+        errors[k - 1] = fed * (sample(t + taring * sample_s, command) - tare)
+        table.add(t - lag_s, errors[k - 1])
+        periodic = spec.compensation == "periodic"
+        if closing is None and (table.full() or not periodic):    # the loop closes: the references start from here
+            closing = {"t": closed.t, "q": closed.q, "qd": closed.qd, "base_pos": closed.base_pose[:3, 3],
+                       "base_quat": matrix_to_quat(closed.base_pose[:3, :3]), "base_twist": closed.y[7:13].copy()}
+        # "none": the newest error at the period's start, held (a lockstep loop's; errors[-1] is zero at k = 1)
+        value, slope = table.at(closed.t) if periodic else (errors[k - 2], np.zeros(6))
+        wrench.set(closed.t, gain * value, gain * slope)
+        closed.inputs_changed()
+        twists[k - 1] = closed.advance_to(t)["base_twist"]
+    times = sample_s * np.arange(1, n + 1)
+    if closing is None:
+        raise ValueError(f"the loop did not close within {duration_s:g} s (the phase table fills in "
+                         f"{spec.tare_s + spec.periods * spec.period_s:g} s and more)")
+    after = times > closing["t"] + 0.5 * sample_s
+    times = times[after]
+    truth = truth_config(config, rig_path)
+    return CaptiveRun(times, twists[after], simulated_thorax(config, robot, times, closing),
+                      simulated_thorax(truth, robot, times, closing | joint_state(truth, robot, closing["t"])),
+                      errors[after])
+
+
+def joint_state(config: dict, path: Path, t: float) -> dict[str, np.ndarray]:
+    """``q``, ``qd`` (n,) of ``config`` run from rest to ``t`` (s): the truth's own wings when it starts from the
+    closed loop's thorax (the model's wings would set the truth's stiffer ones ringing)."""
+    from sim.robots import build_robot
+    from sim.simulation import Simulation
+
+    simulation = Simulation(build_robot(config, path), integrator=config["simulation"]["integrator"],
+                            dt=config["simulation"]["dt"])
+    simulation.reset()
+    simulation.advance(t)
+    return {"q": simulation.q, "qd": simulation.qd}

@@ -298,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
     robot = write_demo_robot(rig, run_dir / rig.robot.name, args.closed_loop)
     if rig.chain:
         check_chain(rig, robot)
+    from hil.experiment.closed_loop import emulator_args
+
     feedback = ("--feedback", str(rig.rig)) if args.closed_loop else ()
     recording = run_dir / "run.mcap"
     report_dir = run_dir / "report"
@@ -316,7 +318,9 @@ def run(args: argparse.Namespace) -> int:
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
                                            "--autostart", *below_server,
-                                           *with_rt_priority(rig.drive_args, below_server_priority(args.rt_priority))))
+                                           *with_rt_priority(emulator_args(rig.drive_args) if args.closed_loop
+                                                             else rig.drive_args,
+                                                             below_server_priority(args.rt_priority))))
         if args.gui:
             from hil.qt_preflight import dashboard_problem
 

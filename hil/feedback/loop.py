@@ -94,6 +94,16 @@ class FeedbackSpec:
     growth_window_s: float
     #: measured joints: (joint name, channel ([[strain]] or [[servos]]), joint rad per channel unit)
     joints: tuple[tuple[str, str, float], ...] = ()
+    #: m/s^2: the gravity the rig's sensor is under, which the twin is tethered under (None: the served robot's)
+    gravity: float | None = None
+    #: telemetry samples by which the sensor's reading is older than the servo angles sampled with it (the twin is
+    #: driven that many samples late)
+    sensor_delay_samples: int = 0
+    #: channels measured but not fed back (their model error is below their noise), in ``channels``' names
+    left_out: tuple[str, ...] = ()
+    #: periodic: the moving average's window each sample passes before the phase table, s (0: none)
+    smoothing_s: float = 0.0
+
 
 
 def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
@@ -122,29 +132,44 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
         max_growth=get(guard, "max_growth", DEFAULT_MAX_GROWTH),
         growth_window_s=get(guard, "growth_window_s", DEFAULT_GROWTH_WINDOW_S),
         joints=tuple((joint, entry["channel"], float(entry.get("scale", 1.0)))
-                     for joint, entry in table.get("joints", {}).items()))
+                     for joint, entry in table.get("joints", {}).items()),
+        gravity=float(table["gravity"]) if "gravity" in table else None,
+        sensor_delay_samples=int(table.get("sensor_delay_samples", 0)), left_out=tuple(wrench.get("left_out", ())),
+        smoothing_s=float(table.get("smoothing_s", 0.0)))
+
+
+def fed_channels(spec: FeedbackSpec) -> np.ndarray:
+    """(6,) 1 for a channel of ``spec.channels`` fed back, 0 for one ``spec.left_out``."""
+    return np.array([0.0 if name in spec.left_out else 1.0 for name in spec.channels])
 
 
 class ModelTwin:
-    """What the model predicts the rig's sensor reads: the served robot tethered at its base, its servo-driven
-    joints following the measured servo angles (firmware_interface.plant.SimulatorCore, the emulator's physics
-    plant with the model's own parameters instead of the rig's truth)."""
+    """What the model predicts the rig's sensor reads: the served robot tethered at its base under the rig's
+    gravity (``[feedback] gravity``; the served robot's when not given: a weightless simulation of a rig on the
+    Earth needs it, or its twin would miss the wings' weight, which moves with the stroke), its servo-driven
+    joints following the measured servo angles ``[feedback] sensor_delay_samples`` samples before (the sensor's
+    reading is that much older than the servo angles sampled with it) (firmware_interface.plant.SimulatorCore, the
+    emulator's physics plant with the model's own parameters instead of the rig's truth)."""
 
     def __init__(self, rig: Rig, spec: FeedbackSpec, robot: Path, dt: float, integrator: str):
         from firmware_interface.plant import SimulatorCore
 
         sensors = {name: PhysicsSource("base_wrench", None, k, -spec.scale) for k, name in enumerate(spec.channels)}
-        physics = PhysicsPlant(robot=robot, overrides={"robot": {"base": "fixed"}}, dt=dt, integrator=integrator,
+        tether = {"base": "fixed"} if spec.gravity is None else {"base": "fixed", "gravity": spec.gravity}
+        physics = PhysicsPlant(robot=robot, overrides={"robot": tether}, dt=dt, integrator=integrator,
                                sensors=sensors)
         self.core = SimulatorCore(dataclasses.replace(rig, emulator=dataclasses.replace(rig.emulator,
                                                                                         physics=physics)))
         names = [s.name for s in rig.sensors]
         self.columns = [names.index(name) for name in spec.channels]
+        #: the servo inputs (angles, rates) of the last samples, the oldest first: it drives the twin
+        self.inputs: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=spec.sensor_delay_samples + 1)
 
     def predict(self, t: float, servo_rad: np.ndarray, servo_rate: np.ndarray) -> np.ndarray:
         """The sensor's predicted channels (6,) at the twin's time ``t`` (s) for the servo angles (n_servo,) rad
-        and rates rad/s, in the rig's servo order."""
-        self.core.set_inputs(servo_rad, servo_rate)
+        and rates rad/s sampled with it, in the rig's servo order."""
+        self.inputs.append((servo_rad, servo_rate))
+        self.core.set_inputs(*self.inputs[0])
         self.core.advance_to(t)
         return self.core.read()[self.columns]
 
@@ -166,8 +191,14 @@ class PhaseTable:
     kept (the structure's free vibration rung by the servos' steps, which the simulation's smooth drive does not
     have) is cut, and a bin is read one period after it was measured, whatever the loop's latency."""
 
-    def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int):
+    def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int, smoothing: int = 1):
         self.n = max(2, round(period_s / bin_s))
+        #: the causal moving average of ``smoothing`` samples each sample passes first (the structure's free
+        #: vibration, not locked to the drive, would leave its noise in every bin), and its response (harmonics + 1,)
+        #: at the drive's harmonics, divided out of the table's: its gain and delay undone exactly there
+        self.window: deque[np.ndarray] = deque(maxlen=max(1, smoothing))
+        k = np.arange(harmonics + 1)[:, None]
+        self.response = np.exp(-2j * np.pi * k * np.arange(self.window.maxlen)[None, :] / self.n).mean(axis=1)
         self.period_s, self.bin_s, self.periods, self.harmonics = period_s, period_s / self.n, periods, harmonics
         self.values = np.zeros((self.n, 6))          # (n, 6) N, N m: the running means
         self.smooth = np.zeros((self.n, 6))          # (n, 6) N, N m: their first harmonics
@@ -175,14 +206,18 @@ class PhaseTable:
         self.added = 0
 
     def add(self, t: float, value: np.ndarray) -> None:
-        """One sample (6,) at drive time ``t`` (s)."""
-        b = int((t % self.period_s) / self.bin_s) % self.n
+        """One sample (6,) at drive time ``t`` (s), into the bin nearest it (a bin's value is read as at its start)."""
+        b = round((t % self.period_s) / self.bin_s) % self.n
+        self.window.append(value)
+        if len(self.window) < self.window.maxlen:     # the average of a part of the window is not its response
+            return
         self.counts[b] = min(self.counts[b] + 1, self.periods)
-        self.values[b] += (value - self.values[b]) / self.counts[b]
+        self.values[b] += (np.mean(self.window, axis=0) - self.values[b]) / self.counts[b]
         self.added += 1
         if self.added % self.n == 0 and self.full():
             spectrum = np.fft.rfft(self.values, axis=0)
             spectrum[self.harmonics + 1:] = 0.0
+            spectrum[:self.harmonics + 1] /= self.response[:, None]
             self.smooth = np.fft.irfft(spectrum, self.n, axis=0)
 
     def full(self) -> bool:
@@ -198,6 +233,11 @@ class PhaseTable:
         after = (b + 1) % self.n
         rate = (self.smooth[after] - self.smooth[b]) / self.bin_s
         return self.smooth[b] + (x - int(x)) * self.bin_s * rate, rate
+
+
+def phase_table(spec: FeedbackSpec, sample_s: float) -> PhaseTable:
+    """The phase table of a ``[feedback]`` table, for samples every ``sample_s`` (s)."""
+    return PhaseTable(spec.period_s, sample_s, spec.periods, spec.harmonics, max(1, round(spec.smoothing_s / sample_s)))
 
 
 class GrowthWatch:
@@ -233,6 +273,7 @@ class FeedbackLoop:
     def __init__(self, rig_path: Path, robot_path: Path, log: Callable[[str], None], lockstep: bool = False,
                  clock=time.perf_counter):
         self.rig, self.spec = load_feedback(rig_path)
+        self.fed = fed_channels(self.spec)      # (6,) 1 for a channel fed back, 0 for one left out
         #: lockstep: simulated time follows the measurements, not the wall clock: no stale hold (no measurement, no
         #: step; the server's lockstep stall watch reports the silence) and no age to carry the wrench over
         self.lockstep = lockstep
@@ -256,8 +297,9 @@ class FeedbackLoop:
         self.last_used_at: float | None = None  # wall s (self.clock) of the newest usable sample
         self.fresh = 0                          # usable samples since the last wait_fresh
         self.applied = np.zeros(6)
+        self.closed_at: float | None = None     # simulated time of the first wrench fed back, s
         self.phases = None if self.spec.compensation != "periodic" else \
-            PhaseTable(self.spec.period_s, 1.0 / self.rig.telemetry_hz, self.spec.periods, self.spec.harmonics)
+            phase_table(self.spec, 1.0 / self.rig.telemetry_hz)
         self.sim_clock = (0.0, 0.0)             # (wall s on self.clock, simulated time s) at the last update
         self.growth = GrowthWatch(self.spec.growth_window_s, self.spec.max_growth,
                                   GROWTH_FLOOR * self.spec.max_force_n)
@@ -355,6 +397,8 @@ class FeedbackLoop:
             return self._trip(f"feedback unstable: the fed-back force's RMS grew {growth:.3g}x per "
                               f"{self.spec.growth_window_s:g} s window {GROWTH_WINDOWS} times in a row "
                               f"([feedback.guard] max_growth {self.spec.max_growth:g})", simulation)
+        if self.closed_at is None and (self.phases is None or self.phases.full()):
+            self.closed_at = t
         self._apply(simulation, t, value, rate)
         self._set_joints(age)
         return None
@@ -377,7 +421,8 @@ class FeedbackLoop:
         return {"rig": str(self.rig_path), "ready": self.tare is not None, "samples": self.samples,
                 "used": self.used, "refused": dict(self.refused), "age_s": -1.0 if age is None else age,
                 "wrench": self.applied.tolist(), "trips": self.trips, "holds": self.holds,
-                "tare": [] if self.tare is None else self.tare.tolist(), "joints": self.joint_angles.tolist()}
+                "tare": [] if self.tare is None else self.tare.tolist(), "joints": self.joint_angles.tolist(),
+                "closed_at_s": -1.0 if self.closed_at is None else self.closed_at}
 
     # ---------------------------------------------------------------- inside
     def _apply(self, simulation, t: float, value: np.ndarray, rate: np.ndarray) -> None:
@@ -458,10 +503,11 @@ class FeedbackLoop:
             return
         self.used += 1
         self.fresh += 1
-        self.recent.append((sampled, error - self.tare))
+        fed = self.fed * (error - self.tare)
+        self.recent.append((sampled, fed))
         if self.phases is not None:      # the simulated time whose drive the rig's wing followed at this sample
             wall, t = self.sim_clock
-            self.phases.add(t + (sampled - wall) - self.spec.latency_s, error - self.tare)
+            self.phases.add(t + (sampled - wall) - self.spec.latency_s, fed)
         self.recent_joints.append((sampled, angles))
         for recent in (self.recent, self.recent_joints):
             while sampled - recent[0][0] > self.spec.rate_window_s:       # only the rate's window is kept

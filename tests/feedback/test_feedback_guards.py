@@ -151,6 +151,8 @@ def test_bad_feedback_tables_are_one_line_each_and_nothing_starts(tmp_path, caps
 
     line = refused(base.replace('"mz"]', '"tz"]'))              # a channel the rig does not measure
     assert "feedback.wrench.channels" in line and "a [[load]] channel of this rig (fx, fy, fz, mx, my, mz)" in line
+    line = refused(base.replace("[feedback]\n", "[feedback]\ngravity = -9.81\n"))   # the rig's gravity: a size
+    assert "feedback.gravity" in line and "a gravity in [0, 100] m/s^2" in line
     line = refused(base.replace("max_age_s", "max_agee_s"))     # a misspelt key
     assert "feedback.max_agee_s" in line and "max_age_s" in line
     line = refused(base.split("[feedback]")[0])                 # no [feedback] table
