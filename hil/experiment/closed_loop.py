@@ -19,7 +19,7 @@ import msgpack
 import numpy as np
 
 from sim.config import load_toml
-from sim.messages import TOPIC_SIM_STATE, TOPIC_SIM_STATUS
+from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
 #: the thorax twist components of a mirror-symmetric stroke (the others stay zero): forward and vertical speed,
 #: pitch rate
@@ -132,13 +132,59 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
                                        "open_error_rms": open_error,
                                        "closed_minus_open_rms": rms(closed[:, k] - open_loop[:, k]),
                                        "ratio": closed_error / open_error if open_error > 0 else float("inf")}
+    health = run_health(recording, load_toml(rig)["feedback"].get("period_s"), (closing["t"], float(times[-1])))
+    figures["health"] = health
     out.mkdir(parents=True, exist_ok=True)
     (out / "closed_loop.json").write_text(json.dumps(figures, indent=2))
     _plot(times, closed, open_loop, truth, out / "closed_loop.png")
     for name, entry in figures["components"].items():
         say(f"thorax {name}: closed loop {entry['closed_error_rms']:.4g} from the truth, open loop "
             f"{entry['open_error_rms']:.4g} (ratio {entry['ratio']:.3f}; the truth's RMS {entry['truth_rms']:.4g})")
+    for line in health_summary(health):
+        say(line)
     return figures
+
+
+def run_health(recording: Path, period_s: float | None, compared: tuple[float, float]) -> dict:
+    """The live run's health (hil/validation/health.py, the default criteria; ``period_s``: the drive's period,
+    which turns the command latency limit into degrees of the stroke) as metrics.json states it, with
+    ``compared_disturbances``: those that overlap the compared stretch, ``compared`` (first, last) simulated s."""
+    from hil.recording.mcap_io import read_recording
+    from hil.recording.series import build_tables
+    from hil.validation.health import HealthCriteria, assess
+    from hil.validation.validate import recording_warnings
+
+    raw = read_recording(recording)
+    tables = build_tables(raw, topics=[TOPIC_SIM_STATE, TOPIC_HW_TELEMETRY],
+                          keys={TOPIC_SIM_STATE: {"t"}, TOPIC_HW_TELEMETRY: set()})
+    health = assess(raw.messages, tables, HealthCriteria(), recording_warnings(raw),
+                    1.0 / period_s if period_s else None).as_dict()
+    state = tables.tables[TOPIC_SIM_STATE].columns
+    start_s, end_s = np.interp(compared, state["t"], state["time_s"])      # simulated -> recording clock
+    health["compared_s"] = [float(start_s), float(end_s)]
+    health["compared_disturbances"] = [d for d in health["disturbances"]
+                                       if d["start_s"] < end_s and d["start_s"] + d["length_s"] > start_s]
+    return health
+
+
+def health_summary(health: dict) -> list[str]:
+    """What the run's health means for the comparison, from its figures: the free thorax integrates every
+    disturbance of the loop (a stall, a late state, a held servo) into the rest of its path, so the figures of a run
+    that is not healthy throughout measure the disturbance as much as the loop."""
+    misses = health.get("deadline_miss_fraction")
+    inside = health["compared_disturbances"]
+    lines = [f"run health: {'VALID' if health['valid'] else 'INVALID'}, {len(health['disturbances'])} disturbances "
+             f"({len(inside)} inside the compared stretch"
+             + "".join(f"; {d['source']}: {d['what']}, {d['length_s']:.3f} s" for d in inside) + "), "
+             f"server deadline misses {'unknown' if misses is None else f'{100 * misses:.1f} %'}"]
+    lines += [f"  {reason}" for reason in health["reasons"]]
+    if inside:
+        start_s, end_s = health["compared_s"]
+        first = max(0.0, min(d["start_s"] for d in inside) - start_s)
+        lines.append(f"the free thorax carries a disturbance into the rest of its path: the last "
+                     f"{end_s - start_s - first:.2f} s of the {end_s - start_s:.2f} s compared measure it as well "
+                     "as the loop")
+    return lines
 
 
 def _plot(times, closed, open_loop, truth, path: Path) -> None:

@@ -55,6 +55,12 @@ def test_closed_loop_demo_feeds_the_tether_back_into_the_free_thorax(tmp_path):
     for name, entry in figures["components"].items():
         # an inert loop would leave the closed loop on the open loop's path to rounding (same model, step and start)
         assert entry["closed_minus_open_rms"] > INERT_FRACTION * entry["open_error_rms"] > 0.0, (name, entry)
+    # the run's health comes with the figures: the compared stretch mapped onto the recording clock spans the same
+    # time as in simulated time (the server paced to the wall clock: within 5 %), and it is said on stdout
+    health = figures["health"]
+    compared_s = health["compared_s"][1] - health["compared_s"][0]
+    assert abs(compared_s - (figures["duration_s"] - figures["closed_at_s"])) < 0.05 * compared_s, health
+    assert all(d in health["disturbances"] for d in health["compared_disturbances"])
     assert (out / "report" / "closed_loop.png").stat().st_size > 0
-    assert "thorax vx: closed loop" in stdout
+    assert "thorax vx: closed loop" in stdout and "run health: " in stdout
     assert _wait_no_processes(str(out)) == []
