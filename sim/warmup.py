@@ -238,8 +238,13 @@ def _warm_in_two_processes(cases, say) -> int:
     import json
 
     child = subprocess.Popen([sys.executable, "-c", COSSERAT_GROUP], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    _warm_rigid(cases, say)
-    lines = child.communicate()[0].splitlines()
+    try:
+        _warm_rigid(cases, say)
+        lines = child.communicate()[0].splitlines()
+    finally:
+        if child.poll() is None:        # the rigid group failed: no child left compiling behind the error
+            child.kill()
+            child.wait()
     if child.returncode != 0:
         raise RuntimeError(f"the Cosserat group's warm-up failed (exit {child.returncode})")
     for line in lines[:-1]:
