@@ -19,20 +19,12 @@ free-head) on its compiled path.
 :func:`kernels_compiled` says, from the cache index files alone (nothing is loaded), whether the entry kernels
 have code for the current sources.
 
-On a machine of two cores or more a cold warm-up compiles its two groups at once: the rigid robots in this process,
-the Cosserat rods in a child (:data:`COSSERAT_GROUP`; 45 of 233 s in a cold clean-clone CI run). numba writes one
-index file per function, read, extended and rewritten without a lock: two processes compiling the same function
-at once may lose an entry or point one at the other's code. The groups' kernels are disjoint (sim/cosserat/ has
-kernels of its own) except the few helpers both call from Python (sim/spatial.py); every kernel both processes
-compiled is then taken out of the cache and compiled again in a new process, alone (:func:`warm_up`).
-
 ``--check`` (for tests and CI) warms up, then steps the same cases again in a new process and exits 1 when that
 process compiled anything (a kernel that numba cannot cache, e.g. one closing over a dynamic global).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -208,14 +200,18 @@ def kernels_compiled() -> bool:
     return True
 
 
-def _warm_rigid(cases, say) -> None:
+def warm_up(cases=CASES, *, out=sys.stdout) -> float:
+    """Compile (or load) every kernel the ``cases`` use; returns the wall time (s). Says what it does on ``out``
+    (None: silent)."""
+    say = (lambda text: print(text, file=out, flush=True)) if out is not None else (lambda text: None)
+    cold = not kernels_compiled()
+    if cold:
+        say(f"compiling simulation kernels (once, about {COMPILE_ESTIMATE_S} s)")
+    start = time.perf_counter()
     for case in cases:
         case_start = time.perf_counter()
         exercise(*build_case(case))
         say(f"  {case.label}: {time.perf_counter() - case_start:.1f} s")
-
-
-def _warm_cosserat(say) -> None:
     for robot in COSSERAT_ROBOTS:
         case_start = time.perf_counter()
         exercise_cosserat(robot)
@@ -223,61 +219,8 @@ def _warm_cosserat(say) -> None:
     case_start = time.perf_counter()
     exercise_passive_rod()
     say(f"  passive rod (clamped, free head): {time.perf_counter() - case_start:.1f} s")
-
-
-#: The child of a parallel warm-up: the Cosserat group, its lines on stdout, then {kernel: signatures compiled} as
-#: the last line (JSON).
-COSSERAT_GROUP = ("import json, sys; from sim.warmup import _warm_cosserat, compiled_here; "
-                  "_warm_cosserat(lambda text: print(text, flush=True)); print(json.dumps(compiled_here()))")
-
-
-def _warm_in_two_processes(cases, say) -> int:
-    """The rigid group here and the Cosserat group in a child at once; then every kernel both compiled (its cache
-    index may have lost an entry or name the other's code) is flushed from the cache and compiled again in a new
-    process, alone. Returns the number of kernel signatures the child compiled."""
-    import json
-
-    child = subprocess.Popen([sys.executable, "-c", COSSERAT_GROUP], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        _warm_rigid(cases, say)
-        lines = child.communicate()[0].splitlines()
-    finally:
-        if child.poll() is None:        # the rigid group failed: no child left compiling behind the error
-            child.kill()
-            child.wait()
-    if child.returncode != 0:
-        raise RuntimeError(f"the Cosserat group's warm-up failed (exit {child.returncode})")
-    for line in lines[:-1]:
-        say(line)
-    in_child = json.loads(lines[-1])
-    both = set(in_child) & set(compiled_here())
-    if both:
-        dispatchers = kernel_dispatchers()
-        for name in sorted(both):
-            dispatchers[name]._cache.flush()
-        subprocess.run([sys.executable, "-c", "from sim.warmup import warm_up; warm_up(out=None, parallel=False)"],
-                       check=True, cwd=ROOT)
-        say(f"  compiled by both groups, compiled again alone: {', '.join(sorted(both))}")
-    return sum(in_child.values())
-
-
-def warm_up(cases=CASES, *, out=sys.stdout, parallel: bool = True) -> float:
-    """Compile (or load) every kernel the ``cases`` use; returns the wall time (s). Says what it does on ``out``
-    (None: silent). ``parallel``: a cold cache on two cores or more is filled by two processes at once (module
-    docstring)."""
-    say = (lambda text: print(text, file=out, flush=True)) if out is not None else (lambda text: None)
-    cold = not kernels_compiled()       # imports the kernel modules: stale cache files are deleted before any child
-    if cold:
-        say(f"compiling simulation kernels (once, about {COMPILE_ESTIMATE_S} s)")
-    start = time.perf_counter()
-    compiled = 0
-    if cold and parallel and (os.cpu_count() or 1) >= 2:
-        compiled = _warm_in_two_processes(cases, say)
-    else:
-        _warm_rigid(cases, say)
-        _warm_cosserat(say)
     wall = time.perf_counter() - start
-    compiled += sum(compiled_here().values())
+    compiled = sum(compiled_here().values())
     if compiled:
         say(f"simulation kernels compiled in {wall:.1f} s ({compiled} kernel signatures, cached for later runs)")
     else:
