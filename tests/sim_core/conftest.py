@@ -5,28 +5,47 @@ from pathlib import Path
 
 import pytest
 
+from sim.plugins import FORCE_KERNELS, JOINT_LAWS, MOTION_LAWS
+
 HERE = Path(__file__).resolve().parent
+#: The example plug-in files: a force model; a motion law and a joint law.
+PLUGIN_FILES = (HERE / "plugin_constant_force.py", HERE / "plugin_laws.py")
 
 
-def _load_plugin(path: Path):
-    """Import the plug-in file ``path`` once per process under its file's name (as any module: numba's cache finds
-    its kernels by that name); registering its kernels is a side effect of the import."""
-    module = sys.modules.get(path.stem)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def example_plugins() -> dict:
+    """{file stem: module} of :data:`PLUGIN_FILES`, each imported under its file's name (as any module: numba's
+    cache finds its kernels by that name; registering its kernels is a side effect of the import), for the tests of
+    one module; then their kernels leave the registries again.
+
+    Why both files, and why they leave: a registered plug-in changes the registries' fingerprint, against which the
+    fused stepper is compiled (sim/fused.py bound_kernels; ~25 s of compile per argument signature on the 2-core CI
+    machine). Both modules that test plug-ins register the same two files, so the stepper compiled for the first
+    serves the second; and every fused simulation of the later tests of the pytest process runs the shipped
+    registries again, whose stepper the warm-up compiled (left registered, each of them would compile anew)."""
+    registries = (FORCE_KERNELS, MOTION_LAWS, JOINT_LAWS)
+    before = [dict(registry._entries) for registry in registries]
+    modules = {}
+    try:
+        for path in PLUGIN_FILES:
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            modules[path.stem] = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(modules[path.stem])
+        yield modules
+    finally:
+        for name in modules:
+            del sys.modules[name]
+        for registry, entries in zip(registries, before):
+            registry._entries = entries
 
 
-@pytest.fixture
-def constant_force_plugin():
+@pytest.fixture(scope="module")
+def constant_force_plugin(example_plugins):
     """tests/sim_core/plugin_constant_force.py: a force model plug-in."""
-    return _load_plugin(HERE / "plugin_constant_force.py")
+    return example_plugins["plugin_constant_force"]
 
 
-@pytest.fixture
-def law_plugins():
+@pytest.fixture(scope="module")
+def law_plugins(example_plugins):
     """tests/sim_core/plugin_laws.py: a motion-law and a joint-law plug-in."""
-    return _load_plugin(HERE / "plugin_laws.py")
+    return example_plugins["plugin_laws"]
