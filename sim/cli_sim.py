@@ -213,8 +213,8 @@ def simulate(model, integrator: str, dt: float, duration: float, *, progress: bo
     from sim.warmup import COMPILE_ESTIMATE_S, kernels_compiled
 
     if not kernels_compiled():
-        print(f"mms sim: compiling simulation kernels (once, about {COMPILE_ESTIMATE_S} s; `python -m sim.warmup` "
-              "does it for every robot)", file=sys.stderr, flush=True)
+        print(f"mms sim: compiling simulation kernels (once; `python -m sim.warmup` compiles those of every robot "
+              f"in about {COMPILE_ESTIMATE_S / 60:.0f} min)", file=sys.stderr, flush=True)
     refresh = {} if jacobian_every is None else {"jacobian_every": jacobian_every}
     sim = Simulation(model, integrator=integrator, dt=dt, **refresh)
     sim.record(1, 1)                 # compile or load the kernels outside the timing
