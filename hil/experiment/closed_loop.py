@@ -19,7 +19,8 @@ import msgpack
 import numpy as np
 
 from sim.config import load_toml
-from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
+from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
+                          TOPIC_SIM_STATUS)
 
 #: the thorax twist components of a mirror-symmetric stroke (the others stay zero): forward and vertical speed,
 #: pitch rate
@@ -59,26 +60,17 @@ def truth_config(robot_config: dict, rig_path: Path) -> dict:
     return deep_merge(copy.deepcopy(robot_config), overrides)
 
 
-def recorded_thorax(recording: Path) -> tuple[np.ndarray, np.ndarray, dict | None]:
-    """The closed loop's sim/state: times (n,) s and thorax twists (n, 6) (body frame; m/s, rad/s), and the state
-    at which the loop closed (the first at or after sim/status ``feedback.closed_at_s``; None if it never did)."""
-    from mcap.reader import make_reader
-
-    times, twists, states, closed_at = [], [], [], -1.0
-    with recording.open("rb") as handle:
-        for _schema, channel, message in make_reader(handle).iter_messages(topics=[TOPIC_SIM_STATE,
-                                                                                  TOPIC_SIM_STATUS]):
-            if channel.message_encoding != "msgpack":
-                continue
-            payload = msgpack.unpackb(message.data, raw=False)
-            if channel.topic == TOPIC_SIM_STATUS:
-                closed_at = payload.get("feedback", {}).get("closed_at_s", closed_at)
-                continue
-            times.append(payload["t"])
-            twists.append(payload["base_twist"])
-            states.append(payload)
+def recorded_thorax(raw) -> tuple[np.ndarray, np.ndarray, dict | None]:
+    """The closed loop's sim/state in ``raw`` (:class:`hil.recording.mcap_io.RawRecording`): times (n,) s and thorax
+    twists (n, 6) (body frame; m/s, rad/s), and the state at which the loop closed (the first at or after the last
+    sim/status ``feedback.closed_at_s``; None if it never did)."""
+    closed_at = -1.0
+    for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATUS, []):
+        closed_at = msgpack.unpackb(data, raw=False).get("feedback", {}).get("closed_at_s", closed_at)
+    states = [msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATE, [])]
     closing = next((state for state in states if 0.0 <= closed_at <= state["t"]), None)
-    return np.asarray(times), np.asarray(twists), closing
+    return (np.asarray([state["t"] for state in states]), np.asarray([state["base_twist"] for state in states]),
+            closing)
 
 
 def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | None = None) -> np.ndarray:
@@ -112,7 +104,11 @@ def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | 
 def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     """The closed loop's thorax against the open loop and the truth (figures in ``out``/closed_loop.json and a plot
     closed_loop.png); the figures."""
-    times, closed, closing = recorded_thorax(recording)
+    from hil.recording.mcap_io import read_recording
+
+    raw = read_recording(recording, topics={TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY, TOPIC_HW_COMMAND,
+                                            TOPIC_HW_STATUS})
+    times, closed, closing = recorded_thorax(raw)
     if closing is None:
         raise ValueError(f"{recording}: the loop never closed (no sim/status feedback.closed_at_s)")
     keep = times > closing["t"]
@@ -132,7 +128,7 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
                                        "open_error_rms": open_error,
                                        "closed_minus_open_rms": rms(closed[:, k] - open_loop[:, k]),
                                        "ratio": closed_error / open_error if open_error > 0 else float("inf")}
-    health = run_health(recording, load_toml(rig)["feedback"].get("period_s"), (closing["t"], float(times[-1])))
+    health = run_health(raw, load_toml(rig)["feedback"].get("period_s"), (closing["t"], float(times[-1])))
     figures["health"] = health
     out.mkdir(parents=True, exist_ok=True)
     (out / "closed_loop.json").write_text(json.dumps(figures, indent=2))
@@ -145,16 +141,15 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     return figures
 
 
-def run_health(recording: Path, period_s: float | None, compared: tuple[float, float]) -> dict:
-    """The live run's health (hil/validation/health.py, the default criteria; ``period_s``: the drive's period,
-    which turns the command latency limit into degrees of the stroke) as metrics.json states it, with
-    ``compared_disturbances``: those that overlap the compared stretch, ``compared`` (first, last) simulated s."""
-    from hil.recording.mcap_io import read_recording
+def run_health(raw, period_s: float | None, compared: tuple[float, float]) -> dict:
+    """The live run's health in ``raw`` (:class:`hil.recording.mcap_io.RawRecording`; hil/validation/health.py, the
+    default criteria; ``period_s``: the drive's period, which turns the command latency limit into degrees of the
+    stroke) as metrics.json states it, with ``compared_disturbances``: those that overlap the compared stretch,
+    ``compared`` (first, last) simulated s."""
     from hil.recording.series import build_tables
     from hil.validation.health import HealthCriteria, assess
     from hil.validation.validate import recording_warnings
 
-    raw = read_recording(recording)
     tables = build_tables(raw, topics=[TOPIC_SIM_STATE, TOPIC_HW_TELEMETRY],
                           keys={TOPIC_SIM_STATE: {"t"}, TOPIC_HW_TELEMETRY: set()})
     health = assess(raw.messages, tables, HealthCriteria(), recording_warnings(raw),
