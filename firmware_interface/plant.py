@@ -170,6 +170,11 @@ SAMPLE_WAIT_S = 0.05
 #: "samples" clock: how long the emulator waits at most for the plant's step of the previous sample, s (longer: the
 #: reading is a sample older, counted in status()["late"])
 STEP_WAIT_S = 2e-3
+#: "samples" clock: the samples kept for the plant, newest last (device time s, servo angles, rates): a plant that
+#: fell behind steps through each missed sample's angles. Jumping to the newest instead (each missed step held at the
+#: newest angles) struck the wings: a plant 4 samples late read 124 mN on the flapper's tether, 10x the stroke's
+#: load, and its wings rang for 0.3 s (docs/closed-loop.md)
+SAMPLE_RING = 64
 
 
 class SimulatorPlant:
@@ -187,7 +192,8 @@ class SimulatorPlant:
     def __init__(self, rig: Rig, rt_priority: int = 0):
         ctx = mp.get_context("fork")       # the child inherits the parsed rig; nothing is pickled
         self.n_servo, self.n_sensor = len(rig.servos), len(rig.sensors)
-        self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor)
+        self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor
+                                 + SAMPLE_RING * (1 + 2 * self.n_servo))
         self._go, self._stop, self._sampled, self._stepped = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
         self.clock = rig.emulator.physics.clock if rig.emulator.physics is not None else "wall"
         self.late = 0      # "samples" clock: readings older than one sample (the plant had not stepped in time)
@@ -245,6 +251,8 @@ class SimulatorPlant:
             speed[:] = servo_rate
             self._shared[_SAMPLE_T] = t
             self._shared[_SAMPLE_SEQ] += 1
+            ring = _sample_ring(self._shared, self.n_servo, self.n_sensor)
+            ring[int(self._shared[_SAMPLE_SEQ]) % SAMPLE_RING] = np.concatenate(([t], servo_rad, servo_rate))
             newest = values.copy()
         if self.clock == "samples":
             self._sampled.set()
@@ -303,7 +311,8 @@ def _plant_process(rig: Rig, shared, go, stop, sampled, stepped, messages, emula
         shared[_WALL_START] = wall_start
     sim = core.simulation
     if rig.emulator.physics.clock == "samples":
-        _follow_samples(core, shared, stop, sampled, stepped, wall_start, angle, speed, values, messages)
+        _follow_samples(core, shared, stop, sampled, stepped, wall_start, _sample_ring(shared, n, m), values,
+                        messages)
         return
     try:
         while not stop.is_set():
@@ -325,27 +334,36 @@ def _plant_process(rig: Rig, shared, go, stop, sampled, stepped, messages, emula
         messages.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
-def _follow_samples(core: SimulatorCore, shared, stop, sampled, stepped, wall_start: float, angle, speed, values,
-                    messages) -> None:
+def _sample_ring(shared, n_servo: int, n_sensor: int) -> np.ndarray:
+    """The shared array's sample ring (SAMPLE_RING, 1 + 2 n_servo): per sample its device time s, servo angles rad,
+    rates rad/s; sample ``seq`` in row ``seq % SAMPLE_RING``."""
+    return np.frombuffer(shared.get_obj(), dtype=np.float64, count=SAMPLE_RING * (1 + 2 * n_servo),
+                         offset=8 * (_HEADER + 2 * n_servo + n_sensor)).reshape(SAMPLE_RING, 1 + 2 * n_servo)
+
+
+def _follow_samples(core: SimulatorCore, shared, stop, sampled, stepped, wall_start: float, ring: np.ndarray,
+                    values, messages) -> None:
     """The "samples" clock: for each telemetry sample, the servo angles and rates it carries drive one advance to its
     device time (from the first sample's), and the sensors are read there. The emulator reads them at its next
     sample, having waited up to STEP_WAIT_S for this step: one sample late, which a model's twin stepped on the same
-    samples reproduces exactly (docs/closed-loop.md); a plant that fell behind takes the newest sample's angles (the
-    steps between held at them)."""
+    samples reproduces exactly (docs/closed-loop.md); a plant that fell behind steps through each sample it missed,
+    from the ring (``ring`` (SAMPLE_RING, 1 + 2 n_servo), :func:`_sample_ring`), and reads after the newest."""
     sim, done, t_first = core.simulation, 0, None
+    n_servo = (ring.shape[1] - 1) // 2
     try:
         while not stop.is_set():
             if not sampled.wait(SAMPLE_WAIT_S):
                 continue
             sampled.clear()
             with shared.get_lock():
-                seq, t_sample = int(shared[_SAMPLE_SEQ]), shared[_SAMPLE_T]
-                servo_rad, servo_rate = angle.copy(), speed.copy()
+                seq = int(shared[_SAMPLE_SEQ])
+                rows = ring[[k % SAMPLE_RING for k in range(max(done + 1, seq - SAMPLE_RING + 1), seq + 1)]]
             if seq == done:
                 continue
-            t_first = t_sample if t_first is None else t_first
-            core.set_inputs(servo_rad, servo_rate)
-            core.advance_to(t_sample - t_first)
+            for t_sample, servo_rad, servo_rate in zip(rows[:, 0], rows[:, 1:1 + n_servo], rows[:, 1 + n_servo:]):
+                t_first = t_sample if t_first is None else t_first
+                core.set_inputs(servo_rad, servo_rate)
+                core.advance_to(t_sample - t_first)
             out = core.read()
             done = seq
             with shared.get_lock():
