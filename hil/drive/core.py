@@ -13,6 +13,10 @@ The rules (docs/driver.md, "Safety"):
   when the device's measurements have been faulty for ``state_timeout_s`` (:meth:`DriverCore.on_measurement_fault`);
 - deactivate and exit ramp to neutral at the rate limits and then stop sending; an e-stop stops sending at
   once (the device holds neutral while its e-stop is latched);
+- with a lead (``lead_s`` > 0, ``mms drive --state-lead``), the newest state is carried forward along its own
+  joint rates and accelerations (``q + qd d + qdd d^2 / 2``) to the tick's time on the state stream's clock, by
+  ``d`` at most ``lead_s``: the setpoints follow the simulated motion on the driver's regular ticks instead of
+  the states' arrival jitter (:meth:`DriverCore.tick`);
 - the ramp starts from the last angle sent, or from the measured angle when nothing was sent on this link
   (start-up, after a reconnect), or from neutral when the rig reports no positions.
 """
@@ -48,11 +52,12 @@ class Command:
 class DriverCore:
     def __init__(self, servo_map: ServoMap, command_period_s: float,
                  state_timeout_s: float = DEFAULT_STATE_TIMEOUT_S, hold_s: float = DEFAULT_HOLD_S,
-                 max_state_age_s: float | None = None):
+                 max_state_age_s: float | None = None, lead_s: float = 0.0):
         self.map = servo_map
         self.command_period_s = command_period_s
         self.state_timeout_s = state_timeout_s
         self.hold_s = hold_s
+        self.lead_s = lead_s
         self.lifecycle = Lifecycle()
         self.estop = EStop()
         self.state_check = StateCheck(max_age_s=state_timeout_s if max_state_age_s is None else max_state_age_s)
@@ -64,6 +69,12 @@ class DriverCore:
         self.last_send_s: float | None = None
         self.goal: np.ndarray | None = None          # (n,) rad, mapped angles of the newest usable state
         self.goal_seq, self.goal_t, self.goal_stamp_ns = -1, 0.0, 0
+        #: the newest usable state's joint positions, rates and accelerations (n_joints,) and its channels' joint
+        #: indices (n,): what the lead carries forward
+        self.goal_motion: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: monotonic s minus simulated s of the earliest-arriving state (the stream's clock): a state arriving
+        #: later than that by more than the lead moves it (the simulator paused, or re-anchored its schedule)
+        self.stream_offset_s: float | None = None
         self.fresh_s: float | None = None            # when the newest usable state arrived
         self.baseline_s: float = 0.0                 # (re)activation / reconnect time: the age of "no state"
         self.ramping = False                         # inactive, but still on the way to neutral
@@ -92,6 +103,9 @@ class DriverCore:
         if reason is not None:
             self.rejections[reason.value] += 1
             return reason
+        offset = now_s - self.goal_t
+        if self.stream_offset_s is None or not 0.0 <= offset - self.stream_offset_s <= self.lead_s:
+            self.stream_offset_s = offset
         self.fresh_s = now_s
         self.states_used += 1
         return None
@@ -114,6 +128,11 @@ class DriverCore:
             return Rejection.NON_FINITE
         self.goal = goal
         self.goal_seq, self.goal_t, self.goal_stamp_ns = payload["seq"], float(payload["t"]), payload["stamp_ns"]
+        if self.lead_s > 0.0:
+            q = np.asarray(payload["q"], dtype=float)
+            qd, qdd = (np.asarray(payload.get(key, np.zeros_like(q)), dtype=float) for key in ("qd", "qdd"))
+            motion_ok = qd.shape == qdd.shape == q.shape and np.all(np.isfinite(qd)) and np.all(np.isfinite(qdd))
+            self.goal_motion = (q, qd, qdd, indices) if motion_ok else None
         return None
 
     def on_measured(self, angles: np.ndarray) -> None:
@@ -175,6 +194,8 @@ class DriverCore:
 
     def _require_new_state(self, now_s: float) -> None:
         self.goal = None
+        self.goal_motion = None
+        self.stream_offset_s = None
         self.goal_seq, self.goal_t, self.goal_stamp_ns = -1, 0.0, 0
         self.fresh_s = None
         self.baseline_s = now_s
@@ -206,7 +227,7 @@ class DriverCore:
         else:
             mode = Mode.RAMP
         if mode is Mode.TRACK:
-            angles, limited = apply_limits(self.goal, start, dt, self.map.min_angle, self.map.max_angle,
+            angles, limited = apply_limits(self._led_goal(now_s), start, dt, self.map.min_angle, self.map.max_angle,
                                            self.map.max_rate)
         elif mode is Mode.HOLD:
             # identity when start is the last angle sent; a measured start outside the limits is walked in
@@ -225,6 +246,18 @@ class DriverCore:
         return Command(mode=mode, angles=angles, raw=self.map.angles_to_raw(angles), limited=limited,
                        sim_seq=self.goal_seq, sim_t=self.goal_t,
                        state_stamp_ns=self.goal_stamp_ns if mode is Mode.TRACK else 0)
+
+    def _led_goal(self, now_s: float) -> np.ndarray:
+        """The servo angles (n,) rad to track at ``now_s``: the newest state's, carried forward to ``now_s`` on the
+        stream's clock along its joint rates and accelerations (by at most ``lead_s``; none without a lead, or a
+        state without finite ``qd``/``qdd``)."""
+        if self.goal_motion is None or self.stream_offset_s is None:
+            return self.goal
+        q, qd, qdd, indices = self.goal_motion
+        lead = min(max(now_s - self.stream_offset_s - self.goal_t, 0.0), self.lead_s)
+        with np.errstate(over="ignore", invalid="ignore"):
+            goal = self.map.joints_to_angles(q + lead * qd + 0.5 * lead * lead * qdd, indices)
+        return goal if np.all(np.isfinite(goal)) else self.goal
 
     def _start_angles(self) -> np.ndarray | None:
         if self.previous is not None:

@@ -120,6 +120,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-state-age", type=float, default=None, metavar="S",
                         help="refuse states published longer ago than this, by the publisher's clock against "
                              "ours (default: the state timeout; 0: off, for hosts without synchronised clocks)")
+    parser.add_argument("--state-lead", type=float, default=0.0, metavar="S",
+                        help="carry the newest sim/state forward along its joint rates and accelerations to each "
+                             "command tick's time on the state stream's clock, by at most this much: setpoints on "
+                             "the driver's regular ticks, not on the states' arrival jitter (default 0 s: off)")
     parser.add_argument("--link-timeout", type=float, default=DEFAULT_LINK_TIMEOUT_S, metavar="S",
                         help="nothing received from the device for this long (at least 10 telemetry frames and 3 "
                              "heartbeats) -> link lost, reconnect (default %(default)s s)")
@@ -152,7 +156,8 @@ class Driver:
         self.map = servo_map_from_rig(rig)
         self.period = 1.0 / rig.command_hz
         self.core = DriverCore(self.map, self.period, state_timeout_s=options.state_timeout_s,
-                               hold_s=options.hold_s, max_state_age_s=options.max_state_age_s)
+                               hold_s=options.hold_s, max_state_age_s=options.max_state_age_s,
+                               lead_s=options.state_lead_s)
         self.link = link
         self.emulator = emulator
         self.port_name = port

@@ -27,6 +27,7 @@ class DriverOptions:
     status_hz: float = DEFAULT_STATUS_HZ        # hw/status rate
     allow_remote_reset: bool = False            # reset_estop on the control socket may release the e-stop
     rt_priority: int = 0                        # SCHED_FIFO priority, 0: the normal scheduler
+    state_lead_s: float = 0.0                   # the newest state carried forward by at most this, s (0: off)
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,15 @@ def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOp
             raise ConfigError(None, f"--{name.replace('_', '-')}", f"got {value}, expected a positive number")
     if args.max_state_age is not None and not (math.isfinite(args.max_state_age) and args.max_state_age >= 0):
         raise ConfigError(None, "--max-state-age", f"got {args.max_state_age}, expected a number >= 0 (0: off)")
+    if not (math.isfinite(args.state_lead) and args.state_lead >= 0):
+        raise ConfigError(None, "--state-lead", f"got {args.state_lead}, expected a number of seconds >= 0 (0: off)")
     if args.sensor_emulator_args and not args.emulate:
         raise ConfigError(None, "--sensor-emulator-args", "needs --emulate")
     driver = DriverOptions(network=None if args.network is None else Path(args.network),
                            autoactivate=args.autostart, state_timeout_s=args.state_timeout, hold_s=args.hold,
                            max_state_age_s=args.max_state_age, link_timeout_s=args.link_timeout,
                            status_hz=args.status_hz, allow_remote_reset=args.allow_remote_reset,
-                           rt_priority=args.rt_priority)
+                           rt_priority=args.rt_priority, state_lead_s=args.state_lead)
     device = DeviceOptions(port=args.port, emulate=args.emulate, emulator_args=tuple(shlex.split(args.emulator_args)),
                            sensor_port=args.sensor_port,
                            sensor_emulator_args=tuple(shlex.split(args.sensor_emulator_args)))

@@ -38,9 +38,19 @@ FREE = {"robot": {"base": "floating", "gravity": 0.0}, "thorax": {"density": 800
 PLANT_CLOCK = "--plant-clock samples"
 
 
+#: `mms drive` options of the closed loop: each setpoint the newest state carried forward to its tick (at most 5 ms:
+#: the states reach the driver 0.1-3 ms late, p1-p99, up to 6 ms). Taken as they came, the setpoints' simulated
+#: times stepped by 0-21 ms between the driver's 2 ms ticks; the servos' kinks rang the wings at 42-53 Hz with an
+#: amplitude that changed from stroke to stroke, and its leak into the phase table's harmonics (100-460 uN per
+#: stroke in the mean of fx) was 3-10x the structure's error the loop feeds back (docs/closed-loop.md)
+STATE_LEAD = ("--state-lead", "0.005")
+
+
 def emulator_args(drive_args: tuple[str, ...]) -> tuple[str, ...]:
-    """The demo rig's `mms drive` arguments with the closed loop's emulator options (:data:`PLANT_CLOCK`)."""
-    return tuple(f"{arg} {PLANT_CLOCK}" if arg.startswith("--plant physics") else arg for arg in drive_args)
+    """The demo rig's `mms drive` arguments with the closed loop's options (:data:`PLANT_CLOCK`,
+    :data:`STATE_LEAD`)."""
+    return tuple(f"{arg} {PLANT_CLOCK}" if arg.startswith("--plant physics") else arg
+                 for arg in drive_args) + STATE_LEAD
 
 
 def free_robot_config(config: dict) -> dict:

@@ -110,6 +110,8 @@ class FeedbackSpec:
     left_out: tuple[str, ...] = ()
     #: periodic: the moving average's window each sample passes before the phase table, s (0: none)
     smoothing_s: float = 0.0
+    #: periodic: the table's mean over a period (the drive's zeroth harmonic) fed back with its harmonics
+    mean: bool = True
 
 
 
@@ -142,7 +144,7 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
                      for joint, entry in table.get("joints", {}).items()),
         gravity=float(table["gravity"]) if "gravity" in table else None,
         sensor_delay_samples=int(table.get("sensor_delay_samples", 0)), left_out=tuple(wrench.get("left_out", ())),
-        smoothing_s=float(table.get("smoothing_s", 0.0)))
+        smoothing_s=float(table.get("smoothing_s", 0.0)), mean=bool(table.get("mean", True)))
 
 
 def fed_channels(spec: FeedbackSpec) -> np.ndarray:
@@ -201,7 +203,8 @@ class PhaseTable:
     ``periods`` periods (live, the emulated plant's late steps rang its wings at 100 mN, 10x the stroke's load, for
     0.3 s: 270-370 uN in the harmonics kept, 10x the model's error the loop feeds back; docs/closed-loop.md)."""
 
-    def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int, smoothing: int = 1):
+    def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int, smoothing: int = 1,
+                 mean: bool = True):
         self.n = max(2, round(period_s / bin_s))
         #: the causal moving average of ``smoothing`` samples each sample passes first (the structure's free
         #: vibration, not locked to the drive, would leave its noise in every bin), and its response (harmonics + 1,)
@@ -210,6 +213,9 @@ class PhaseTable:
         k = np.arange(harmonics + 1)[:, None]
         self.response = np.exp(-2j * np.pi * k * np.arange(self.window.maxlen)[None, :] / self.n).mean(axis=1)
         self.period_s, self.bin_s, self.periods, self.harmonics = period_s, period_s / self.n, periods, harmonics
+        #: the mean over a period kept (else only harmonics 1..harmonics): a free body integrates the mean of what is
+        #: fed back, so its noise walks the body's speed away where the harmonics' only shake it
+        self.mean = mean
         self.history = np.zeros((periods, self.n, 6))   # (periods, n, 6) N, N m: each bin's last samples
         self.values = np.zeros((self.n, 6))          # (n, 6) N, N m: their medians (refreshed with smooth)
         self.smooth = np.zeros((self.n, 6))          # (n, 6) N, N m: the medians' first harmonics
@@ -231,6 +237,8 @@ class PhaseTable:
             self.values = np.median(self.history, axis=0)
             spectrum = np.fft.rfft(self.values, axis=0)
             spectrum[self.harmonics + 1:] = 0.0
+            if not self.mean:
+                spectrum[0] = 0.0
             spectrum[:self.harmonics + 1] /= self.response[:, None]
             self.smooth = np.fft.irfft(spectrum, self.n, axis=0)
 
@@ -251,7 +259,8 @@ class PhaseTable:
 
 def phase_table(spec: FeedbackSpec, sample_s: float) -> PhaseTable:
     """The phase table of a ``[feedback]`` table, for samples every ``sample_s`` (s)."""
-    return PhaseTable(spec.period_s, sample_s, spec.periods, spec.harmonics, max(1, round(spec.smoothing_s / sample_s)))
+    return PhaseTable(spec.period_s, sample_s, spec.periods, spec.harmonics, max(1, round(spec.smoothing_s / sample_s)),
+                      spec.mean)
 
 
 class GrowthWatch:
@@ -371,10 +380,11 @@ class FeedbackLoop:
             self.socket.close()
 
     def ready(self) -> bool:
-        """The first measurements are in and tared: the loop can close (simulated time waits: every sample
-        received is taken at once)."""
+        """The first measurements are in and tared: the loop can close (until then simulated time waits, and every
+        sample received is taken at once; after, :meth:`update` takes them a few per period)."""
         self._drain()
-        self._step_twin(len(self.pending))
+        if self.tare is None:
+            self._step_twin(len(self.pending))
         return self.tare is not None
 
     def wait_fresh(self, timeout_s: float, most: int) -> int:
