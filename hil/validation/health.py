@@ -25,6 +25,8 @@ the windows cover at least ``min_fraction`` of the run. Pure functions on decode
 """
 from __future__ import annotations
 
+import json
+
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable
 
@@ -353,3 +355,42 @@ def _worst(disturbances: list[Disturbance]) -> list[str]:
     """The longest disturbances, as reasons: what took the healthy time away."""
     ranked = sorted(disturbances, key=lambda d: d.length_s, reverse=True)[:WORST_NAMED]
     return [f"{d.source}: {d.what} ({d.start_s:.1f}-{d.end_s:.1f} s)" for d in ranked]
+
+
+def recorder_gaps(metadata: dict[str, dict[str, str]]) -> dict[str, int]:
+    """The messages the recorder missed (seq gaps) per topic, from the recording's ``recorder_stats`` metadata."""
+    stats = metadata.get("recorder_stats", {})
+    try:
+        topics = json.loads(stats.get("topics", "{}"))
+    except json.JSONDecodeError:
+        return {}
+    return {topic: s.get("gaps", 0) for topic, s in topics.items() if s.get("gaps")}
+
+
+def recording_warnings(recording) -> list[str]:
+    """What the file itself says about lost data: damaged chunks, a truncated end, messages the recorder missed."""
+    warnings = [f"damaged {d.get('kind', 'chunk')} at byte {d.get('offset')}: "
+                f"{d.get('messages_lost') if d.get('messages_lost') is not None else 'an unknown number of'} "
+                f"messages lost ({d.get('detail', '')})" for d in getattr(recording, "damage", [])]
+    if recording.truncated:
+        warnings.append("the recording is truncated (a crash?): read up to its last complete record")
+    gaps = recorder_gaps(recording.metadata)
+    if gaps:
+        warnings.append(f"messages the recorder missed (seq gaps) per topic: {gaps}")
+    return warnings
+
+
+def health_keys(keys: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """``keys`` (topic -> the keys to decode, for build_tables) with what :func:`assess` reads: the simulated time of
+    every sim/state (the pace check) and the times of the hw/telemetry samples."""
+    merged = {topic: set(names) for topic, names in (keys or {}).items()}
+    merged.setdefault(TOPIC_SIM_STATE, set()).add("t")
+    merged.setdefault(TOPIC_HW_TELEMETRY, set())
+    return merged
+
+
+def recording_health(recording, tables, criteria: HealthCriteria, cycle_hz: float | None = None) -> Health:
+    """The health of a recorded run (:func:`assess`): ``recording`` a :class:`hil.recording.mcap_io.RawRecording`,
+    ``tables`` its decoded tables with at least :func:`health_keys`, with what the file itself says about lost
+    data (:func:`recording_warnings`)."""
+    return assess(recording.messages, tables, criteria, recording_warnings(recording), cycle_hz)

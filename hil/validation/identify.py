@@ -447,9 +447,9 @@ def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | N
     health, config, config path)."""
     from hil.recording.mcap_io import read_recording
     from hil.recording.series import build_tables
-    from hil.validation.health import HealthCriteria, assess
+    from hil.validation.health import HealthCriteria, recording_health
     from hil.validation.resim import WARMUP_S, _drive_with_splines, load_config, measured_drive, smoothed
-    from hil.validation.validate import RecordingError, recording_warnings, run_rig
+    from hil.validation.validate import RecordingError, run_rig
     from sim.cli_options import RECORDED, config_type
     from sim.messages import TOPIC_HW_TELEMETRY
     from sim.robots import build_robot
@@ -472,7 +472,7 @@ def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | N
     drive = measured_drive(tables, rig, list(model.joint_names), None, warmup_s)
     _drive_with_splines(model, drive.samples)    # a servo on a passive joint is said now, not in a worker
     frequency = _stroke_frequency(drive)
-    health = assess(recording.messages, tables, HealthCriteria(), recording_warnings(recording), frequency)
+    health = recording_health(recording, tables, HealthCriteria(), frequency)
     if health.valid is False:
         raise RecordingError(f"{run}: INVALID: " + "; ".join(health.reasons))
     if cutoff_hz is None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from hil.validation.analysis import (Comparison, Criterion, compare, grid_rate, median_rate, no_prediction,
                                      prediction_constant)
-from hil.validation.health import Health, HealthCriteria, assess
+from hil.validation.health import Health, HealthCriteria, health_keys, recorder_gaps, recording_health
 from hil.recording.mcap_io import RecordingError, read_recording
 from firmware_interface.rigs.host import channel_maps, load_host_rig, sensor_unit, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
@@ -751,15 +751,6 @@ def _not_judged_note(count: int) -> str:
     return f", {count} not judged (no prediction and no rmse_max)" if count else ""
 
 
-def _gaps(metadata: dict[str, dict[str, str]]) -> dict[str, int]:
-    stats = metadata.get("recorder_stats", {})
-    try:
-        topics = json.loads(stats.get("topics", "{}"))
-    except json.JSONDecodeError:
-        return {}
-    return {topic: s.get("gaps", 0) for topic, s in topics.items() if s.get("gaps")}
-
-
 def _topics_needed(pairs: list[Pair]) -> set[str]:
     return {p.measured.topic for p in pairs} | {p.simulated.topic for p in pairs}
 
@@ -796,11 +787,9 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
             keys.setdefault(ref.topic, set()).add(ref.key)
     if resim is not None:
         keys.setdefault(TOPIC_HW_TELEMETRY, set()).add("servo_rad")
-    keys.setdefault(TOPIC_SIM_STATE, set()).add("t")   # the run health's pace check reads the simulated time
-    keys.setdefault(TOPIC_HW_TELEMETRY, set())
+    keys = health_keys(keys)
     tables = build_tables(recording, topics=list(keys), progress=progress, keys=keys)
-    health = assess(recording.messages, tables, settings.health, recording_warnings(recording),
-                    cycle_frequency(pairs, tables, settings))
+    health = recording_health(recording, tables, settings.health, cycle_frequency(pairs, tables, settings))
     settings = replace(settings, window=None if settings.whole_run else health.analysed)
     reference = RECORDED_REFERENCE
     if resim is not None:
@@ -814,7 +803,7 @@ def analyse_run(run: Path, settings: Settings, rig_path: str | None, progress: b
             raise RecordingError(f"{run}: --sim: {exc}") from None
         tables.tables[TOPIC_SIM_STATE] = replay.table
         reference = replay.description
-    info = {"truncated": recording.truncated, "gaps": _gaps(recording.metadata),
+    info = {"truncated": recording.truncated, "gaps": recorder_gaps(recording.metadata),
             "messages": {t: len(m) for t, m in recording.messages.items()}, "reference": reference,
             "health": health, "window": settings.window}
     # the payloads (the decompressed chunks: 1.7 GB for 10 minutes of 64 channels) are decoded: freed before the
@@ -842,19 +831,6 @@ def cycle_frequency(pairs: list[Pair], tables: Tables, settings: Settings) -> fl
         except (KeyError, ValueError):
             continue
     return None
-
-
-def recording_warnings(recording) -> list[str]:
-    """What the file itself says about lost data: damaged chunks, a truncated end, messages the recorder missed."""
-    warnings = [f"damaged {d.get('kind', 'chunk')} at byte {d.get('offset')}: "
-                f"{d.get('messages_lost') if d.get('messages_lost') is not None else 'an unknown number of'} "
-                f"messages lost ({d.get('detail', '')})" for d in getattr(recording, "damage", [])]
-    if recording.truncated:
-        warnings.append("the recording is truncated (a crash?): read up to its last complete record")
-    gaps = _gaps(recording.metadata)
-    if gaps:
-        warnings.append(f"messages the recorder missed (seq gaps) per topic: {gaps}")
-    return warnings
 
 
 def validate_run(run: Path, out: Path, settings: Settings, rig_path: str | None, plots: str,

@@ -14,7 +14,7 @@ from mcap.reader import make_reader
 from hil.recording.mcap_io import read_recording
 from hil.recording.series import Table, Tables, build_tables
 from hil.validation import validate
-from hil.validation.health import assess
+from hil.validation.health import assess, recording_warnings
 from sim.messages import TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE
 
 from .conftest import write_live_run
@@ -98,7 +98,7 @@ def test_the_columnar_decode_gives_the_columns_health_and_metrics_of_a_plain_dec
     # the same run health (the stall, the hold and the link-down stretch cut) and the same metrics per channel
     settings = validate.load_settings(None)
     rig, origin = validate.run_rig(recording.metadata, None)
-    warnings = validate.recording_warnings(recording)
+    warnings = recording_warnings(recording)
     metrics, health = [], []
     for tables in (fast, reference):
         pairs, _source = validate.default_pairs(settings, tables, rig, origin)
