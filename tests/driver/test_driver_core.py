@@ -263,3 +263,42 @@ def test_servo_map_from_rig_agrees_with_the_rig_files_own_calibration(tmp_path):
     m = servo_map_from_rig(replace(rig, joints=rig.joints[:1]))
     angles = m.joints_to_angles(np.array([0.3, 0.9]), m.joint_indices(["stroke_r", "stroke_l"]))
     assert angles[1] == rig.servos[1].neutral_rad and angles[0] == pytest.approx(0.3)
+
+
+def test_the_lead_carries_each_state_to_its_ticks_time_whatever_the_arrival_jitter():
+    """States every 1 ms of a 5 Hz stroke reach the driver 0.5-3.5 ms after their simulated time (seeded random
+    jitter); it reads them at its ticks, every 2 ms, and takes the newest (so the stream's clock, the earliest
+    arrival, is 1 ms behind the tick). With a 5 ms lead each setpoint is the stroke at the tick's time less that
+    1 ms, within the Taylor step's third-order error (omega d)^3 / 6 of the amplitude (2e-4 rad at d = 5 ms, the
+    map's gain 2); taken as they come, the setpoints scatter by the jitter times the stroke's rate (up to 0.03
+    rad)."""
+    amplitude, omega = 0.1, 2 * math.pi * 5.0                   # rad, rad/s: stroke_r; map gain 2, offset 0.1
+    stroke = lambda t: (amplitude * math.sin(omega * t), amplitude * omega * math.cos(omega * t),  # noqa: E731
+                        -amplitude * omega ** 2 * math.sin(omega * t))
+    rng = np.random.default_rng(3)
+    arrivals = [(k * 1e-3 + 0.5e-3 + rng.uniform(0.0, 3e-3), k) for k in range(1, 400)]
+
+    def run(lead_s: float) -> np.ndarray:
+        """|setpoint - the stroke at tick - 0.5 ms| (n,) rad of channel 0 over the ticks after the first 0.1 s."""
+        core = DriverCore(make_map(), PERIOD, state_timeout_s=0.05, hold_s=0.1, lead_s=lead_s)
+        core.lifecycle.apply("configure")
+        core.link_reset(0.0)
+        core.on_measured(np.array([0.1, 0.2]))
+        core.activate(0.0)
+        errors, pending = [], sorted(arrivals)
+        for tick in PERIOD * np.arange(1, 180):
+            newest = None
+            while pending and pending[0][0] <= tick:
+                newest = pending.pop(0)[1]
+            if newest is not None:
+                q, qd, qdd = stroke(newest * 1e-3)
+                payload = state(newest, [0.0, q, 0.0]) | {"qd": [0.0, qd, 0.0], "qdd": [0.0, qdd, 0.0]}
+                assert core.on_state(payload, tick, time.time_ns()) is None
+            command = core.tick(tick)
+            if tick > 0.1:
+                assert command.mode is Mode.TRACK and (lead_s == 0.0 or not command.limited.any())
+                errors.append(abs(command.angles[0] - (2.0 * stroke(tick - 1e-3)[0] + 0.1)))
+        return np.array(errors)
+
+    led, as_they_come = run(0.005), run(0.0)
+    assert led.max() < 2e-4 < 1e-2 < as_they_come.max(), (led.max(), as_they_come.max())

@@ -269,3 +269,40 @@ def test_rt_priority_puts_the_firmware_loop_and_its_plant_under_sched_fifo(tmp_p
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_samples_clock_plant_held_back_steps_through_every_sample_it_missed():
+    """The "samples" clock's plant process stopped (SIGSTOP) for 10 of 200 samples of a 5 Hz stroke: the emulator
+    reads stale values meanwhile (counted late), and once resumed the plant steps through each missed sample's own
+    servo angles (the sample ring), not the newest one held over them: every later reading equals that of the same
+    plant stepped in-process on every sample, to rounding (jumping to the newest angles had struck the wings, 124 mN
+    on the tether, docs/closed-loop.md)."""
+    import dataclasses
+
+    from firmware_interface.plant import SimulatorCore, SimulatorPlant
+
+    rig = load_rig(FLAPPER_RIG)
+    rig = dataclasses.replace(rig, emulator=dataclasses.replace(
+        rig.emulator, physics=dataclasses.replace(rig.emulator.physics, clock="samples")))
+    reference, plant = SimulatorCore(rig), SimulatorPlant(rig)
+    angle = lambda t: np.full(len(rig.servos), 0.3 * math.sin(2 * math.pi * 5.0 * t))  # noqa: E731
+    rate = lambda t: np.full(len(rig.servos), 0.3 * 2 * math.pi * 5.0 * math.cos(2 * math.pi * 5.0 * t))  # noqa: E731
+    expected, read = [], []
+    try:
+        plant.start()
+        for k in range(200):
+            t = 1e-3 * k
+            if k == 80:
+                os.kill(plant._process.pid, signal.SIGSTOP)
+            read.append(plant.sense(angle(t), rate(t), t))
+            if k == 90:
+                os.kill(plant._process.pid, signal.SIGCONT)
+            expected.append(reference.read())           # the reading one sample late: before this sample's step
+            reference.set_inputs(angle(t), rate(t))
+            reference.advance_to(t)
+        late = plant.status()["late"]
+    finally:
+        plant.stop()
+    assert late >= 10
+    later = slice(100, 200)     # the plant caught up within a few samples (it steps 15x faster than real time)
+    assert np.allclose(np.array(read[later]), np.array(expected[later]), rtol=1e-9, atol=1e-12)
