@@ -55,6 +55,9 @@ def test_closed_loop_demo_feeds_the_tether_back_into_the_free_thorax(tmp_path):
     for name, entry in figures["components"].items():
         # an inert loop would leave the closed loop on the open loop's path to rounding (same model, step and start)
         assert entry["closed_minus_open_rms"] > INERT_FRACTION * entry["open_error_rms"] > 0.0, (name, entry)
+        # how far it moved along the truth's departure from the model: a projection and a correlation (bounded by
+        # Cauchy-Schwarz); no band on them: live they scatter around 0 (docs/closed-loop.md, run table)
+        assert math.isfinite(entry["gain"]) and -1.0 <= entry["correlation"] <= 1.0, (name, entry)
     # the run's health comes with the figures: the compared stretch mapped onto the recording clock spans the same
     # time as in simulated time (the server paced to the wall clock: within 5 %), and it is said on stdout
     health = figures["health"]
