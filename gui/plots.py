@@ -239,8 +239,10 @@ class PlotPanel:
         for side in ("left", "right"):
             plot.getAxis(side).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.legend = plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="7pt", brush=(0, 0, 0, 150))
-        # the title and the legend never change while the curves scroll: pixmaps, not text laid out every frame
-        for still in (plot.titleLabel, self.legend):
+        # the title and the legend never change while the curves scroll: pixmaps, not text laid out every frame.
+        # Qt caches an item's own painting, not its children's: the title's text item and every legend entry's
+        # sample and text are cached one by one (add_curve), else they are painted afresh at every frame
+        for still in (plot.titleLabel, plot.titleLabel.item, self.legend):
             still.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.autoscale = True
         plot.enableAutoRange(axis="y", enable=False)
@@ -298,9 +300,23 @@ class PlotPanel:
             other.colour_key == spec.colour_key and other.kind != MEASURED for other, _ in self.curves.values())
         if not twin_listed:
             self.legend.addItem(curve, spec.label if spec.kind == MEASURED else spec.channel)
+            sample, label = self.legend.items[-1]
+            for still in (sample, label, label.item):
+                still.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)
         self.curves[spec.ident] = (spec, curve)
         return curve
+
+    def set_curve_visible(self, ident: str, visible: bool) -> None:
+        """Show or hide one curve (a hidden one is emptied: it costs nothing); its legend sample, a cached pixmap,
+        is redrawn (pyqtgraph draws a hidden curve's sample as an eye)."""
+        curve = self.curves[ident][1]
+        curve.setVisible(visible)
+        if not visible:
+            curve.setData([], [])
+        for sample, _label in self.legend.items:
+            if sample.item is curve:
+                sample.update()
 
     def remove_missing(self, present: set[str]) -> None:
         for ident in [i for i in self.curves if i not in present]:

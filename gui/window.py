@@ -397,10 +397,7 @@ class DashboardWindow(QMainWindow):
             return
         panel = self.panels[ident.split(":", 1)[0]]
         if ident in panel.curves:
-            visible = item.checkState(0) == Qt.Checked
-            panel.curves[ident][1].setVisible(visible)
-            if not visible:
-                panel.curves[ident][1].setData([], [])
+            panel.set_curve_visible(ident, item.checkState(0) == Qt.Checked)
 
     def set_channel_visible(self, ident: str, visible: bool) -> None:
         """Tick or untick a channel in the selector (what a click on its box does)."""
