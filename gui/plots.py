@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PyQt5.QtCore import QRectF, Qt
+from PyQt5.QtCore import QLineF, QPointF, QRectF, Qt
+from PyQt5.QtGui import QColor, QPen, QStaticText
 from PyQt5.QtWidgets import QGraphicsItem
 
 from gui.decimate import WindowDecimator
@@ -181,15 +182,28 @@ class WindowCurve(pg.PlotCurveItem):
 
     def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool) -> None:
         """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``;
-        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`)."""
-        self.updateData(times, values, skipFiniteCheck=finite)
-        if len(times) and low <= high:
-            self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
-            if finite:
-                self._polygon = pg.functions.arrayToQPolygonF(times, values)
-                self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
-                                    self._known_bounds[0][1] - self._known_bounds[0][0],
-                                    self._known_bounds[1][1] - self._known_bounds[1][0])
+        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`).
+
+        A finite window skips ``updateData``'s argument checks, option handling and ``sigPlotChanged`` (nothing
+        listens to it on these bare curves): it resets the same caches and tells Qt and the view the same way."""
+        if not (finite and len(times) and low <= high):
+            self.updateData(times, values, skipFiniteCheck=finite)
+            if len(times) and low <= high:
+                self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
+            return
+        self.xData, self.yData = times, values
+        self.opts["skipFiniteCheck"] = True
+        self.path = self.fillPath = self._fillPathList = self._mouseShape = None
+        self._lineSegmentsRendered = False
+        self.invalidateBounds()
+        self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
+        self._polygon = pg.functions.arrayToQPolygonF(times, values)
+        self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
+                            self._known_bounds[0][1] - self._known_bounds[0][0],
+                            self._known_bounds[1][1] - self._known_bounds[1][0])
+        self.prepareGeometryChange()
+        self.informViewBoundsChanged()
+        self.update()
 
     def dataBounds(self, ax, frac=1.0, orthoRange=None):
         if self._known_bounds is not None and frac >= 1.0 and orthoRange is None and ax in (0, 1):
@@ -206,6 +220,94 @@ class WindowCurve(pg.PlotCurveItem):
             return
         painter.setPen(self.opts["pen"])
         painter.drawPolyline(self._polygon)
+
+
+#: tick labels kept laid out per time axis (a scrolling 10 s window shows about ten; zooming out and in adds more)
+TEXT_CACHE_MAX = 2000
+#: pyqtgraph measures a label's height as 0.8 of its font box (AxisItem.generateDrawSpecs): the same here
+LABEL_HEIGHT_FRACTION = 0.8
+
+
+class TimeAxis(pg.AxisItem):
+    """A bottom axis with pyqtgraph's ticks (:meth:`tickValues`, :meth:`tickStrings`), grid, tick alpha and label
+    crowding rule (``textFillLimits``), painted directly: pyqtgraph rebuilds a ``QPicture`` of it at every range
+    change, measuring and laying out every label and building a ``Point`` per tick, and a time axis changes range at
+    every frame. Here the lines of a level are one ``drawLines``, and each label a ``QStaticText`` laid out once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__("bottom", *args, **kwargs)
+        self._static: dict[tuple[str, str], QStaticText] = {}
+
+    def _label(self, painter, text: str) -> QStaticText:
+        key = (painter.font().key(), text)
+        static = self._static.get(key)
+        if static is None:
+            if len(self._static) >= TEXT_CACHE_MAX:
+                self._static.clear()
+            static = self._static[key] = QStaticText(text)
+            static.setTextFormat(Qt.PlainText)
+            static.prepare(painter.transform(), painter.font())
+        return static
+
+    def paint(self, p, opt, widget):
+        bounds = self.mapRectFromParent(self.geometry())      # the axis' own rect, item coordinates (pixels)
+        low, high = self.range
+        length = bounds.width()
+        if not high > low or length <= 0:
+            return
+        view = self.linkedView()
+        gridded = view is not None and self.grid is not False
+        tick_stop = bounds.top()
+        tick_start = view.mapRectToItem(self, view.boundingRect()).top() if gridded else tick_stop
+        tick_length = self.style["tickLength"]
+        scale = length / (high - low)                          # pixels per second
+        levels = self.tickValues(low, high, length)
+        p.setRenderHint(p.RenderHint.Antialiasing, False)
+        p.setRenderHint(p.RenderHint.TextAntialiasing, True)
+        p.setPen(self.pen())
+        p.drawLine(QPointF(bounds.left() - 1.0, tick_stop + 1.0), QPointF(bounds.right() + 1.0, tick_stop + 1.0))
+        positions = []
+        for level, (_spacing, values) in enumerate(levels):
+            xs = [(value - low) * scale for value in values]
+            positions.append([x if 0.0 <= x <= length else None for x in xs])
+            alpha = self.style["tickAlpha"]
+            if alpha is None:
+                alpha = 255 / (level + 1)
+                if gridded:
+                    alpha *= self.grid / 255.0 * min(max(0.05 * length / (len(values) + 1), 0.0), 1.0)
+            elif isinstance(alpha, float):
+                alpha = min(255, max(0, round(alpha * 255)))
+            pen = QPen(self.tickPen())
+            colour = QColor(pen.color())
+            colour.setAlpha(int(alpha))
+            pen.setColor(colour)
+            end = tick_stop if gridded else tick_stop + tick_length
+            p.setPen(pen)
+            p.drawLines([QLineF(x, tick_start, x, end) for x in positions[-1] if x is not None])
+        if not self.style["showValues"]:
+            return
+        if self.style["tickFont"] is not None:
+            p.setFont(self.style["tickFont"])
+        p.setPen(self.textPen())
+        text_top = tick_stop + max(0, tick_length) + self.style["tickTextOffset"][1]
+        placed, filled, tallest = [], 0.0, 0.0
+        for level in range(min(len(levels), self.style["maxTextLevel"] + 1)):
+            spacing, values = levels[level]
+            strings = self.tickStrings(values, self.autoSIPrefixScale * self.scale, spacing)
+            labels = [(x, self._label(p, text)) for x, text in zip(positions[level], strings) if x is not None]
+            filled += sum(static.size().width() for _x, static in labels)
+            if level > 0 and any(len(placed) >= count and filled / length >= limit
+                                 for count, limit in self.style["textFillLimits"]):
+                break     # pyqtgraph's rule: a finer level's labels only while they do not crowd the axis
+            for x, static in labels:
+                size = static.size()
+                tallest = max(tallest, LABEL_HEIGHT_FRACTION * size.height())
+                left = x - size.width() / 2
+                if left >= bounds.left() and left + size.width() <= bounds.right():    # whole labels only
+                    placed.append((QPointF(left, text_top), static))
+        for where, static in placed:
+            p.drawStaticText(where, static)
+        self._updateMaxTextSize(tallest)
 
 
 class PlotPanel:

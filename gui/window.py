@@ -23,7 +23,7 @@ from PyQt5.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView
 
 from gui.network import ControlChannel, SubscriberWorker
 from gui.decimate import WindowDecimator
-from gui.plots import PANELS, PlotPanel, assign_curves, stream_windows
+from gui.plots import PANELS, PlotPanel, TimeAxis, assign_curves, stream_windows
 from gui.replay import ReplayWorker
 from gui.ringbuffer import StreamStore
 from gui.scene3d import base_pose
@@ -241,7 +241,7 @@ class DashboardWindow(QMainWindow):
         self.graphics.viewport().installEventFilter(self.paint_counter)
         self.panels: dict[str, PlotPanel] = {}
         for index, spec in enumerate(PANELS):
-            plot = self.graphics.addPlot(row=index // 2, col=index % 2)
+            plot = self.graphics.addPlot(row=index // 2, col=index % 2, axisItems={"bottom": TimeAxis()})
             last_row = index // 2 == (len(PANELS) - 1) // 2
             self.panels[spec.key] = PlotPanel(plot, spec, time_values=last_row)
         # Every plot shows the same time span. Not pyqtgraph's setXLink: it lines linked views up pixel by pixel
