@@ -236,18 +236,21 @@ class TimeAxis(pg.AxisItem):
 
     def __init__(self, *args, **kwargs):
         super().__init__("bottom", *args, **kwargs)
-        self._static: dict[tuple[str, str], QStaticText] = {}
+        self._labels: dict[tuple[str, str], tuple[QStaticText, QRectF]] = {}
 
-    def _label(self, painter, text: str) -> QStaticText:
+    def _label(self, painter, text: str) -> tuple[QStaticText, QRectF]:
+        """The label laid out, and its box as pyqtgraph measures it (its width decides crowding and the edges)."""
         key = (painter.font().key(), text)
-        static = self._static.get(key)
-        if static is None:
-            if len(self._static) >= TEXT_CACHE_MAX:
-                self._static.clear()
-            static = self._static[key] = QStaticText(text)
+        label = self._labels.get(key)
+        if label is None:
+            if len(self._labels) >= TEXT_CACHE_MAX:
+                self._labels.clear()
+            static = QStaticText(text)
             static.setTextFormat(Qt.PlainText)
             static.prepare(painter.transform(), painter.font())
-        return static
+            box = painter.boundingRect(QRectF(0, 0, 100, 100), int(Qt.AlignCenter), text)
+            label = self._labels[key] = (static, box)
+        return label
 
     def paint(self, p, opt, widget):
         bounds = self.mapRectFromParent(self.geometry())      # the axis' own rect, item coordinates (pixels)
@@ -268,7 +271,7 @@ class TimeAxis(pg.AxisItem):
         p.drawLine(QPointF(bounds.left() - 1.0, tick_stop + 1.0), QPointF(bounds.right() + 1.0, tick_stop + 1.0))
         positions = []
         for level, (_spacing, values) in enumerate(levels):
-            xs = [(value - low) * scale for value in values]
+            xs = [value * scale - low * scale for value in values]    # pyqtgraph's rounding: the same pixel
             positions.append([x if 0.0 <= x <= length else None for x in xs])
             alpha = self.style["tickAlpha"]
             if alpha is None:
@@ -290,21 +293,20 @@ class TimeAxis(pg.AxisItem):
             p.setFont(self.style["tickFont"])
         p.setPen(self.textPen())
         text_top = tick_stop + max(0, tick_length) + self.style["tickTextOffset"][1]
+        edges = self.boundingRect()
         placed, filled, tallest = [], 0.0, 0.0
         for level in range(min(len(levels), self.style["maxTextLevel"] + 1)):
             spacing, values = levels[level]
             strings = self.tickStrings(values, self.autoSIPrefixScale * self.scale, spacing)
-            labels = [(x, self._label(p, text)) for x, text in zip(positions[level], strings) if x is not None]
-            filled += sum(static.size().width() for _x, static in labels)
+            labels = [(x, *self._label(p, text)) for x, text in zip(positions[level], strings) if x is not None]
+            filled += sum(box.width() for _x, _static, box in labels)
             if level > 0 and any(len(placed) >= count and filled / length >= limit
                                  for count, limit in self.style["textFillLimits"]):
                 break     # pyqtgraph's rule: a finer level's labels only while they do not crowd the axis
-            for x, static in labels:
-                size = static.size()
-                tallest = max(tallest, LABEL_HEIGHT_FRACTION * size.height())
-                left = x - size.width() / 2
-                if left >= bounds.left() and left + size.width() <= bounds.right():    # whole labels only
-                    placed.append((QPointF(left, text_top), static))
+            for x, static, box in labels:
+                tallest = max(tallest, LABEL_HEIGHT_FRACTION * box.height())
+                if edges.left() <= x - box.width() / 2 and x + box.width() / 2 <= edges.right():   # whole labels only
+                    placed.append((QPointF(x - static.size().width() / 2, text_top), static))
         for where, static in placed:
             p.drawStaticText(where, static)
         self._updateMaxTextSize(tallest)
