@@ -154,8 +154,8 @@ def test_a_window_holding_a_non_finite_value_is_drawn_with_the_line_broken(qtbot
     window.on_batch(torque_batch(np.arange(3000) / RATE_HZ, values))
     window.refresh_plots()
     items = {spec.channel: item for spec, item in window.panels["torque"].curves.values()}
-    assert items["stroke_r"]._polygon is not None      # finite: the fast polyline
-    assert items["stroke_l"]._polygon is None          # NaN: pyqtgraph's path, which breaks the line there
+    assert items["stroke_r"]._finite                   # finite: drawn by its view's layer
+    assert not items["stroke_l"]._finite               # NaN: pyqtgraph's path, which breaks the line there
     assert not window.graphics.grab().isNull()
     assert np.isnan(items["stroke_l"].yData).any() and np.isfinite(items["stroke_r"].yData).all()
 
