@@ -12,7 +12,9 @@ Two measurements:
   1/60 s of samples, recompute the plots, and let Qt's event loop paint what it schedules (all its paints counted);
   the median of ``--frames`` frames, repeated ``--runs`` times alternating dashboard and baseline, with the spread.
 - the frame rate of the real event loop (frame timer at ``--fps``, samples fed at 100 Hz), and the process's CPU.
-Plus the window cut + peak decimation alone (from scratch vs incremental), pyqtgraph's ``useOpenGL`` viewport
+Plus the curves drawn by their views' scrolled layers (gui.plots.CurveLayer) against each curve drawing its own
+polyline at every paint, in one window in alternating blocks of frames (both see the same load), the window cut + peak
+decimation alone (from scratch vs incremental), pyqtgraph's ``useOpenGL`` viewport
 where an OpenGL context can be created (the offscreen platform of a headless machine has none: then it says so),
 and with ``--profile`` the GUI thread's cProfile (CPU time) over ``--frames`` frames.
 

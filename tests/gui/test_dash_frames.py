@@ -12,7 +12,7 @@ from PyQt5.QtWidgets import QApplication
 import pyqtgraph as pg
 
 from gui.decimate import aligned_peak_decimate
-from gui.plots import TimeAxis
+from gui.plots import CurveLayer, TimeAxis
 from gui.signals import Batch, Chunk
 from gui.window import PaintCounter
 
@@ -244,3 +244,47 @@ def test_the_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
             plot.setXRange(low, high, padding=0)
             images.append(widget.grab().toImage())
         assert images[0] == images[1], f"the time axis differs from pyqtgraph's over {low:.4f}-{high:.4f} s"
+
+
+def test_a_scrolled_curve_image_equals_the_image_drawn_whole(qtbot, make_window):
+    """The curves' layer (gui.plots.CurveLayer) moves its image by whole pixels and redraws only the changed columns,
+    frame after frame; drawn whole afresh at the end, the image has the same pixels of each curve's colour, up to the
+    one-pixel rounding of lines cut at a redrawn span's edge."""
+    window = make_window(window_s=WINDOW_S)
+    window.frame_timer.stop()     # the frames are drawn here, one at a time
+    panel = window.panels["torque"]
+    qtbot.waitUntil(lambda: panel.plot.vb.width() > 100, timeout=DEADLINE_MS)
+    first = int(WINDOW_S * RATE_HZ)
+    values = spiky_signal(first + 120 * 17, seed=13)
+    window.on_batch(torque_batch(np.arange(first) / RATE_HZ, values[:first]))
+    window.refresh_plots()
+    settle(window.paint_counter)
+    layer = panel.layers[id(panel.plot.vb)]
+    scrolled_before = layer.scrolled_draws
+    for start in range(first, len(values), 17):
+        window.on_batch(torque_batch(np.arange(start, start + 17) / RATE_HZ, values[start:start + 17]))
+        window.refresh_plots()
+        settle(window.paint_counter)
+    # most frames only scroll (a spike that grows the y range, a relayout, draw whole)
+    assert layer.scrolled_draws - scrolled_before > 60, "the image was not scrolled"
+    scrolled = CurveLayer._pixels(layer._image).copy()
+    whole_before = layer.whole_draws
+    layer._key = None             # the next paint draws the image whole, for the same view and data
+    window.graphics.viewport().repaint()
+    assert layer.whole_draws == whole_before + 1
+    whole = CurveLayer._pixels(layer._image)
+    assert whole.shape == scrolled.shape
+    drawn = 0
+    for _spec, curve in panel.curves.values():
+        colour = np.uint32(curve.opts["pen"].color().rgba())          # opaque ARGB, as the image stores it
+        in_scrolled, in_whole = scrolled == colour, whole == colour
+        drawn += int(in_whole.sum())
+        for one, other in ((in_scrolled, in_whole), (in_whole, in_scrolled)):
+            near = other.copy()                                        # within one pixel of the other's
+            near[1:] |= other[:-1]
+            near[:-1] |= other[1:]
+            near[:, 1:] |= near[:, :-1].copy()
+            near[:, :-1] |= near[:, 1:].copy()
+            assert (one & ~near).sum() == 0, "a pixel of the curve is drawn where the whole image has none nearby"
+        assert (in_scrolled != in_whole).sum() < 0.02 * in_whole.sum()  # differences only at the seams
+    assert drawn > 1000
