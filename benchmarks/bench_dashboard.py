@@ -12,7 +12,9 @@ Two measurements:
   1/60 s of samples, recompute the plots, and let Qt's event loop paint what it schedules (all its paints counted);
   the median of ``--frames`` frames, repeated ``--runs`` times alternating dashboard and baseline, with the spread.
 - the frame rate of the real event loop (frame timer at ``--fps``, samples fed at 100 Hz), and the process's CPU.
-Plus the window cut + peak decimation alone (from scratch vs incremental), pyqtgraph's ``useOpenGL`` viewport
+Plus the curves drawn by their views' scrolled layers (gui.plots.CurveLayer) against each curve drawing its own
+polyline at every paint, in one window in alternating blocks of frames (both see the same load), the window cut + peak
+decimation alone (from scratch vs incremental), pyqtgraph's ``useOpenGL`` viewport
 where an OpenGL context can be created (the offscreen platform of a headless machine has none: then it says so),
 and with ``--profile`` the GUI thread's cProfile (CPU time) over ``--frames`` frames.
 
@@ -243,6 +245,36 @@ def frame_cost(app: QApplication, kind: str, n_channels: int = 32, frames: int =
     return {"ms": 1e3 * float(np.median(costs)), "paints_per_frame": paints}
 
 
+def layer_cost(app: QApplication, frames: int = 200, block: int = 25) -> dict[str, float]:
+    """GUI-thread CPU per frame with the curves drawn by their views' scrolled layers (``gui.plots.CurveLayer``) and
+    with each curve drawing its own polyline at every paint, in one window, alternating blocks of ``block`` frames
+    (the first frame of a block, a whole redraw, left out): both modes see the same load. ms, medians."""
+    view = open_view("dashboard", 1.0)
+    counter = PaintCounter()
+    view.graphics.viewport().installEventFilter(counter)
+    app.processEvents()
+    view.on_batch(make_batch(32, 0.0, int(WINDOW_S * SAMPLE_RATE_HZ)))
+    for _ in range(3):
+        app.processEvents()
+    step = int(SAMPLE_RATE_HZ / TARGET_FPS)
+    batches = [make_batch(32, WINDOW_S + i * step / SAMPLE_RATE_HZ, step) for i in range(2 * frames)]
+    curves = [(curve, curve.layer) for panel in view.panels.values() for _spec, curve in panel.curves.values()]
+    costs = {"layer": [], "polylines": []}
+    for first in range(0, len(batches), block):
+        mode = "layer" if (first // block) % 2 == 0 else "polylines"
+        for curve, layer in curves:
+            curve.layer = layer if mode == "layer" else None
+        for index, batch in enumerate(batches[first:first + block]):
+            start = time.thread_time()
+            view.on_batch(batch)
+            view.refresh_plots()
+            settle(app, counter)
+            if index:
+                costs[mode].append(time.thread_time() - start)
+    close_view(app, view)
+    return {mode: 1e3 * float(np.median(values)) for mode, values in costs.items()}
+
+
 def opengl_available() -> bool:
     """True when this platform can create an OpenGL context (the offscreen platform usually cannot)."""
     return QOpenGLContext().create()
@@ -363,6 +395,10 @@ def main() -> int:
         print(f"event loop, {kind:>9}: requested {args.fps:.0f} Hz, {result['fps']:.1f} frames/s, "
               f"{result['paints_per_s']:.1f} paints/s, input {result['input_rate_hz']:.0f} Hz/ch, "
               f"process CPU {result['cpu_percent']:.0f} % of one core")
+    layers = layer_cost(app, frames=args.frames)
+    print(f"curves drawn by scrolled layers {layers['layer']:.2f} ms/frame, each curve's polyline at every paint "
+          f"{layers['polylines']:.2f} ms/frame (one window, alternating blocks): layers / polylines "
+          f"{layers['layer'] / layers['polylines']:.2f}")
     decimation = decimation_cost()
     print(f"window cut + peak decimation of 32 channels per frame: from scratch {decimation['scratch']:.2f} ms, "
           f"incremental {decimation['incremental']:.2f} ms "

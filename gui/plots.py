@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PyQt5.QtCore import QRectF, Qt
+from PyQt5.QtCore import QLineF, QPointF, QRectF, Qt
+from PyQt5.QtGui import QColor, QImage, QPainter, QPen, QRegion, QStaticText
 from PyQt5.QtWidgets import QGraphicsItem
 
 from gui.decimate import WindowDecimator
@@ -161,35 +162,71 @@ def _colour(index: int):
 
 
 class WindowCurve(pg.PlotCurveItem):
-    """A ``PlotCurveItem`` fed an envelope already cut to the window and peak-decimated (:func:`stream_windows`),
-    drawn by one ``QPainter.drawPolyline`` of a polygon built once per frame.
+    """A ``PlotCurveItem`` fed an envelope already cut to the window and peak-decimated (:func:`stream_windows`).
 
     :meth:`set_window` is told the data's bounds (the extremes computed once per stream), so pyqtgraph does not
-    rescan every curve at every frame; and a finite envelope skips pyqtgraph's paint path (a ``QPainterPath``
-    rebuilt per paint, its bounding rect and pixel padding recomputed several times per frame), the largest share
-    of a frame in the profile (docs/dashboard.md). A window holding a non-finite value is drawn by pyqtgraph, which
-    breaks the line there.
+    rescan every curve at every frame. A finite envelope is drawn by its view's :class:`CurveLayer` (one image for all
+    the view's curves, scrolled, only what changed redrawn), and :meth:`set_window` notes what changed since the
+    previous window. A window holding a non-finite value is drawn by pyqtgraph (its ``QPainterPath``), which breaks
+    the line there.
     """
 
     _known_bounds = None    # ((x low, x high), (y low, y high)) of the current data, or None: computed as usual
-    _polygon = None         # the data as a QPolygonF when every value is finite, else None: pyqtgraph paints
-    _rect = None            # bounding rect of the data, QRectF, with the polygon
+    _finite = False         # every value finite: the layer draws it; else pyqtgraph paints it
+    _rect = None            # bounding rect of the data, QRectF, when finite
+    #: what changed since the layer last drew: None (everything), or (left, right) s: the vertices before ``left``
+    #: and after ``right`` changed, those between did not (the window scrolled); (-inf, inf): nothing
+    changed: tuple[float, float] | None = None
 
     def updateData(self, *args, **kwargs):
-        self._known_bounds = self._polygon = self._rect = None
+        self._known_bounds = self._rect = None
+        self._finite = False
+        self.changed = None
         super().updateData(*args, **kwargs)
 
     def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool) -> None:
         """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``;
-        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`)."""
-        self.updateData(times, values, skipFiniteCheck=finite)
-        if len(times) and low <= high:
-            self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
-            if finite:
-                self._polygon = pg.functions.arrayToQPolygonF(times, values)
-                self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
-                                    self._known_bounds[0][1] - self._known_bounds[0][0],
-                                    self._known_bounds[1][1] - self._known_bounds[1][0])
+        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`).
+
+        A finite window skips ``updateData``'s argument checks, option handling and ``sigPlotChanged`` (nothing
+        listens to it on these bare curves): it resets the same caches and tells Qt and the view the same way."""
+        if not (finite and len(times) and low <= high):
+            self.updateData(times, values, skipFiniteCheck=finite)
+            if len(times) and low <= high:
+                self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
+            return
+        step = self._scrolled(times, values) if self._finite else None
+        # not drawn since the previous window: both changes count (the vertices kept by both are the unchanged ones)
+        self.changed = None if step is None or self.changed is None else (max(step[0], self.changed[0]),
+                                                                          min(step[1], self.changed[1]))
+        self.xData, self.yData = times, values
+        self._finite = True
+        self.opts["skipFiniteCheck"] = True
+        self.path = self.fillPath = self._fillPathList = self._mouseShape = None
+        self._lineSegmentsRendered = False
+        self.invalidateBounds()
+        self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
+        self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
+                            self._known_bounds[0][1] - self._known_bounds[0][0],
+                            self._known_bounds[1][1] - self._known_bounds[1][0])
+        self.prepareGeometryChange()
+        self.informViewBoundsChanged()
+        self.update()
+
+    def _scrolled(self, times: np.ndarray, values: np.ndarray) -> tuple[float, float] | None:
+        """What changed from the current data to ``times``, ``values``: ``(left, right)`` s when the old vertices but
+        the first and the last :data:`EDGE_VERTICES` (the partial bins at the window's ends, and the lines to them)
+        recur unchanged in the new ones, from ``left`` to ``right``; else None (all changed)."""
+        old_times, old_values = self.xData, self.yData
+        kept = len(old_times) - 2 * EDGE_VERTICES
+        if kept < 2 or len(times) < kept:
+            return None
+        start = int(np.searchsorted(times, old_times[EDGE_VERTICES], side="left"))
+        stop = start + kept
+        if stop > len(times) or not (np.array_equal(times[start:stop], old_times[EDGE_VERTICES:-EDGE_VERTICES])
+                                     and np.array_equal(values[start:stop], old_values[EDGE_VERTICES:-EDGE_VERTICES])):
+            return None
+        return float(times[start]), float(old_times[-EDGE_VERTICES - 1])
 
     def dataBounds(self, ax, frac=1.0, orthoRange=None):
         if self._known_bounds is not None and frac >= 1.0 and orthoRange is None and ax in (0, 1):
@@ -198,14 +235,217 @@ class WindowCurve(pg.PlotCurveItem):
 
     def boundingRect(self):
         # the pen is one cosmetic pixel wide and the view clips its children: the data's rect is enough
-        return self._rect if self._polygon is not None else super().boundingRect()
+        return self._rect if self._finite else super().boundingRect()
+
+    #: the view's CurveLayer that draws it while finite; None: it draws itself, one polyline per paint
+    layer = None
 
     def paint(self, painter, option, widget):
-        if self._polygon is None:
+        if not self._finite:
             super().paint(painter, option, widget)
+        elif self.layer is None:
+            painter.setPen(self.opts["pen"])
+            painter.drawPolyline(pg.functions.arrayToQPolygonF(self.xData, self.yData))
+
+
+#: vertices at each end of a curve's window that may change while it scrolls: the partial bin (2 vertices) and the
+#: complete bin next to it, whose line to the partial one moves with it
+EDGE_VERTICES = 4
+#: a view moved by a whole number of pixels when the move is within this of one (float rounding of the transform), px
+WHOLE_PIXEL_TOLERANCE = 1e-6
+#: columns redrawn beyond the changed span on each side: the one-pixel pen's rounding at the span's edges, px
+SEAM_COLUMNS = 2
+
+
+class CurveLayer(pg.GraphicsObject):
+    """The finite curves of one view drawn into one image kept from frame to frame (device pixels, transparent).
+
+    When the view only scrolled by whole pixels (:meth:`gui.window.DashboardWindow.refresh_plots` moves the time
+    span so) and every curve only scrolled (:attr:`WindowCurve.changed`), the image moves by those pixels and only the
+    columns whose data changed are cleared and drawn again: the new samples at the right edge, the partial bin at the
+    left. Anything else (a zoom, a y-range change, a curve shown or hidden, a resize) draws the whole image. A
+    column drawn in one frame is what a whole redraw would draw, but for dashes starting afresh at a seam and the
+    rounding of lines cut at it (one pixel; tests/gui/test_dash_frames.py checks the pixels against the data)."""
+
+    def __init__(self, view: pg.ViewBox):
+        super().__init__()
+        self.view = view
+        self.curves: list[WindowCurve] = []     # in drawing order
+        self.setParentItem(view)
+        self._image: QImage | None = None
+        self._key = None                        # what the image was drawn for: scales, y offset, rect, curves
+        self._dx = 0.0                          # the data-to-device x offset it was drawn at, px
+        self.whole_draws = 0                    # images drawn whole, and scrolled (counted for tests and benchmarks)
+        self.scrolled_draws = 0
+        view.sigResized.connect(self.prepareGeometryChange)
+
+    def boundingRect(self):
+        return self.view.rect()                 # the view's own coordinates: the layer covers it
+
+    def paint(self, painter, option, widget):
+        curves = [curve for curve in self.curves if curve._finite and curve.isVisible() and curve.layer is self]
+        if not curves:
+            self._key = None
             return
-        painter.setPen(self.opts["pen"])
-        painter.drawPolyline(self._polygon)
+        to_view = self.view.childGroup.transform()          # data -> view coordinates
+        to_device = to_view * painter.deviceTransform()     # data -> device pixels
+        if to_device.isRotating() or painter.device().devicePixelRatioF() != 1.0:
+            painter.setTransform(to_view, True)           # drawn directly, as the curves would draw themselves
+            for curve in curves:
+                painter.setPen(curve.opts["pen"])
+                painter.drawPolyline(pg.functions.arrayToQPolygonF(curve.xData, curve.yData))
+            self._key = None
+            return
+        rect = painter.deviceTransform().mapRect(self.boundingRect()).toAlignedRect()
+        key = (to_device.m11(), to_device.m22(), to_device.dy(), rect.x(), rect.y(), rect.width(), rect.height(),
+               tuple(id(curve) for curve in curves))
+        shift = self._dx - to_device.dx()                   # px the data moved left since the image was drawn
+        whole = round(shift)
+        offset, scale = to_device.dx() - rect.x(), to_device.m11()      # data x -> image column
+        left = right = 0
+        scrolled = (key == self._key and abs(shift - whole) <= WHOLE_PIXEL_TOLERANCE and 0 <= whole < rect.width()
+                    and all(curve.changed is not None for curve in curves))
+        if scrolled:
+            # image columns whose data changed, widened by the seam: [0, left) and [right, width)
+            left = max(curve.changed[0] for curve in curves) * scale + offset + SEAM_COLUMNS
+            right = min(curve.changed[1] for curve in curves) * scale + offset - SEAM_COLUMNS
+            left, right = int(np.clip(np.ceil(left), 0, rect.width())), int(np.clip(np.floor(right), 0, rect.width()))
+            scrolled = left < right
+        if scrolled:
+            image = self._image
+            pixels = self._pixels(image)
+            if whole:
+                pixels[:, :-whole] = pixels[:, whole:].copy()
+            pixels[:, :left] = 0
+            pixels[:, right:] = 0
+            spans = [(-np.inf, (left - offset) / scale), ((right - offset) / scale, np.inf)]
+            clip = QRegion(0, 0, left, rect.height()) | QRegion(right, 0, rect.width() - right, rect.height())
+            self.scrolled_draws += 1
+        else:
+            image = QImage(rect.size(), QImage.Format_ARGB32_Premultiplied)
+            image.fill(0)
+            spans, clip = [(-np.inf, np.inf)], None
+            self.whole_draws += 1
+        drawing = QPainter(image)
+        if clip is not None:
+            drawing.setClipRegion(clip)     # image pixels, set before the transform
+        drawing.translate(-rect.x(), -rect.y())
+        drawing.setTransform(to_device, True)
+        pixel_s = 1.0 / to_device.m11()     # one device column, s
+        for low, high in spans:
+            for curve in curves:
+                times = curve.xData
+                first = max(int(np.searchsorted(times, low - pixel_s, side="left")) - 1, 0)
+                last = min(int(np.searchsorted(times, high + pixel_s, side="right")) + 1, len(times))
+                if last - first >= 2:
+                    drawing.setPen(curve.opts["pen"])
+                    drawing.drawPolyline(pg.functions.arrayToQPolygonF(times[first:last], curve.yData[first:last]))
+        drawing.end()
+        for curve in curves:
+            curve.changed = (-np.inf, np.inf)
+        self._image, self._key, self._dx = image, key, to_device.dx()
+        painter.save()
+        painter.resetTransform()
+        painter.drawImage(rect.topLeft(), image)
+        painter.restore()
+
+    @staticmethod
+    def _pixels(image: QImage) -> np.ndarray:
+        """The image's pixels as a writable ``(height, width)`` uint32 view."""
+        bits = image.bits()
+        bits.setsize(image.sizeInBytes())
+        return np.frombuffer(bits, dtype=np.uint32).reshape(image.height(), image.bytesPerLine() // 4)[
+            :, :image.width()]
+
+
+#: tick labels kept laid out per time axis (a scrolling 10 s window shows about ten; zooming out and in adds more)
+TEXT_CACHE_MAX = 2000
+#: pyqtgraph measures a label's height as 0.8 of its font box (AxisItem.generateDrawSpecs): the same here
+LABEL_HEIGHT_FRACTION = 0.8
+
+
+class TimeAxis(pg.AxisItem):
+    """A bottom axis with pyqtgraph's ticks (:meth:`tickValues`, :meth:`tickStrings`), grid, tick alpha and label
+    crowding rule (``textFillLimits``), painted directly: pyqtgraph rebuilds a ``QPicture`` of it at every range
+    change, measuring and laying out every label and building a ``Point`` per tick, and a time axis changes range at
+    every frame. Here the lines of a level are one ``drawLines``, and each label a ``QStaticText`` laid out once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__("bottom", *args, **kwargs)
+        self._labels: dict[tuple[str, str], tuple[QStaticText, QRectF]] = {}
+
+    def _label(self, painter, text: str) -> tuple[QStaticText, QRectF]:
+        """The label laid out, and its box as pyqtgraph measures it (its width decides crowding and the edges)."""
+        key = (painter.font().key(), text)
+        label = self._labels.get(key)
+        if label is None:
+            if len(self._labels) >= TEXT_CACHE_MAX:
+                self._labels.clear()
+            static = QStaticText(text)
+            static.setTextFormat(Qt.PlainText)
+            static.prepare(painter.transform(), painter.font())
+            box = painter.boundingRect(QRectF(0, 0, 100, 100), int(Qt.AlignCenter), text)
+            label = self._labels[key] = (static, box)
+        return label
+
+    def paint(self, p, opt, widget):
+        bounds = self.mapRectFromParent(self.geometry())      # the axis' own rect, item coordinates (pixels)
+        low, high = self.range
+        length = bounds.width()
+        if not high > low or length <= 0:
+            return
+        view = self.linkedView()
+        gridded = view is not None and self.grid is not False
+        tick_stop = bounds.top()
+        tick_start = view.mapRectToItem(self, view.boundingRect()).top() if gridded else tick_stop
+        tick_length = self.style["tickLength"]
+        scale = length / (high - low)                          # pixels per second
+        levels = self.tickValues(low, high, length)
+        p.setRenderHint(p.RenderHint.Antialiasing, False)
+        p.setRenderHint(p.RenderHint.TextAntialiasing, True)
+        p.setPen(self.pen())
+        p.drawLine(QPointF(bounds.left() - 1.0, tick_stop + 1.0), QPointF(bounds.right() + 1.0, tick_stop + 1.0))
+        positions = []
+        for level, (_spacing, values) in enumerate(levels):
+            xs = [value * scale - low * scale for value in values]    # pyqtgraph's rounding: the same pixel
+            positions.append([x if 0.0 <= x <= length else None for x in xs])
+            alpha = self.style["tickAlpha"]
+            if alpha is None:
+                alpha = 255 / (level + 1)
+                if gridded:
+                    alpha *= self.grid / 255.0 * min(max(0.05 * length / (len(values) + 1), 0.0), 1.0)
+            elif isinstance(alpha, float):
+                alpha = min(255, max(0, round(alpha * 255)))
+            pen = QPen(self.tickPen())
+            colour = QColor(pen.color())
+            colour.setAlpha(int(alpha))
+            pen.setColor(colour)
+            end = tick_stop if gridded else tick_stop + tick_length
+            p.setPen(pen)
+            p.drawLines([QLineF(x, tick_start, x, end) for x in positions[-1] if x is not None])
+        if not self.style["showValues"]:
+            return
+        if self.style["tickFont"] is not None:
+            p.setFont(self.style["tickFont"])
+        p.setPen(self.textPen())
+        text_top = tick_stop + max(0, tick_length) + self.style["tickTextOffset"][1]
+        edges = self.boundingRect()
+        placed, filled, tallest = [], 0.0, 0.0
+        for level in range(min(len(levels), self.style["maxTextLevel"] + 1)):
+            spacing, values = levels[level]
+            strings = self.tickStrings(values, self.autoSIPrefixScale * self.scale, spacing)
+            labels = [(x, *self._label(p, text)) for x, text in zip(positions[level], strings) if x is not None]
+            filled += sum(box.width() for _x, _static, box in labels)
+            if level > 0 and any(len(placed) >= count and filled / length >= limit
+                                 for count, limit in self.style["textFillLimits"]):
+                break     # pyqtgraph's rule: a finer level's labels only while they do not crowd the axis
+            for x, static, box in labels:
+                tallest = max(tallest, LABEL_HEIGHT_FRACTION * box.height())
+                if edges.left() <= x - box.width() / 2 and x + box.width() / 2 <= edges.right():   # whole labels only
+                    placed.append((QPointF(x - static.size().width() / 2, text_top), static))
+        for where, static in placed:
+            p.drawStaticText(where, static)
+        self._updateMaxTextSize(tallest)
 
 
 class PlotPanel:
@@ -239,9 +479,14 @@ class PlotPanel:
         for side in ("left", "right"):
             plot.getAxis(side).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.legend = plot.addLegend(offset=(-5, 5), colCount=3, labelTextSize="7pt", brush=(0, 0, 0, 150))
-        # the title and the legend never change while the curves scroll: pixmaps, not text laid out every frame
-        for still in (plot.titleLabel, self.legend):
+        # the title and the legend never change while the curves scroll: pixmaps, not text laid out every frame.
+        # Qt caches an item's own painting, not its children's: the title's text item and every legend entry's
+        # sample and text are cached one by one (add_curve), else they are painted afresh at every frame
+        for still in (plot.titleLabel, plot.titleLabel.item, self.legend):
             still.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        # the finite curves of each view are drawn by one layer (CurveLayer), under the legend
+        self.layers = {id(plot.vb): CurveLayer(plot.vb)}
+        self.layers[id(plot.vb)].stackBefore(self.legend)
         self.autoscale = True
         plot.enableAutoRange(axis="y", enable=False)
         self.measured_view: pg.ViewBox | None = None
@@ -257,9 +502,12 @@ class PlotPanel:
             self.measured_view.enableAutoRange(axis="x", enable=False)
             self.measured_view.enableAutoRange(axis="y", enable=False)
             plot.vb.sigResized.connect(self._follow_geometry)
+            self.layers[id(self.measured_view)] = CurveLayer(self.measured_view)
 
     def _follow_geometry(self) -> None:
-        self.measured_view.setGeometry(self.plot.vb.sceneBoundingRect())
+        # the main view's own rect, not its sceneBoundingRect (half a pixel wider, for its border): the same width,
+        # so the same time span has the same scale in both views
+        self.measured_view.setGeometry(self.plot.vb.mapRectToScene(self.plot.vb.rect()))
 
     def set_autoscale(self, enabled: bool) -> None:
         """Y autoscale by :meth:`update` (pyqtgraph's own autorange stays off: it re-ranges, and so redraws the
@@ -293,20 +541,37 @@ class PlotPanel:
             # into the ViewBox, not through PlotItem.addItem: the PlotItem's context-menu data options
             # (downsampling, FFT, ...) only apply to PlotDataItems and would fail on these
             self.plot.vb.addItem(curve)
+        curve.layer = self.layers[id(curve.getViewBox())]
+        curve.layer.curves.append(curve)
         # one legend entry per colour: a measured curve whose simulated twin is listed needs none
         twin_listed = spec.kind == MEASURED and any(
             other.colour_key == spec.colour_key and other.kind != MEASURED for other, _ in self.curves.values())
         if not twin_listed:
             self.legend.addItem(curve, spec.label if spec.kind == MEASURED else spec.channel)
+            sample, label = self.legend.items[-1]
+            for still in (sample, label, label.item):
+                still.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)
         self.curves[spec.ident] = (spec, curve)
         return curve
+
+    def set_curve_visible(self, ident: str, visible: bool) -> None:
+        """Show or hide one curve (a hidden one is emptied: it costs nothing); its legend sample, a cached pixmap,
+        is redrawn (pyqtgraph draws a hidden curve's sample as an eye)."""
+        curve = self.curves[ident][1]
+        curve.setVisible(visible)
+        if not visible:
+            curve.setData([], [])
+        for sample, _label in self.legend.items:
+            if sample.item is curve:
+                sample.update()
 
     def remove_missing(self, present: set[str]) -> None:
         for ident in [i for i in self.curves if i not in present]:
             _spec, curve = self.curves.pop(ident)
             view = self.measured_view if curve.getViewBox() is self.measured_view else self.plot.vb
             if view is not None:
+                self.layers[id(view)].curves.remove(curve)
                 view.removeItem(curve)
             self.legend.removeItem(curve)
         self.legend.setVisible(len(self.legend.items) <= LEGEND_MAX_ENTRIES)

@@ -23,7 +23,7 @@ from PyQt5.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView
 
 from gui.network import ControlChannel, SubscriberWorker
 from gui.decimate import WindowDecimator
-from gui.plots import PANELS, PlotPanel, assign_curves, stream_windows
+from gui.plots import PANELS, PlotPanel, TimeAxis, assign_curves, stream_windows
 from gui.replay import ReplayWorker
 from gui.ringbuffer import StreamStore
 from gui.scene3d import base_pose
@@ -241,7 +241,7 @@ class DashboardWindow(QMainWindow):
         self.graphics.viewport().installEventFilter(self.paint_counter)
         self.panels: dict[str, PlotPanel] = {}
         for index, spec in enumerate(PANELS):
-            plot = self.graphics.addPlot(row=index // 2, col=index % 2)
+            plot = self.graphics.addPlot(row=index // 2, col=index % 2, axisItems={"bottom": TimeAxis()})
             last_row = index // 2 == (len(PANELS) - 1) // 2
             self.panels[spec.key] = PlotPanel(plot, spec, time_values=last_row)
         # Every plot shows the same time span. Not pyqtgraph's setXLink: it lines linked views up pixel by pixel
@@ -397,10 +397,7 @@ class DashboardWindow(QMainWindow):
             return
         panel = self.panels[ident.split(":", 1)[0]]
         if ident in panel.curves:
-            visible = item.checkState(0) == Qt.Checked
-            panel.curves[ident][1].setVisible(visible)
-            if not visible:
-                panel.curves[ident][1].setData([], [])
+            panel.set_curve_visible(ident, item.checkState(0) == Qt.Checked)
 
     def set_channel_visible(self, ident: str, visible: bool) -> None:
         """Tick or untick a channel in the selector (what a click on its box does)."""
@@ -424,8 +421,19 @@ class DashboardWindow(QMainWindow):
         # one min/max pair per pixel column of the widest plot: the envelope is exact, the work is per stream
         bins = int(max(panel.plot.vb.width() for panel in self.panels.values()))
         windows = stream_windows(self.store, needed, t_start, t_end, bins, self.decimator)
-        # the range first: a range change makes every curve re-clip its data, so do it before, not after, setData
-        next(iter(self.panels.values())).plot.setXRange(t_start, t_end, padding=0)
+        # the range first: a range change makes every curve re-clip its data, so do it before, not after, setData.
+        # Each view's span ends at the first whole pixel at or after the newest sample (within one pixel of it), so
+        # that from frame to frame its curves move by whole pixels: their layers (gui.plots.CurveLayer) then move
+        # the image drawn before and draw only the new columns. Views of different widths end up to a pixel apart.
+        self._x_syncing = True
+        try:
+            for panel in self.panels.values():
+                width_px = panel.plot.vb.width()
+                pixel_s = window_s / width_px if width_px >= 1 else 0.0
+                end = math.ceil(t_end / pixel_s) * pixel_s if pixel_s > 0 else t_end
+                panel.plot.setXRange(end - window_s, end, padding=0)
+        finally:
+            self._x_syncing = False
         for panel in self.panels.values():
             panel.update(windows)
         # pyqtgraph moves its views to the new range lazily, when the scene is about to paint; the move marks every

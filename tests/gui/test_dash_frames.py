@@ -5,9 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from PyQt5.QtCore import QPointF
+from PyQt5.QtGui import QImage
 from PyQt5.QtWidgets import QApplication
 
+import pyqtgraph as pg
+
 from gui.decimate import aligned_peak_decimate
+from gui.plots import CurveLayer, TimeAxis
 from gui.signals import Batch, Chunk
 from gui.window import PaintCounter
 
@@ -149,7 +154,137 @@ def test_a_window_holding_a_non_finite_value_is_drawn_with_the_line_broken(qtbot
     window.on_batch(torque_batch(np.arange(3000) / RATE_HZ, values))
     window.refresh_plots()
     items = {spec.channel: item for spec, item in window.panels["torque"].curves.values()}
-    assert items["stroke_r"]._polygon is not None      # finite: the fast polyline
-    assert items["stroke_l"]._polygon is None          # NaN: pyqtgraph's path, which breaks the line there
+    assert items["stroke_r"]._finite                   # finite: drawn by its view's layer
+    assert not items["stroke_l"]._finite               # NaN: pyqtgraph's path, which breaks the line there
     assert not window.graphics.grab().isNull()
     assert np.isnan(items["stroke_l"].yData).any() and np.isfinite(items["stroke_r"].yData).all()
+
+
+def viewport_pixels(window) -> np.ndarray:
+    """What the plots' viewport shows, ``(height, width, 3)`` RGB."""
+    image = window.graphics.viewport().grab().toImage().convertToFormat(QImage.Format_RGB888)
+    raw = np.frombuffer(image.constBits().asstring(image.sizeInBytes()), dtype=np.uint8)
+    return raw.reshape(image.height(), image.bytesPerLine())[:, :3 * image.width()].reshape(
+        image.height(), image.width(), 3)
+
+
+def test_the_pixels_drawn_in_every_column_span_the_datas_extremes_there(qtbot, make_window):
+    """The rendered picture, not the arrays handed to the curves: grabbed from the real window after frames drawn
+    incrementally, each pixel column holding the curve spans the extremes of the samples that fall in it (a bin
+    straddling two columns reaches into the next: its envelope is drawn at its first time), and nothing beyond."""
+    window = make_window(window_s=WINDOW_S)
+    panel = window.panels["torque"]
+    qtbot.waitUntil(lambda: panel.plot.vb.width() > 100, timeout=DEADLINE_MS)
+    values = spiky_signal(int(1.5 * WINDOW_S * RATE_HZ), seed=11)
+    feed_in_frames(window, values[:, :1].repeat(2, axis=1), seed=12)
+    window.set_channel_visible("torque:sim.tau:stroke_l", False)    # one curve: its colour is its pixels
+    panel.plot.showGrid(x=False, y=False)
+    panel.legend.setVisible(False)
+    window.refresh_plots(force=True)
+    QApplication.processEvents()
+    pixels = viewport_pixels(window).astype(int)
+    curve = next(item for spec, item in panel.curves.values() if spec.channel == "stroke_r")
+    colour = np.array(curve.opts["pen"].color().getRgb()[:3])
+    on_curve = np.abs(pixels - colour).sum(axis=2) <= 3               # (height, width): a one-pixel cosmetic pen
+    view, graphics = panel.plot.vb, window.graphics
+
+    def to_pixel(t: float, value: float) -> tuple[float, float]:
+        point = graphics.mapFromScene(view.mapViewToScene(QPointF(t, value)))
+        return point.x(), point.y()
+
+    raw_t, raw_v, _first = raw_window(window)
+    (x_low, x_high), (y_low, y_high) = view.viewRange()
+    left, top = to_pixel(x_low, y_high)
+    right, bottom = to_pixel(x_high, y_low)
+    column_of = np.floor(left + (raw_t - x_low) / (x_high - x_low) * (right - left)).astype(int)
+    row_of = top + (y_high - raw_v[:, 0]) / (y_high - y_low) * (bottom - top)          # (k,) pixel rows
+    per_bin = window.decimator.streams["sim.tau"].per_bin
+    reach = math.ceil(per_bin / ((x_high - x_low) * RATE_HZ / (right - left)))       # columns a bin may span
+    checked = 0
+    for column in range(int(math.ceil(left)) + reach + 1, int(right) - reach - 1):
+        drawn_rows = np.flatnonzero(on_curve[int(top):int(bottom) + 1, column]) + int(top)
+        here = column_of == column
+        if not here.any():
+            continue
+        assert len(drawn_rows), f"column {column}: no pixel of the curve"
+        # the column's own samples are drawn, in it or in the columns where their bins start (a line at a fractional
+        # x may fall on either neighbouring pixel: one column more): their highest and lowest rows are covered ...
+        reached = np.flatnonzero(on_curve[int(top):int(bottom) + 1, column - reach:column + 2].any(axis=1)) + int(top)
+        assert reached.min() <= math.floor(row_of[here].min()) + 1, f"column {column}: its maximum is not drawn"
+        assert reached.max() >= math.ceil(row_of[here].max()) - 1, f"column {column}: its minimum is not drawn"
+        # ... and nothing beyond the samples of the bins that may reach it and the lines joining them
+        near = (column_of >= column - reach - 1) & (column_of <= column + 1)
+        assert drawn_rows.min() >= math.floor(row_of[near].min()) - 1, f"column {column}: drawn above the data"
+        assert drawn_rows.max() <= math.ceil(row_of[near].max()) + 1, f"column {column}: drawn below the data"
+        checked += 1
+    assert checked > (right - left) / 2
+
+
+def test_the_time_axis_draws_what_pyqtgraphs_axis_draws(qtbot):
+    """The directly painted time axis (gui.plots.TimeAxis) against pyqtgraph's own AxisItem as the reference: the
+    same pixels (ticks, grid lines, labels) over a scrolling window and after a zoom."""
+    widgets = []
+    for axis in (TimeAxis(), pg.AxisItem("bottom")):
+        widget = pg.GraphicsLayoutWidget()
+        qtbot.addWidget(widget)
+        widget.resize(700, 300)
+        plot = widget.addPlot(axisItems={"bottom": axis})
+        plot.showGrid(x=True, y=True, alpha=0.25)
+        plot.getAxis("bottom").setStyle(maxTickLevel=1)
+        plot.getAxis("bottom").enableAutoSIPrefix(False)
+        plot.setLabel("bottom", "time (s)")
+        plot.setYRange(-1, 1, padding=0)
+        widget.show()
+        widgets.append((widget, plot))
+    qtbot.waitUntil(lambda: all(plot.vb.width() > 100 for _widget, plot in widgets), timeout=DEADLINE_MS)
+    spans = [(t, t + WINDOW_S) for t in np.arange(0.0, 3.0, 0.0173)] + [(2.0, 2.5), (100.0, 400.0)]
+    for low, high in spans:
+        images = []
+        for widget, plot in widgets:
+            plot.setXRange(low, high, padding=0)
+            images.append(widget.grab().toImage())
+        assert images[0] == images[1], f"the time axis differs from pyqtgraph's over {low:.4f}-{high:.4f} s"
+
+
+def test_a_scrolled_curve_image_equals_the_image_drawn_whole(qtbot, make_window):
+    """The curves' layer (gui.plots.CurveLayer) moves its image by whole pixels and redraws only the changed columns,
+    frame after frame; drawn whole afresh at the end, the image has the same pixels of each curve's colour, up to the
+    one-pixel rounding of lines cut at a redrawn span's edge."""
+    window = make_window(window_s=WINDOW_S)
+    window.frame_timer.stop()     # the frames are drawn here, one at a time
+    panel = window.panels["torque"]
+    qtbot.waitUntil(lambda: panel.plot.vb.width() > 100, timeout=DEADLINE_MS)
+    first = int(WINDOW_S * RATE_HZ)
+    values = spiky_signal(first + 120 * 17, seed=13)
+    window.on_batch(torque_batch(np.arange(first) / RATE_HZ, values[:first]))
+    window.refresh_plots()
+    settle(window.paint_counter)
+    layer = panel.layers[id(panel.plot.vb)]
+    scrolled_before = layer.scrolled_draws
+    for start in range(first, len(values), 17):
+        window.on_batch(torque_batch(np.arange(start, start + 17) / RATE_HZ, values[start:start + 17]))
+        window.refresh_plots()
+        settle(window.paint_counter)
+    # most frames only scroll (a spike that grows the y range, a relayout, draw whole)
+    assert layer.scrolled_draws - scrolled_before > 60, "the image was not scrolled"
+    scrolled = CurveLayer._pixels(layer._image).copy()
+    whole_before = layer.whole_draws
+    layer._key = None             # the next paint draws the image whole, for the same view and data
+    window.graphics.viewport().repaint()
+    assert layer.whole_draws == whole_before + 1
+    whole = CurveLayer._pixels(layer._image)
+    assert whole.shape == scrolled.shape
+    drawn = 0
+    for _spec, curve in panel.curves.values():
+        colour = np.uint32(curve.opts["pen"].color().rgba())          # opaque ARGB, as the image stores it
+        in_scrolled, in_whole = scrolled == colour, whole == colour
+        drawn += int(in_whole.sum())
+        for one, other in ((in_scrolled, in_whole), (in_whole, in_scrolled)):
+            near = other.copy()                                        # within one pixel of the other's
+            near[1:] |= other[:-1]
+            near[:-1] |= other[1:]
+            near[:, 1:] |= near[:, :-1].copy()
+            near[:, :-1] |= near[:, 1:].copy()
+            assert (one & ~near).sum() == 0, "a pixel of the curve is drawn where the whole image has none nearby"
+        assert (in_scrolled != in_whole).sum() < 0.02 * in_whole.sum()  # differences only at the seams
+    assert drawn > 1000
