@@ -13,7 +13,7 @@ import msgpack
 import pytest
 import zmq
 
-from hil.testing import MmsProcess, endpoints, write_network
+from hil.testing import MmsProcess, endpoints, stop_thread, write_network
 from sim.config import shipped_config
 from sim.messages import TOPIC_HW_TELEMETRY, decode, encode
 
@@ -125,8 +125,7 @@ class FakeRig:
             self.frames += 1
 
     def close(self) -> None:
-        self.stop_event.set()
-        self.thread.join(2)
+        stop_thread(self.stop_event, self.thread)
         for sock in (self.pub, self.control, self.states):
             sock.close(0)
 

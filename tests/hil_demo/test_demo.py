@@ -14,6 +14,7 @@ import msgpack
 from mcap.reader import make_reader
 
 from hil.qt_preflight import PLUGIN_ENV
+from hil.testing import wait_for
 from sim import messages
 from tests.conftest import MISSING_LIBRARY
 
@@ -61,11 +62,9 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def _wait_no_processes(text: str, deadline_s: float = 20.0) -> list[str]:
-    deadline = time.monotonic() + deadline_s
-    while (left := _processes_mentioning(text)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
+def _wait_no_processes(text: str, deadline_s: float = 20.0) -> None:
+    """Until no process's command line mentions ``text`` (AssertionError after ``deadline_s``)."""
+    wait_for(lambda: not _processes_mentioning(text), deadline_s, 0.1, f"no process mentioning {text} left")
 
 
 def _read_recording(path: Path, encoding: str = "msgpack") -> dict[str, list[dict]]:
@@ -145,7 +144,7 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     narrative = (out / "report" / "narrative.md").read_text()
     assert narrative.count(": as expected") == 4 and "CONTRADICTS" not in narrative, narrative
     assert "live run: all 2 expectations hold" in stdout and "replay: all 2 expectations hold" in stdout
-    assert _wait_no_processes(str(out)) == []
+    _wait_no_processes(str(out))
     _identify_recovers_the_rigs_root_stiffness(out)
 
 
@@ -207,7 +206,7 @@ def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     # microcontroller's strains following the mirrored stroke)
     bend = channels["root_bend_r"]
     assert bend["status"] in ("pass", "fail") and bend["metrics"]["amplitude_measured"] > 0, bend
-    assert _wait_no_processes(str(out)) == []
+    _wait_no_processes(str(out))
 
 
 def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neutral(tmp_path):
@@ -225,6 +224,6 @@ def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neut
     stdout, stderr = demo.communicate(timeout=120)
     assert demo.returncode != 0
     assert "process 'serve'" in stderr and "died unexpectedly" in stderr and "SIGKILL" in stderr
-    assert _wait_no_processes(str(out)) == []
+    _wait_no_processes(str(out))
     commands = _read_recording(out / "run.mcap")[messages.TOPIC_HW_COMMAND]
     assert all(abs(x) < NEUTRAL_TOLERANCE_RAD for x in commands[-1]["setpoint_rad"])
