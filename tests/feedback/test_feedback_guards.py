@@ -7,14 +7,15 @@ import time
 
 import zmq
 
-from tests.feedback.conftest import ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, STALE_S, rig_text
+from tests.feedback.conftest import ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, RIG_RT_PRIORITY, STALE_S, rig_text
 from hil.cli import main
 from hil.testing import Collector, endpoints, wait_for
 from sim.config import shipped_config
 
 #: the server's step and rate for these tests: the double pendulum at 1 ms (RK4 stable: its fastest mode is the
-#: elbow's, sqrt(k / I) ~ 3 rad/s) keeps real time on a busy 2-core machine
-SERVE = ("--dt", "1e-3")
+#: elbow's, sqrt(k / I) ~ 3 rad/s) keeps real time on a busy 2-core machine; under SCHED_FIFO as the fake rig (a
+#: server starved to a real-time factor of 0.021 at load 18 dropped the rig's frames as too old, then held as stale)
+SERVE = ("--dt", "1e-3", "--rt-priority", str(RIG_RT_PRIORITY))
 #: the pendulum's elbow damping mu (configs/robots/pendulum.toml), N m s/rad: a fed-back moment gain * qd_elbow
 #: adds -gain to it, so a gain below mu leaves the loop stable and one above it makes it unstable
 ELBOW_DAMPING = 0.05
