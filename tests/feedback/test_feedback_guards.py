@@ -13,9 +13,12 @@ from hil.testing import Collector, endpoints, wait_for
 from sim.config import shipped_config
 
 #: the server's step and rate for these tests: the double pendulum at 1 ms (RK4 stable: its fastest mode is the
-#: elbow's, sqrt(k / I) ~ 3 rad/s) keeps real time on a busy 2-core machine; under SCHED_FIFO as the fake rig (a
-#: server starved to a real-time factor of 0.021 at load 18 dropped the rig's frames as too old, then held as stale)
-SERVE = ("--dt", "1e-3", "--rt-priority", str(RIG_RT_PRIORITY))
+#: elbow's, sqrt(k / I) ~ 3 rad/s) keeps real time on a busy 2-core machine
+STEP = ("--dt", "1e-3")
+#: ... in real time under SCHED_FIFO, as the fake rig (a server starved to a real-time factor of 0.021 at load 18
+#: dropped the rig's frames as too old, then held as stale); lockstep runs under the normal scheduler (`mms serve`
+#: refuses --rt-priority there: it never sleeps between states)
+SERVE = (*STEP, "--rt-priority", str(RIG_RT_PRIORITY))
 #: the pendulum's elbow damping mu (configs/robots/pendulum.toml), N m s/rad: a fed-back moment gain * qd_elbow
 #: adds -gain to it, so a gain below mu leaves the loop stable and one above it makes it unstable
 ELBOW_DAMPING = 0.05
@@ -96,7 +99,7 @@ def test_a_loop_gain_below_the_damping_runs_and_one_above_it_trips_the_guard_and
 
 
 def test_lockstep_advances_one_period_per_usable_measurement(closed_loop):
-    server, fake = closed_loop(None, *SERVE, "--mode", "lockstep")
+    server, fake = closed_loop(None, *STEP, "--mode", "lockstep")
     sim = Collector(fake.endpoints.sim_pub, topics=("sim/",))
     try:
         wait_for(lambda: _running_closed(sim, 0.2), 120, what="the loop closed", logs=[server.log_path])
