@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import msgpack
+import pytest
 from mcap.reader import make_reader
 
 from hil.qt_preflight import PLUGIN_ENV
@@ -20,6 +21,11 @@ from tests.conftest import MISSING_LIBRARY
 
 #: a cold numba cache on a fresh machine makes the first start slow; the run itself is 10 s
 DEMO_TIMEOUT_S = 600
+#: pytest's limit on a demo test (pyproject.toml's 300 s is an ordinary test's, and cut these tests' own
+#: DEMO_TIMEOUT_S short): the demo, and what follows it (the identification here), each bounded by DEMO_TIMEOUT_S.
+#: Measured at load 16-17 (2 runs of 2): 70 s until the driver was active, the 20 s run, 90 s of report and replay, then the
+#: identification; past 300 s both times
+DEMO_TEST_TIMEOUT_S = 2 * DEMO_TIMEOUT_S
 DEMO_TOPICS = {messages.TOPIC_SIM_STATE, messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_COMMAND,
                messages.TOPIC_HW_TELEMETRY, messages.TOPIC_HW_STATUS}
 #: rad: how close to the neutral posture the last setpoint must be
@@ -87,6 +93,7 @@ def _recorder_stats(path: Path) -> dict:
     raise AssertionError("no recorder_stats metadata in the recording")
 
 
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     out = tmp_path / "run"
     demo = _demo(out, DEMO_DURATION_S)
@@ -172,6 +179,7 @@ def _identify_recovers_the_rigs_root_stiffness(out: Path) -> None:
     assert abs(estimate["estimate"] / truth - 1.0) < IDENTIFY_BAND, estimate
 
 
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     """`mms demo --rig flapper-dynamixel`: one driver owning the Dynamixel bus and the sensor microcontroller
     (both emulated, the microcontroller with the physics plant); the recording keeps both rig files, and the
@@ -209,6 +217,7 @@ def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     _wait_no_processes(str(out))
 
 
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neutral(tmp_path):
     out = tmp_path / "run"
     demo = _demo(out, 120)
