@@ -82,7 +82,7 @@ class Collector:
         poller.register(self.sock, zmq.POLLIN)
         while not self.stop_event.is_set():
             if poller.poll(50):
-                while True:
+                while not self.stop_event.is_set():    # a backlog of a busy machine must not hold close() up
                     try:
                         frames = self.sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
@@ -108,9 +108,18 @@ class Collector:
             return items[-1] if items else None
 
     def close(self):
-        self.stop_event.set()
-        self.thread.join(2)
+        stop_thread(self.stop_event, self.thread)
         self.sock.close(0)
+
+
+def stop_thread(stop_event: threading.Event, thread: threading.Thread) -> None:
+    """Ask a socket's thread to stop and wait for it: the caller closes the socket afterwards, never under it (a
+    socket closed while its thread still uses it raises ZMQError in that thread, reported in whatever test runs then;
+    a busy machine can hold a thread off the CPU for seconds)."""
+    stop_event.set()
+    thread.join(DEADLINE_S)
+    if thread.is_alive():
+        raise AssertionError(f"{thread.name} still running {DEADLINE_S:.0f} s after it was asked to stop")
 
 
 class SimPublisher:
@@ -152,8 +161,7 @@ class SimPublisher:
             self.seq += 1
 
     def close(self):
-        self.stop_event.set()
-        self.thread.join(2)
+        stop_thread(self.stop_event, self.thread)
         self.sock.close(0)
 
 

@@ -220,9 +220,12 @@ class Driver:
         self.link.close()
         for child in self.emulator_children():
             child.cleanup()
+        # close() without a linger argument: close(0) would set the PUB's LINGER to 0 and drop what the loop
+        # published last (the ramp's final neutral command, the finalized hw/status) when ZeroMQ's I/O thread had
+        # not sent it yet, as on a busy machine; each socket keeps the LINGER it was opened with
         for sock in (getattr(self, "sub", None), getattr(self, "pub", None), getattr(self, "rep", None)):
             if sock is not None:
-                sock.close(0)
+                sock.close()
         if getattr(self, "ctx", None) is not None:
             self.ctx.term()
 

@@ -15,12 +15,17 @@ import tempfile
 import threading
 from pathlib import Path
 
+from firmware_interface.plant import PLANT_START_TIMEOUT_S
 from hil.drive.links.serial import LinkError
 from hil.experiment.supervisor import mms_argv
 from sim.processes import die_with_parent
 
-#: how long `mms emulate` has to print its pty path, s
-EMULATOR_START_S = 20.0
+#: how long `mms emulate` has to print its pty path, s: the physics plant's own start-up limit (the emulator prints
+#: the path once its plant is built and its kernels compiled or loaded: a cold compile is ~22 s on an idle 2-core
+#: machine, several times that under load) plus the emulator's imports, which a busy machine stretches as much. A
+#: shorter limit (20 s) killed emulators that were still starting at load 25 and started them again, never up; a
+#: child that dies is seen at once (its exit code), the limit is only for one that hangs
+EMULATOR_START_S = PLANT_START_TIMEOUT_S + 60.0      # 60 s: its imports (`mms emulate --help` 3 s at load 15)
 
 
 def emulate_argv(rig_path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> list[str]:

@@ -21,6 +21,7 @@ import zmq
 
 from hil.validation.narrative import Claim, narrate
 from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
+from hil.recording.recorder import STOP_DRAIN_MAX_S
 from sim import messages
 from sim.cli_options import add_out, add_rig, add_rt_priority, config_type
 from sim.config import ConfigError, shipped_config
@@ -30,6 +31,10 @@ from sim.network import open_socket, write_loopback_network
 STARTUP_TIMEOUT_S = 120.0
 #: how long the driver gets to ramp the servos to neutral after `deactivate`, s
 DEACTIVATE_TIMEOUT_S = 5.0
+#: how long the recorder gets to exit after SIGINT (and after SIGTERM), s: its drain of the backlog a busy machine
+#: left it (hil/recording/recorder.py, at most STOP_DRAIN_MAX_S) and the file's summary and footer. With the
+#: supervisor's 5 s it was killed while draining at load 17, its file left without a footer
+RECORDER_STOP_GRACE_S = STOP_DRAIN_MAX_S + 30.0
 
 
 #: how far the wing-root bending ratio may stray from the quasi-static prediction (truth/model stiffness): the root's
@@ -315,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
                                            *realtime, *(("--rig", str(rig.rig)) if rig.chain else ()),
                                            *feedback))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network),
-                                            "--robot", str(robot), "--rig", str(rig.rig), "--quiet"))
+                                            "--robot", str(robot), "--rig", str(rig.rig), "--quiet"),
+                         stop_grace_s=RECORDER_STOP_GRACE_S)
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
                                            "--autostart", *below_server,
                                            *with_rt_priority(emulator_args(rig.drive_args) if args.closed_loop

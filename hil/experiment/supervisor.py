@@ -34,6 +34,7 @@ class Child:
     log_file: IO[bytes] | None = None
     stopping: bool = False
     optional: bool = False     # the experiment goes on without it when it ends (the dashboard)
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S     # after SIGINT, then after SIGTERM (:meth:`Supervisor.stop`), s
     first_line: str | None = None
     first_line_ready: threading.Event = field(default_factory=threading.Event)
 
@@ -72,14 +73,16 @@ class Supervisor:
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
 
     def start(self, name: str, argv: list[str], *, capture_first_line: bool = False,
-              env: dict[str, str] | None = None, optional: bool = False) -> Child:
-        """Start ``argv`` as child ``name``; stdout and stderr go to ``<log_dir>/<name>.log``.
+              env: dict[str, str] | None = None, optional: bool = False,
+              stop_grace_s: float = DEFAULT_STOP_GRACE_S) -> Child:
+        """Start ``argv`` as child ``name``; stdout and stderr go to ``<log_dir>/<name>.log``; ``stop_grace_s``: how
+        long it gets to exit after each of SIGINT and SIGTERM when it is stopped (:meth:`stop`).
 
         With ``capture_first_line`` the child's first stdout line is kept (``wait_first_line``) and the
         rest of stdout still goes to the log. An ``optional`` child that ends is said, with its log's last lines,
         and the others go on.
         """
-        child = Child(name, list(argv), self.log_dir / f"{name}.log", optional=optional)
+        child = Child(name, list(argv), self.log_dir / f"{name}.log", optional=optional, stop_grace_s=stop_grace_s)
         child.log_file = child.log_path.open("wb")
         stdout = subprocess.PIPE if capture_first_line else child.log_file
         child.process = subprocess.Popen(argv, stdout=stdout, stderr=child.log_file, stdin=subprocess.DEVNULL,
@@ -130,9 +133,11 @@ class Supervisor:
         self.check()
         return until() if until is not None else True
 
-    def stop(self, name: str, grace_s: float = DEFAULT_STOP_GRACE_S) -> int | None:
-        """SIGINT the child, then SIGTERM, then SIGKILL its process group; return its exit code."""
+    def stop(self, name: str, grace_s: float | None = None) -> int | None:
+        """SIGINT the child, then SIGTERM, then SIGKILL its process group, ``grace_s`` apart (default: the child's
+        own, given at :meth:`start`); return its exit code."""
         child = self.children[name]
+        grace_s = child.stop_grace_s if grace_s is None else grace_s
         child.stopping = True
         process = child.process
         if process is None:

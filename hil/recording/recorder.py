@@ -63,11 +63,15 @@ WRITE_BATCH_MESSAGES = 16_384
 #: (the control socket and the flush get a look)
 RECEIVE_TURN_S = LOOP_TIMEOUT_S
 #: At a stop, the recorder takes messages until its socket has been quiet this long, s (the peers stopped first
-#: in an orderly shutdown; a message in flight crosses the loopback in well under a ms) ...
+#: in an orderly shutdown; a message in flight crosses the loopback in well under a ms), or until every topic still
+#: arriving has delivered a message stamped after the stop (a peer that goes on publishing, a Ctrl-C while `mms serve`
+#: runs: its backlog from before the stop, delivered in order, is then taken) ...
 DRAIN_QUIET_S = 0.05
-#: ... for at most this long, s: a peer that goes on publishing (a Ctrl-C while `mms serve` runs) delays the stop by
-#: this much at most; seconds of a 1 kHz stream decode and write in a fraction of it.
-STOP_DRAIN_S = 2.0
+#: ... for at most this long, s: only a peer whose clock runs behind this host's (its stamps never after the stop)
+#: and that never stops publishing meets it. Not a bound on the backlog: a recorder on a busy machine can be seconds
+#: behind, and its backlog takes what the machine gives it (a 2 s bound took 48 640 of 50 000 queued messages at
+#: load 10 and cut the driver's last commands, the ramp to neutral, off the demo's file)
+STOP_DRAIN_MAX_S = 60.0
 #: messages received between two looks at the clock within a receive turn
 RECEIVE_CLOCK_EVERY = 512
 #: queued messages of one topic and payload length read together by shape (fewer: decoded one by one, the
@@ -129,6 +133,8 @@ class Session:
     malformed: int = 0
     poses: PoseStream | None = None     # the Foxglove channels (hil/foxglove), when the robot is known and builds
     poses_note: str = "off: no robot config (--robot)"
+    #: topic (as received, bytes) -> the newest stamp_ns written (the publisher's clock, ns): what a stop waits for
+    newest_stamp_ns: dict[bytes, int] = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -389,13 +395,21 @@ class Recorder:
         """At a stop: receive and write what the peers published before it, so that it is in the file. A recorder
         behind a busy machine's real-time processes may hold seconds of messages, some still on their way through
         ZeroMQ's I/O thread; one receive turn used to take only the first of them, and the driver's last commands
-        (the ramp to neutral) were lost. Messages are taken until the socket has been quiet for DRAIN_QUIET_S,
-        for at most STOP_DRAIN_S: a peer that goes on publishing cannot hold the stop longer."""
-        deadline = time.monotonic() + STOP_DRAIN_S
+        (the ramp to neutral) were lost. Messages are taken until the socket has been quiet for DRAIN_QUIET_S, or
+        until each topic received in the last DRAIN_QUIET_S has a message stamped after the stop (its peer goes on
+        publishing and cannot hold the stop), at most STOP_DRAIN_MAX_S."""
+        session, stop_ns = self.session, time.time_ns()
+        deadline = time.monotonic() + STOP_DRAIN_MAX_S
+        arrived: dict[bytes, float] = {}            # topic -> when it last arrived (monotonic s)
         while time.monotonic() < deadline:
             drained = self.receive_batch()
+            now = time.monotonic()
+            arrived.update(dict.fromkeys(self.pending_topics, now))
             self.write_pending()
             if drained and not self.sub.poll(int(DRAIN_QUIET_S * 1000)):
+                break
+            recent = [topic for topic, at in arrived.items() if now - at <= DRAIN_QUIET_S]
+            if session is not None and all(session.newest_stamp_ns.get(topic, 0) > stop_ns for topic in recent):
                 break
 
     def write_pending(self) -> int:
@@ -438,6 +452,9 @@ class Recorder:
             topic_stats.messages += int(np.count_nonzero(mine))
             topic_stats.bytes += int(lengths[mine].sum())
             session.seq.update_many(topic, seqs[mine])
+            newest = int(stamps[mine].max())
+            if newest > session.newest_stamp_ns.get(names[code], 0):
+                session.newest_stamp_ns[names[code]] = newest
         self._write(session, codes, channels[codes], payloads, lengths, np.array(log_times, dtype=np.uint64), stamps,
                     seqs, names)
         return count

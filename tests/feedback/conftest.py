@@ -13,8 +13,9 @@ import msgpack
 import pytest
 import zmq
 
-from hil.testing import MmsProcess, endpoints, write_network
+from hil.testing import DEADLINE_S, MmsProcess, endpoints, stop_thread, write_network
 from sim.config import shipped_config
+from sim.processes import set_realtime_priority
 from sim.messages import TOPIC_HW_TELEMETRY, decode, encode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,9 @@ LOADS = ("fx", "fy", "fz", "mx", "my", "mz")
 MAX_AGE_S, STALE_S, TARE_S, MAX_MOMENT_NM = 0.05, 0.2, 0.05, 0.2
 #: the elbow gauge's strain per rad of elbow angle
 ELBOW_GAUGE_SCALE = 1e-3
+#: SCHED_FIFO priority of the fake rig's thread and of `mms serve` (tests/feedback/test_feedback_guards.py): both
+#: stand in for a rig's host, which keeps its clock whatever else the machine runs
+RIG_RT_PRIORITY = 1
 
 
 def rig_text(feedback: str | None = None, joints: str = "") -> str:
@@ -78,7 +82,24 @@ class FakeRig:
     def __init__(self, network: Path, gain: float = 0.0, age_s: float = 0.0):
         self.endpoints = endpoints(network)
         self.gain, self.age_s = gain, age_s
-        self.context = zmq.Context.instance()
+        self.requests: list[dict] = []
+        self.frames = 0
+        self.qd_elbow = 0.0
+        self.elbow_strain = 0.0        # what the elbow gauge reads
+        self.paused = threading.Event()
+        self.stop_event = threading.Event()
+        self.bound = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.bound.wait(DEADLINE_S), "the fake rig's sockets were not bound"
+
+    def _open(self) -> None:
+        """The rig's sockets, on a context of its own made in its thread after that took SCHED_FIFO (when allowed):
+        ZeroMQ's I/O thread, which sends the frames, inherits the class. A rig's telemetry does not stall with its
+        host's load; under the normal scheduler this thread and its I/O thread, starved beside the test's own (load
+        18), went 0.21 s without a frame and the server held the loop as stale (a hold that waits for an operator)."""
+        set_realtime_priority(RIG_RT_PRIORITY, "feedback test rig")
+        self.context = zmq.Context()
         self.pub = self.context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(self.endpoints.driver_pub)
@@ -89,16 +110,10 @@ class FakeRig:
         self.states.setsockopt(zmq.LINGER, 0)
         self.states.setsockopt(zmq.SUBSCRIBE, b"sim/state")
         self.states.connect(self.endpoints.sim_pub)
-        self.requests: list[dict] = []
-        self.frames = 0
-        self.qd_elbow = 0.0
-        self.elbow_strain = 0.0        # what the elbow gauge reads
-        self.paused = threading.Event()
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.bound.set()
 
     def _run(self) -> None:
+        self._open()
         period = SAMPLES_PER_FRAME / SAMPLE_HZ
         device_us, seq, next_at = 0, 0, time.monotonic()
         while not self.stop_event.is_set():
@@ -125,10 +140,10 @@ class FakeRig:
             self.frames += 1
 
     def close(self) -> None:
-        self.stop_event.set()
-        self.thread.join(2)
+        stop_thread(self.stop_event, self.thread)
         for sock in (self.pub, self.control, self.states):
             sock.close(0)
+        self.context.term()
 
 
 @pytest.fixture

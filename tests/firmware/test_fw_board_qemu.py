@@ -22,6 +22,7 @@ from firmware_interface import protocol as p
 from firmware_interface.c_firmware import FIRMWARE, RIG_DIR, WARNINGS, config_c_source, config_table
 from firmware_interface.rigs.mcu import load_rig
 from hil.drive.links.serial import LinkError, SerialLink
+from hil.testing import wait_for
 
 RAYBOT = Path(__file__).resolve().parents[2] / "configs" / "rigs" / "raybot_rig.toml"
 BOARD = RIG_DIR / "board"
@@ -58,16 +59,15 @@ class Qmp:
     """QEMU's machine protocol on a unix socket: human monitor commands with clean replies."""
 
     def __init__(self, path: Path):
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
+        def connected():
+            sock = socket.socket(socket.AF_UNIX)
             try:
-                self.sock = socket.socket(socket.AF_UNIX)
-                self.sock.connect(str(path))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+                sock.connect(str(path))
+            except (FileNotFoundError, ConnectionRefusedError):       # QEMU has not opened its socket yet
+                sock.close()
+                return None
+            return sock
+        self.sock = wait_for(connected, TIMEOUT_S, 0.02, f"QEMU's QMP socket {path}")
         self.file = self.sock.makefile("rwb")
         self._reply()                                     # the greeting
         self.execute("qmp_capabilities")
@@ -106,10 +106,8 @@ def netduinoplus2(elf: Path, folder: Path):
     try:
         qmp = Qmp(qmp_path)
         serial0 = next(c["filename"] for c in qmp.execute("query-chardev") if c["label"] == "serial0")
-        deadline = time.monotonic() + TIMEOUT_S       # bytes sent before the USART is enabled are dropped
-        while not qmp.word(USART1_CR1) & USART_CR1_UE:
-            assert time.monotonic() < deadline, "the firmware never enabled USART1"
-            time.sleep(0.01)
+        # bytes sent before the USART is enabled are dropped
+        wait_for(lambda: qmp.word(USART1_CR1) & USART_CR1_UE, TIMEOUT_S, what="the firmware enabling USART1")
         yield serial0.removeprefix("pty:"), qmp
         qmp.close()
     finally:

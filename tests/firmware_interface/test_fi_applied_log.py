@@ -23,6 +23,7 @@ from firmware_interface.rigs.dynamixel import load_dxl_rig
 from firmware_interface.link import DeviceLink
 from firmware_interface.pty_device import AppliedLog, read_applied_log
 from firmware_interface.rigs.mcu import load_rig
+from hil.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RAYBOT = ROOT / "configs" / "rigs" / "raybot_rig.toml"
@@ -51,13 +52,10 @@ def emulate(rig: Path, log: Path, *extra: str):
 
 def wait_records(log: Path, predicate, what: str, timeout_s: float = WAIT_S) -> list[dict]:
     """Poll the log until ``predicate(records)`` holds; return the records."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        records = read_applied_log(log) if log.exists() else []
-        if predicate(records):
-            return records
-        assert time.monotonic() < deadline, f"no {what} in the applied log within {timeout_s} s: {records[-5:]}"
-        time.sleep(0.01)
+    def records():
+        found = read_applied_log(log) if log.exists() else []
+        return found if predicate(found) else None
+    return wait_for(records, timeout_s, what=f"{what} in the applied log {log}")
 
 
 def test_setpoints_applied_and_refused_are_logged_while_running_and_survive_sigkill(tmp_path):

@@ -11,14 +11,21 @@ import time
 from pathlib import Path
 
 import msgpack
+import pytest
 from mcap.reader import make_reader
 
 from hil.qt_preflight import PLUGIN_ENV
+from hil.testing import wait_for
 from sim import messages
 from tests.conftest import MISSING_LIBRARY
 
 #: a cold numba cache on a fresh machine makes the first start slow; the run itself is 10 s
 DEMO_TIMEOUT_S = 600
+#: pytest's limit on a demo test (pyproject.toml's 300 s is an ordinary test's, and cut these tests' own
+#: DEMO_TIMEOUT_S short): the demo, and what follows it (the identification here), each bounded by DEMO_TIMEOUT_S.
+#: Measured at load 16-17 (2 runs of 2): 70 s until the driver was active, the 20 s run, 90 s of report and replay, then the
+#: identification; past 300 s both times
+DEMO_TEST_TIMEOUT_S = 2 * DEMO_TIMEOUT_S
 DEMO_TOPICS = {messages.TOPIC_SIM_STATE, messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_COMMAND,
                messages.TOPIC_HW_TELEMETRY, messages.TOPIC_HW_STATUS}
 #: rad: how close to the neutral posture the last setpoint must be
@@ -61,11 +68,9 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def _wait_no_processes(text: str, deadline_s: float = 20.0) -> list[str]:
-    deadline = time.monotonic() + deadline_s
-    while (left := _processes_mentioning(text)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
+def _wait_no_processes(text: str, deadline_s: float = 20.0) -> None:
+    """Until no process's command line mentions ``text`` (AssertionError after ``deadline_s``)."""
+    wait_for(lambda: not _processes_mentioning(text), deadline_s, 0.1, f"no process mentioning {text} left")
 
 
 def _read_recording(path: Path, encoding: str = "msgpack") -> dict[str, list[dict]]:
@@ -88,6 +93,7 @@ def _recorder_stats(path: Path) -> dict:
     raise AssertionError("no recorder_stats metadata in the recording")
 
 
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     out = tmp_path / "run"
     demo = _demo(out, DEMO_DURATION_S)
@@ -145,7 +151,7 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     narrative = (out / "report" / "narrative.md").read_text()
     assert narrative.count(": as expected") == 4 and "CONTRADICTS" not in narrative, narrative
     assert "live run: all 2 expectations hold" in stdout and "replay: all 2 expectations hold" in stdout
-    assert _wait_no_processes(str(out)) == []
+    _wait_no_processes(str(out))
     _identify_recovers_the_rigs_root_stiffness(out)
 
 
@@ -173,6 +179,7 @@ def _identify_recovers_the_rigs_root_stiffness(out: Path) -> None:
     assert abs(estimate["estimate"] / truth - 1.0) < IDENTIFY_BAND, estimate
 
 
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     """`mms demo --rig flapper-dynamixel`: one driver owning the Dynamixel bus and the sensor microcontroller
     (both emulated, the microcontroller with the physics plant); the recording keeps both rig files, and the
@@ -207,9 +214,10 @@ def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     # microcontroller's strains following the mirrored stroke)
     bend = channels["root_bend_r"]
     assert bend["status"] in ("pass", "fail") and bend["metrics"]["amplitude_measured"] > 0, bend
-    assert _wait_no_processes(str(out)) == []
+    _wait_no_processes(str(out))
 
 
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neutral(tmp_path):
     out = tmp_path / "run"
     demo = _demo(out, 120)
@@ -225,6 +233,6 @@ def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neut
     stdout, stderr = demo.communicate(timeout=120)
     assert demo.returncode != 0
     assert "process 'serve'" in stderr and "died unexpectedly" in stderr and "SIGKILL" in stderr
-    assert _wait_no_processes(str(out)) == []
+    _wait_no_processes(str(out))
     commands = _read_recording(out / "run.mcap")[messages.TOPIC_HW_COMMAND]
     assert all(abs(x) < NEUTRAL_TOLERANCE_RAD for x in commands[-1]["setpoint_rad"])

@@ -6,24 +6,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from hil.experiment.supervisor import ChildDied, Supervisor
-from hil.testing import process_alive
+from hil.testing import process_alive, wait_for
 
 SLEEPER = [sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.05)"]
 DEADLINE_S = 15.0
 
 
 def _wait_dead(pids, deadline_s=DEADLINE_S):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if not any(process_alive(pid) for pid in pids):
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_for(lambda: not any(process_alive(pid) for pid in pids), deadline_s, 0.05, f"processes {pids} dead")
 
 
 def test_dead_child_is_named_and_the_others_are_stopped(tmp_path):

@@ -15,6 +15,7 @@ import msgpack
 import pytest
 import zmq
 
+from hil import testing
 from sim.messages import encode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,8 +108,7 @@ class Publisher:
         return self
 
     def __exit__(self, *exc):
-        self.stop_event.set()
-        self.thread.join(timeout=10)
+        testing.stop_thread(self.stop_event, self.thread)
         self.sim.close(0)
         self.driver.close(0)
         self.context.term()
@@ -177,14 +177,9 @@ def request(endpoint: str, message: dict | bytes, timeout_s: float = 10.0) -> di
 
 
 def wait_for(condition, what: str, deadline_s: float = DEADLINE_S, interval_s: float = 0.05):
-    """Poll ``condition()`` until it returns something truthy; fail with ``what`` after the deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
+    """Poll ``condition()`` until it returns something truthy (returned); fail with ``what`` after the deadline
+    (:func:`hil.testing.wait_for`, in this folder's argument order)."""
+    return testing.wait_for(condition, deadline_s, interval_s, what)
 
 
 def status_when(endpoint: str, predicate, what: str) -> dict:

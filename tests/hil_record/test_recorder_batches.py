@@ -23,7 +23,7 @@ from hil.recording.template_decode import matches, structure
 from sim.messages import SeqTracker
 from sim.network import load_endpoints
 
-from .conftest import DEADLINE_S, hw_status, sim_state
+from .conftest import DEADLINE_S, hw_status, sim_state, wait_for
 
 
 @pytest.fixture
@@ -40,8 +40,11 @@ def rig(network, tmp_path):
     while not recorder.sub.poll(10):
         pub.send_multipart([b"warmup", msgpack.packb({"seq": 0})])
         assert time.monotonic() < deadline, "the recorder never subscribed"
-    time.sleep(0.1)                                  # the last warm-up messages cross the loopback
-    recorder.receive_batch()
+    # the last warm-up message: once it is taken, every earlier one has been (one PUB delivers in order), and
+    # nothing of the warm-up is left to arrive inside a test's batch
+    pub.send_multipart([b"warmup", msgpack.packb({"seq": 1})])
+    wait_for(lambda: recorder.sub.poll(10) and recorder.receive_batch() is not None
+             and msgpack.unpackb(recorder.pending_payloads[-1].bytes)["seq"] == 1, "the last warm-up message")
     recorder.write_pending()                         # idle: the warm-up messages are not part of any recording
     try:
         yield recorder, pub
@@ -59,9 +62,7 @@ def _take(recorder: Recorder, count: int) -> None:
         recorder.sub.poll(50)
         recorder.receive_batch()
         assert time.monotonic() < deadline, f"{len(recorder.pending_topics)} of {count} messages arrived"
-    time.sleep(0.02)
-    recorder.receive_batch()
-    assert len(recorder.pending_topics) == count
+    assert len(recorder.pending_topics) == count     # nothing else was published after the fixture's last warm-up
 
 
 def _read(path) -> list[tuple[str, bytes, int, int]]:
@@ -120,9 +121,10 @@ def test_a_receive_turn_ends_at_a_write_batch_and_every_message_is_written(rig, 
     length = len(payloads[-1])
     for payload in payloads:
         pub.send_multipart([b"sim/state", payload])
-    assert recorder.sub.poll(int(DEADLINE_S * 1000))
-    time.sleep(0.1)                                  # the 400 kB cross the loopback
-    assert recorder.receive_batch() is False, "the turn ended at the batch bound, the socket not drained"
+    # turns until one ends at the batch bound (the queue counts across turns until a write); the turns before it
+    # drained what had crossed the loopback so far, the 400 kB arriving while they ran
+    wait_for(lambda: recorder.sub.poll(10) and recorder.receive_batch() is False,
+             "a receive turn ending at the batch bound, the socket not drained")
     queued = sum(map(len, recorder.pending_payloads))
     assert 64 * 1024 <= queued < 64 * 1024 + 8 * length
     recorder.write_pending()

@@ -9,8 +9,9 @@ import msgpack
 import zmq
 from mcap.reader import make_reader
 
-#: messages queued while the recorder is frozen: without the drain one receive turn took 3 072 of 50 000 (load 7);
-#: few enough that the 2 s drain takes them all on a loaded machine (50 000 took 48 640 at load 10)
+#: messages queued while the recorder is frozen: without the drain one receive turn took 3 072 of 50 000 (load 7),
+#: and a drain bounded at 2 s of wall time took 48 640 of 50 000 at load 10 (now it ends on the socket's quiet, not a
+#: clock: hil/recording/recorder.py STOP_DRAIN_MAX_S). 15 000: 50 000 cost 32 s of the suite's budget at load 15
 BACKLOG_MESSAGES = 15_000
 
 

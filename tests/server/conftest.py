@@ -19,6 +19,7 @@ import msgpack
 import pytest
 import zmq
 
+from hil.testing import wait_for
 from sim.messages import decode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -252,13 +253,9 @@ class ServeProcess:
         return received
 
     def wait_stderr(self, text: str, timeout_s: float = REPLY_TIMEOUT_S) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if text in (err := self.stderr()):
-                return err
-            self.process.poll()
-            time.sleep(0.05)   # polling a file: there is no event to wait on
-        raise AssertionError(f"{text!r} not on stderr within {timeout_s} s:\n{self.stderr()}")
+        """The server's stderr once it holds ``text`` (a file, polled: there is no event to wait on)."""
+        return wait_for(lambda: text in (err := self.stderr()) and err, timeout_s, 0.05, f"{text!r} on stderr",
+                        logs=[self.stderr_path])
 
 
 def _receive(sub: zmq.Socket, until, timeout_s: float, what: str = "a message"):

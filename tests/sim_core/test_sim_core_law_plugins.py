@@ -18,6 +18,7 @@ from sim.plugins import ParamLayout, register_motion_law
 from sim.simulation import Simulation
 from sim.testing import assert_paths_agree
 from sim.urdf import random_tree_urdf
+from tests.sim_core.conftest import PLUGIN_COMPILE_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The passive joints' motion with the hardening spring differs from the motion with free joints by far more than
@@ -46,6 +47,7 @@ def _run(model, fused, duration=0.2):
     return sim
 
 
+@pytest.mark.timeout(PLUGIN_COMPILE_TIMEOUT_S)
 def test_plugin_laws_run_compiled_and_agree_with_the_python_path(tmp_path, law_plugins):
     """The plug-in motion law and joint law take the fused path (their kernels called by the stepper inside
     advance()), and it gives the Python path's numbers to 1e-12; the imposed joints are at the law's values, and

@@ -18,6 +18,7 @@ from sim.plugins import ParamLayout
 from sim.simulation import Simulation
 from sim.spatial import pose, spatial_inertia
 from sim.testing import assert_paths_agree
+from tests.sim_core.conftest import PLUGIN_COMPILE_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Momentum theorem over the run: the integrators are exact for a constant acceleration, so only rounding is left.
@@ -53,6 +54,7 @@ def _centre_of_mass(model) -> np.ndarray:
     return moment / total
 
 
+@pytest.mark.timeout(PLUGIN_COMPILE_TIMEOUT_S)
 def test_example_plugin_runs_compiled_and_in_python_and_obeys_the_momentum_theorem(constant_force_plugin):
     """The plug-in's force F through the centre of mass of a free rigid body turned and moving: after T the linear
     momentum has changed by F T on both paths (to rounding), the body has not started to rotate, and the fused
