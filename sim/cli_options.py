@@ -44,6 +44,10 @@ HELP: dict[str, str] = {
     "--rt-priority": ("run the loop under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE "
                       "or an rtprio limit, else it says so and runs normally): a busy machine then delays it less; "
                       "0: the normal scheduler"),
+    "--background-nice": ("the fair scheduler's nice value, 0-19, of the session of each process that can wait "
+                          "(the recorder, the driver with its emulator and physics plant, the dashboard), so that the "
+                          "model server preempts them when a state is due (no permission needed; docs/headroom.md); "
+                          "0: off"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
     "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "
@@ -227,6 +231,26 @@ def add_rt_priority(parser, default: int = 0) -> None:
     :func:`sim.processes.set_realtime_priority` before the command opens its sockets."""
     parser.add_argument("--rt-priority", type=rt_priority_type, default=default, metavar="N",
                         help=HELP["--rt-priority"] + f" (default {default})")
+
+
+def background_nice_type(text: str) -> int:
+    """``--background-nice`` value: an integer from 0 (off) to 19."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer from 0 (off) to 19") from None
+    if not 0 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"got {value}, expected an integer from 0 (off) to 19")
+    return value
+
+
+def add_background_nice(parser) -> None:
+    """``--background-nice N`` into ``args.background_nice``; a launcher passes it to
+    :meth:`hil.experiment.supervisor.Supervisor.start` for the processes that can wait."""
+    from sim.processes import BACKGROUND_NICE
+
+    parser.add_argument("--background-nice", type=background_nice_type, default=BACKGROUND_NICE, metavar="N",
+                        help=HELP["--background-nice"] + f" (default {BACKGROUND_NICE})")
 
 
 def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()) -> None:
