@@ -14,10 +14,10 @@ the driver restarts it) -> `mms record`, for ``--minutes``. Then, from the recor
 
 The server's deadline misses are printed by reason (sim/status ``deadline_miss_reasons``: ``not_ready``, the
 integration fell behind; ``published_late``, the process was not scheduled at the due time). By default every
-process runs under the normal scheduler, the recorder's and the driver's sessions (the driver starts the emulator in
-its own) at nice 10 as `mms demo` starts them (``--background-nice 0``: all at 0, as a user starting them by hand
-in separate terminals); ``--rt-priority N`` launches them as `mms demo` does (the server at SCHED_FIFO N, the driver,
-the emulator and its plant one below; docs/headroom.md).
+process runs as a user starting them by hand would (the normal scheduler, each session at nice 0);
+``--background-nice N`` puts the recorder's and the driver's sessions (the driver starts the emulator in its own) at
+nice N, as `mms demo --background-nice N` does; ``--rt-priority N`` launches them as `mms demo` does (the server at
+SCHED_FIFO N, the driver, the emulator and its plant one below; docs/headroom.md).
 
 Not a test: it takes minutes. Usage: python benchmarks/bench_soak.py [--minutes 10] [--unplug 60] [--rt-priority N]
 [--background-nice N]

@@ -10,7 +10,7 @@
   the fair scheduler for them (:func:`request_slice`), neither of which needs a permission.
 - A lower weight in the fair scheduler for the processes that can wait (:func:`lower_session_priority`: the
   recorder, the driver with its emulator, the dashboard), so that the model server preempts them when a state is
-  due; lowering needs no permission.
+  due; lowering needs no permission. Opt-in: on a busy machine it starves them.
 """
 from __future__ import annotations
 
@@ -136,9 +136,10 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-#: the nice value of the session of a process that can wait, when `mms demo` (and benchmarks/bench_soak.py) start it
-#: beside the model server: its weight in the fair scheduler is 110 against the server's 1024 (the kernel's
-#: sched_prio_to_weight table), so that the server's wake-up preempts it; measured in docs/headroom.md
+#: the nice value for the sessions of the processes that can wait, beside the model server on an otherwise idle
+#: machine (`mms demo --background-nice`, off by default): a weight of 110 against the server's 1024 (the kernel's
+#: sched_prio_to_weight table), so that the server's wake-up preempts them; on a busy machine that weight starves
+#: them (docs/headroom.md)
 BACKGROUND_NICE = 10
 #: /proc/sys/kernel/sched_autogroup_enabled: 1 when Linux groups the fair scheduler's processes by session
 _AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"

@@ -124,9 +124,9 @@ def _child_of(pid: int, deadline_s: float = DEADLINE_S) -> int:
 
 
 def test_a_process_that_can_wait_and_what_it_starts_run_at_a_lower_weight_than_the_server(tmp_path):
-    """`mms demo` starts the recorder and the driver (which starts the emulator) with a session nice value
-    (docs/headroom.md): read back from /proc on the process and on the child it started; the server's session keeps
-    nice 0. Raising a nice value needs no permission."""
+    """`mms demo --background-nice N` starts the recorder and the driver (which starts the emulator) in sessions of
+    nice N (docs/headroom.md): read back from /proc on the process and on the child it started; the server's session
+    keeps nice 0. Raising a nice value needs no permission."""
     from sim.processes import BACKGROUND_NICE, session_nice
 
     starts_a_child = [sys.executable, "-c", "import subprocess, sys, time\n"
