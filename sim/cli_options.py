@@ -214,17 +214,22 @@ def add_base(parser, default_text: str) -> None:
                         help=_with_default(HELP["--base"], default_text))
 
 
+def _integer_in(text: str, low: int, high: int, expected: str) -> int:
+    """An option's integer from ``low`` to ``high``; else the one-line error naming what was ``expected``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"got {value}, expected {expected}")
+    return value
+
+
 def rt_priority_type(text: str) -> int:
     """``--rt-priority`` value: an integer from 0 (off) to 99."""
     from sim.processes import MAX_RT_PRIORITY
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer from 0 (off) to {MAX_RT_PRIORITY}") from None
-    if not 0 <= value <= MAX_RT_PRIORITY:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer from 0 (off) to {MAX_RT_PRIORITY}")
-    return value
+    return _integer_in(text, 0, MAX_RT_PRIORITY, f"an integer from 0 (off) to {MAX_RT_PRIORITY}")
 
 
 def add_rt_priority(parser, default: int = 0) -> None:
@@ -236,13 +241,7 @@ def add_rt_priority(parser, default: int = 0) -> None:
 
 def background_nice_type(text: str) -> int:
     """``--background-nice`` value: an integer from 0 (off) to 19."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer from 0 (off) to 19") from None
-    if not 0 <= value <= 19:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer from 0 (off) to 19")
-    return value
+    return _integer_in(text, 0, 19, "an integer from 0 (off) to 19")
 
 
 def add_background_nice(parser) -> None:
@@ -293,13 +292,7 @@ DEFAULT_PLOTJUGGLER_ENDPOINT = "tcp://127.0.0.1:9872"
 
 def port_type(text: str) -> int:
     """A TCP port: an integer from 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a port from 0 to 65535") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"got {value}, expected a port from 0 to 65535")
-    return value
+    return _integer_in(text, 0, 65535, "a port from 0 to 65535")
 
 
 def add_foxglove_port(parser) -> None:
