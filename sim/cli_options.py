@@ -47,7 +47,7 @@ HELP: dict[str, str] = {
     "--background-nice": ("the fair scheduler's nice value, 0-19, of the session of each process that can wait "
                           "(the recorder, the driver with its emulator and physics plant, the dashboard), so that the "
                           "model server preempts them when a state is due (no permission needed); on an otherwise idle "
-                          "machine 10 cut the server's late states to 0.35-0.4x, on a busy one it starves them "
+                          "machine 10 cut the server's late states to 0.37-0.46x, on a busy one it starves them "
                           "(docs/headroom.md); 0: off"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
