@@ -14,10 +14,13 @@ the driver restarts it) -> `mms record`, for ``--minutes``. Then, from the recor
 
 The server's deadline misses are printed by reason (sim/status ``deadline_miss_reasons``: ``not_ready``, the
 integration fell behind; ``published_late``, the process was not scheduled at the due time). By default every
-process runs as a user starting them by hand would (the normal scheduler); ``--rt-priority N`` launches them as
-`mms demo` does (the server at SCHED_FIFO N, the driver, the emulator and its plant one below; docs/headroom.md).
+process runs as a user starting them by hand would (the normal scheduler, each session at nice 0);
+``--background-nice N`` puts the recorder's and the driver's sessions (the driver starts the emulator in its own) at
+nice N, as `mms demo --background-nice N` does; ``--rt-priority N`` launches them as `mms demo` does (the server at
+SCHED_FIFO N, the driver, the emulator and its plant one below; docs/headroom.md).
 
 Not a test: it takes minutes. Usage: python benchmarks/bench_soak.py [--minutes 10] [--unplug 60] [--rt-priority N]
+[--background-nice N]
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from hil.experiment.demo import RIGS, below_server_priority, write_demo_robot  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
-from sim.cli_options import add_rt_priority  # noqa: E402
+from sim.cli_options import add_background_nice, add_rt_priority  # noqa: E402
 from sim.network import write_loopback_network  # noqa: E402
 
 #: fault injection: a 190-byte telemetry frame has 1 520 bits; one flipped bit per frame with this probability is
@@ -90,6 +93,7 @@ def main() -> int:
     parser.add_argument("--unplug", type=float, default=60.0, help="seconds between emulated unplugs (default 60)")
     parser.add_argument("--sample", type=float, default=5.0, help="RSS sampling period, s (default 5)")
     add_rt_priority(parser)
+    add_background_nice(parser)
     args = parser.parse_args()
     rig = RIGS["flapper"]
     with tempfile.TemporaryDirectory() as folder:
@@ -107,9 +111,11 @@ def main() -> int:
         supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), "--rt-priority",
                                            str(args.rt_priority)))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network), "--robot",
-                                            str(robot), "--rig", str(rig.rig), "--quiet"))
+                                            str(robot), "--rig", str(rig.rig), "--quiet"),
+                         session_nice=args.background_nice)
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
-                                           "--autostart", *below, "--emulator-args", emulator))
+                                           "--autostart", *below, "--emulator-args", emulator),
+                         session_nice=args.background_nice)
         memory: dict[str, list[tuple[float, float]]] = {}
         started = time.monotonic()
         duration = args.minutes * 60.0

@@ -44,6 +44,11 @@ HELP: dict[str, str] = {
     "--rt-priority": ("run the loop under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE "
                       "or an rtprio limit, else it says so and runs normally): a busy machine then delays it less; "
                       "0: the normal scheduler"),
+    "--background-nice": ("the fair scheduler's nice value, 0-19, of the session of each process that can wait "
+                          "(the recorder, the driver with its emulator and physics plant, the dashboard), so that the "
+                          "model server preempts them when a state is due (no permission needed); on an otherwise idle "
+                          "machine 10 cut the server's late states to 0.37-0.46x, on a busy one it starves them "
+                          "(docs/headroom.md); 0: off"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
     "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "
@@ -209,17 +214,22 @@ def add_base(parser, default_text: str) -> None:
                         help=_with_default(HELP["--base"], default_text))
 
 
+def _integer_in(text: str, low: int, high: int, expected: str) -> int:
+    """An option's integer from ``low`` to ``high``; else the one-line error naming what was ``expected``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"got {value}, expected {expected}")
+    return value
+
+
 def rt_priority_type(text: str) -> int:
     """``--rt-priority`` value: an integer from 0 (off) to 99."""
     from sim.processes import MAX_RT_PRIORITY
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer from 0 (off) to {MAX_RT_PRIORITY}") from None
-    if not 0 <= value <= MAX_RT_PRIORITY:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer from 0 (off) to {MAX_RT_PRIORITY}")
-    return value
+    return _integer_in(text, 0, MAX_RT_PRIORITY, f"an integer from 0 (off) to {MAX_RT_PRIORITY}")
 
 
 def add_rt_priority(parser, default: int = 0) -> None:
@@ -227,6 +237,18 @@ def add_rt_priority(parser, default: int = 0) -> None:
     :func:`sim.processes.set_realtime_priority` before the command opens its sockets."""
     parser.add_argument("--rt-priority", type=rt_priority_type, default=default, metavar="N",
                         help=HELP["--rt-priority"] + f" (default {default})")
+
+
+def background_nice_type(text: str) -> int:
+    """``--background-nice`` value: an integer from 0 (off) to 19."""
+    return _integer_in(text, 0, 19, "an integer from 0 (off) to 19")
+
+
+def add_background_nice(parser) -> None:
+    """``--background-nice N`` into ``args.background_nice``; a launcher passes it to
+    :meth:`hil.experiment.supervisor.Supervisor.start` for the processes that can wait."""
+    parser.add_argument("--background-nice", type=background_nice_type, default=0, metavar="N",
+                        help=HELP["--background-nice"] + " (default 0)")
 
 
 def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()) -> None:
@@ -270,13 +292,7 @@ DEFAULT_PLOTJUGGLER_ENDPOINT = "tcp://127.0.0.1:9872"
 
 def port_type(text: str) -> int:
     """A TCP port: an integer from 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a port from 0 to 65535") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"got {value}, expected a port from 0 to 65535")
-    return value
+    return _integer_in(text, 0, 65535, "a port from 0 to 65535")
 
 
 def add_foxglove_port(parser) -> None:

@@ -8,10 +8,14 @@
 - A heap frozen out of the garbage collector once those loops are set up (:func:`freeze_startup_heap`).
 - A fine timer slack for the loops that sleep until a deadline (:func:`fine_timer_slack`), and a short slice of
   the fair scheduler for them (:func:`request_slice`), neither of which needs a permission.
+- A lower weight in the fair scheduler for the processes that can wait (:func:`lower_session_priority`: the
+  recorder, the driver with its emulator, the dashboard), so that the model server preempts them when a state is
+  due; lowering needs no permission. Opt-in: on a busy machine it starves them.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import os
 import platform
@@ -19,6 +23,7 @@ import signal
 import struct
 import sys
 import threading
+import time
 
 #: prctl option: the signal the kernel sends this process when its parent dies (linux/prctl.h)
 _PR_SET_PDEATHSIG = 1
@@ -129,3 +134,64 @@ def freeze_startup_heap() -> None:
     up, before their first deadline."""
     gc.collect()
     gc.freeze()
+
+
+#: the nice value for the sessions of the processes that can wait, beside the model server on an otherwise idle
+#: machine (`mms demo --background-nice`, off by default): a weight of 110 against the server's 1024 (the kernel's
+#: sched_prio_to_weight table), so that the server's wake-up preempts them; on a busy machine that weight starves
+#: them (docs/headroom.md)
+BACKGROUND_NICE = 10
+#: /proc/sys/kernel/sched_autogroup_enabled: 1 when Linux groups the fair scheduler's processes by session
+_AUTOGROUP_SWITCH = "/proc/sys/kernel/sched_autogroup_enabled"
+#: Linux takes one autogroup nice change per 100 ms from an unprivileged user (kernel/sched/autogroup.c, EAGAIN
+#: otherwise); how long to keep asking, s
+_AUTOGROUP_RETRY_S, _AUTOGROUP_RETRY_FOR_S = 0.02, 1.0
+
+
+def autogroups_enabled() -> bool:
+    """Linux groups the fair scheduler's processes by session (autogroup; on in the common distributions)."""
+    try:
+        return open(_AUTOGROUP_SWITCH).read().strip() == "1"
+    except OSError:
+        return False
+
+
+def session_nice(pid: int) -> int | None:
+    """The nice value that sets the weight of ``pid`` against other sessions: its session group's
+    (``/proc/PID/autogroup``: ``/autogroup-N nice K``) with autogroup on, else its own; None where it cannot be
+    read."""
+    try:
+        if not autogroups_enabled():
+            return os.getpriority(os.PRIO_PROCESS, pid)
+        return int(open(f"/proc/{pid}/autogroup").read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def lower_session_priority(pid: int, nice: int = BACKGROUND_NICE) -> bool:
+    """Give the processes of ``pid``'s session (the process, its threads and the children it starts: the driver's
+    emulator and its physics plant) the fair scheduler's weight of ``nice`` (0-19). Why the session: with autogroup
+    on, the fair scheduler first shares the CPU between sessions as equals, and a process's own nice value counts
+    only inside its session; `mms demo` starts every process in a session of its own, so only the session's nice
+    (``/proc/PID/autogroup``) changes its weight against the model server's. Where autogroup is off, the nice of
+    the process group ``pid`` leads. Raising a nice value needs no permission (Linux takes one autogroup change per
+    100 ms from a user: asked again for up to a second). True if it took (read back)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if not autogroups_enabled():
+        try:
+            os.setpriority(os.PRIO_PGRP, os.getpgid(pid), nice)
+        except OSError:
+            return False
+        return session_nice(pid) == nice
+    give_up = time.monotonic() + _AUTOGROUP_RETRY_FOR_S
+    while True:
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as handle:
+                handle.write(str(nice))
+            break
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN or time.monotonic() > give_up:
+                return False
+            time.sleep(_AUTOGROUP_RETRY_S)
+    return session_nice(pid) == nice

@@ -23,7 +23,7 @@ from hil.validation.narrative import Claim, narrate
 from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from hil.recording.recorder import STOP_DRAIN_MAX_S
 from sim import messages
-from sim.cli_options import add_out, add_rig, add_rt_priority, config_type
+from sim.cli_options import add_background_nice, add_out, add_rig, add_rt_priority, config_type
 from sim.config import ConfigError, shipped_config
 from sim.network import open_socket, write_loopback_network
 
@@ -209,6 +209,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_out(parser, "runs/demo-<time> in the current folder", type=Path)
     parser.add_argument("--gui", action="store_true", help="also open the live dashboard")
     add_rt_priority(parser, default=DEMO_RT_PRIORITY)
+    add_background_nice(parser)
     parser.add_argument("--closed-loop", action="store_true",
                         help="close the loop: the simulator runs the robot in free flight with the rig's measured "
                              "wrench fed back (mms serve --feedback, docs/closed-loop.md) and the thorax's motion is "
@@ -321,19 +322,20 @@ def run(args: argparse.Namespace) -> int:
                                            *feedback))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network),
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"),
-                         stop_grace_s=RECORDER_STOP_GRACE_S)
+                         stop_grace_s=RECORDER_STOP_GRACE_S, session_nice=args.background_nice)
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
                                            "--autostart", *below_server,
                                            *with_rt_priority(emulator_args(rig.drive_args) if args.closed_loop
                                                              else rig.drive_args,
-                                                             below_server_priority(args.rt_priority))))
+                                                             below_server_priority(args.rt_priority))),
+                         session_nice=args.background_nice)
         if args.gui:
             from hil.qt_preflight import dashboard_problem
 
             problem = dashboard_problem()
             if problem is None:
                 supervisor.start("dash", mms_argv("dash", "--network", str(network), "--rig", str(rig.rig)),
-                                 optional=True)
+                                 optional=True, session_nice=args.background_nice)
             else:
                 say(f"no dashboard: {problem}")
                 say("going on without it (headless); `mms dash --replay` plays the recording afterwards")

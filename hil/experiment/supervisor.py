@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-from sim.processes import die_with_parent
+from sim.processes import die_with_parent, lower_session_priority
 
 #: how long a child gets to exit after SIGINT before SIGTERM, then after SIGTERM before SIGKILL, s
 DEFAULT_STOP_GRACE_S = 5.0
@@ -74,9 +74,13 @@ class Supervisor:
 
     def start(self, name: str, argv: list[str], *, capture_first_line: bool = False,
               env: dict[str, str] | None = None, optional: bool = False,
-              stop_grace_s: float = DEFAULT_STOP_GRACE_S) -> Child:
+              stop_grace_s: float = DEFAULT_STOP_GRACE_S, session_nice: int = 0) -> Child:
         """Start ``argv`` as child ``name``; stdout and stderr go to ``<log_dir>/<name>.log``; ``stop_grace_s``: how
         long it gets to exit after each of SIGINT and SIGTERM when it is stopped (:meth:`stop`).
+
+        ``session_nice`` > 0: a process that can wait; its session (the child and whatever it starts) gets that
+        nice value in the fair scheduler (:func:`sim.processes.lower_session_priority`), said in one line if the
+        kernel does not take it.
 
         With ``capture_first_line`` the child's first stdout line is kept (``wait_first_line``) and the
         rest of stdout still goes to the log. An ``optional`` child that ends is said, with its log's last lines,
@@ -92,6 +96,8 @@ class Supervisor:
             threading.Thread(target=self._pump_stdout, args=(child,), daemon=True).start()
         self.children[name] = child
         self.say(f"started {name} (pid {child.pid}): {' '.join(argv)}")
+        if session_nice and not lower_session_priority(child.pid, session_nice):
+            self.say(f"{name}: could not lower its session's priority to nice {session_nice}; it keeps the default")
         return child
 
     @staticmethod

@@ -17,7 +17,9 @@ from mcap.reader import make_reader
 from hil.qt_preflight import PLUGIN_ENV
 from hil.testing import wait_for
 from sim import messages
+from sim.processes import session_nice
 from tests.conftest import MISSING_LIBRARY
+from tests.hil_demo.test_supervisor import _child_of
 
 #: a cold numba cache on a fresh machine makes the first start slow; the run itself is 10 s
 DEMO_TIMEOUT_S = 600
@@ -217,10 +219,15 @@ def test_demo_on_the_two_device_dynamixel_rig(tmp_path, broken_qt_plugin):
     _wait_no_processes(str(out))
 
 
+#: `mms demo --background-nice` in the test that kills the server: 1 (a weight of 820 against 1024) shows that the
+#: sessions get it without starving the recorder on a busy test machine
+TEST_BACKGROUND_NICE = 1
+
+
 @pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neutral(tmp_path):
     out = tmp_path / "run"
-    demo = _demo(out, 120)
+    demo = _demo(out, 120, "--background-nice", str(TEST_BACKGROUND_NICE))
     pids: dict[str, int] = {}
     deadline = time.monotonic() + DEMO_TIMEOUT_S
     for line in demo.stdout:
@@ -229,6 +236,10 @@ def test_killing_one_process_stops_the_others_names_it_and_leaves_servos_at_neut
         if "driver active" in line or time.monotonic() > deadline:
             break
     assert {"serve", "drive", "record"} <= set(pids)
+    # the processes that can wait, and the emulator the driver started, run in sessions of that nice; the server not
+    nices = {role: session_nice(pid) for role, pid in [*pids.items(), ("emulator", _child_of(pids["drive"]))]}
+    assert nices == {"serve": 0, "record": TEST_BACKGROUND_NICE, "drive": TEST_BACKGROUND_NICE,
+                     "emulator": TEST_BACKGROUND_NICE}, nices
     os.kill(pids["serve"], signal.SIGKILL)
     stdout, stderr = demo.communicate(timeout=120)
     assert demo.returncode != 0

@@ -99,3 +99,36 @@ def test_the_demo_runs_everything_but_the_server_one_real_time_priority_below_it
 
     assert below_server_priority(DEMO_RT_PRIORITY) == DEMO_RT_PRIORITY - 1
     assert below_server_priority(0) == 0 and below_server_priority(1) == 1
+
+
+def _child_of(pid: int, deadline_s: float = DEADLINE_S) -> int:
+    """The pid of the first child process of ``pid`` (waits for it to start)."""
+    def first_child() -> int | None:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as handle:
+                        if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            return int(entry)
+                except (OSError, IndexError, ValueError):
+                    continue
+        return None
+
+    return wait_for(first_child, deadline_s, poll_s=0.05, what=f"a child process of {pid}")
+
+
+def test_a_process_that_can_wait_and_what_it_starts_run_at_a_lower_weight_than_the_server(tmp_path):
+    """`mms demo --background-nice N` starts the recorder and the driver (which starts the emulator) in sessions of
+    nice N (docs/headroom.md): read back from /proc on the process and on the child it started; the server's session
+    keeps nice 0. Raising a nice value needs no permission."""
+    from sim.processes import BACKGROUND_NICE, session_nice
+
+    starts_a_child = [sys.executable, "-c", "import subprocess, sys, time\n"
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\ntime.sleep(60)"]
+    with Supervisor(tmp_path, say=lambda text: None) as supervisor:
+        server = supervisor.start("server", SLEEPER)
+        waiter = supervisor.start("waiter", starts_a_child, session_nice=BACKGROUND_NICE)
+        grandchild = _child_of(waiter.pid)
+        assert session_nice(waiter.pid) == BACKGROUND_NICE
+        assert session_nice(grandchild) == BACKGROUND_NICE
+        assert session_nice(server.pid) == 0
