@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_validate import CHILD_ENV, read_only, synthesise  # noqa: E402
-from hil.recording.export import FORMATS, export_csv, export_h5, export_mat, export_table  # noqa: E402
+from hil.recording.export import (FORMATS, export_csv, export_h5, export_mat, export_table,  # noqa: E402
+                                  stored_rig_or_none)
 from hil.recording.mcap_io import read_recording  # noqa: E402
 from hil.recording.series import build_tables  # noqa: E402
 
@@ -37,9 +38,11 @@ def _children_cpu_s() -> float:
 
 
 def write_only(run: Path, fmt: str, folder: Path) -> float:
-    """CPU s of writing the export's columns (built beforehand, not timed) with ``fmt``'s writer."""
+    """CPU s of writing the export's columns (built beforehand as `mms export` builds them, with the run's rig: not
+    timed) with ``fmt``'s writer."""
     recording = read_recording(run)
-    tables = [export_table(table) for table in build_tables(recording).tables.values()]
+    rig = stored_rig_or_none(recording.metadata)
+    tables = [export_table(table, rig) for table in build_tables(recording).tables.values()]
     folder.mkdir(parents=True, exist_ok=True)
     start = time.process_time()
     if fmt == "csv":

@@ -346,7 +346,7 @@ def export(run: Path, fmt: str, out: Path, topics: list[str] | None = None, prog
     series = build_tables(recording, topics=topics, progress=progress).tables
     if not series:
         raise RecordingError(f"{run}: no messages" + (f" on {topics}" if topics else ""))
-    rig = _stored_rig(recording.metadata)
+    rig = stored_rig_or_none(recording.metadata)
     tables = [export_table(table, rig) for table in series.values()]
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "csv":
@@ -359,7 +359,7 @@ def export(run: Path, fmt: str, out: Path, topics: list[str] | None = None, prog
                         {topic: len(recording.messages[topic]) for topic in series})
 
 
-def _stored_rig(metadata: dict[str, dict[str, str]]):
+def stored_rig_or_none(metadata: dict[str, dict[str, str]]):
     """The run's rig (for sensor units and maps), or None when the recording holds none that loads."""
     from firmware_interface.rigs.host import stored_rig
 

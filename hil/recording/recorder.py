@@ -280,7 +280,8 @@ class Recorder:
         self.pending_topics: list[bytes] = []
         self.pending_payloads: list[zmq.Frame | bytes] = []
         self.pending_log_times: list[int] = []
-        self._pending_bytes = self._pending_counted = 0     # payload bytes of the first _pending_counted queued
+        self.pending_lengths: list[int] = []    # bytes of the first queued payloads (each measured once)
+        self._pending_bytes = 0                 # their sum
         self.shapes: dict[int, Structure] = {}       # the shapes of recent payloads (:func:`_clocks_by_shape`)
         self.stop_requested = False
         self.dropped_while_idle = 0
@@ -384,12 +385,18 @@ class Recorder:
 
     def batch_full(self) -> bool:
         """Whether the queue holds a write batch (WRITE_BATCH_BYTES of payloads or WRITE_BATCH_MESSAGES)."""
-        payloads = self.pending_payloads
-        if len(payloads) >= WRITE_BATCH_MESSAGES:
+        if len(self.pending_payloads) >= WRITE_BATCH_MESSAGES:
             return True
-        self._pending_bytes += sum(map(len, payloads[self._pending_counted:]))
-        self._pending_counted = len(payloads)
+        self._measure_pending()
         return self._pending_bytes >= WRITE_BATCH_BYTES
+
+    def _measure_pending(self) -> None:
+        """The lengths of the queued payloads not measured yet, into ``pending_lengths`` and their running sum (the
+        batch's size; the writer's record lengths)."""
+        lengths = self.pending_lengths
+        new = list(map(len, self.pending_payloads[len(lengths):]))
+        lengths += new
+        self._pending_bytes += sum(new)
 
     def drain(self) -> None:
         """At a stop: receive and write what the peers published before it, so that it is in the file. A recorder
@@ -417,14 +424,16 @@ class Recorder:
         A message that is not [ascii topic, msgpack map with non-negative integer seq (and stamp_ns)] is counted
         malformed and not written."""
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
-        self.pending_topics, self.pending_payloads, self.pending_log_times = [], [], []
-        self._pending_bytes = self._pending_counted = 0
+        measured = self.pending_lengths
+        self.pending_topics, self.pending_payloads, self.pending_log_times, self.pending_lengths = [], [], [], []
+        self._pending_bytes = 0
         count, session = len(topics), self.session
         if session is None or count == 0:
             self.dropped_while_idle += count
             return count
+        measured += map(len, payloads[len(measured):])
+        lengths = np.array(measured, dtype=np.int64)
         names, codes = _topic_codes(topics)
-        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
         valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes, lengths)
         for index in np.flatnonzero(~valid).tolist():
             try:

@@ -20,6 +20,7 @@ Rows: one per message, except ``hw/telemetry``, whose payload is a batch of devi
 from __future__ import annotations
 
 import os
+import threading
 from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -113,24 +114,54 @@ class Table:
         return self.columns[self.groups[key][index]]
 
 
+class _Targets:
+    """The final float64 columns of one topic's keys, which the columnar decode writes its numbers straight into
+    (no block in between to copy from afterwards: allocating and filling the blocks, then copying them into the
+    columns, cost more than the decode itself; docs/recording.md, "Export speed").
+
+    ``arrays[key]``: (width, capacity) float64, C order, so each of the key's columns is contiguous in memory. Row
+    ``r`` of the table is meant to land at index ``r``: each builder of a range of the topic's messages
+    (:class:`_TableBuilder`) owns the indices its messages are expected to fill (``rows_per_message`` each, an
+    estimate from the topic's first message) and writes nowhere else, so builders in threads never overlap. Where
+    the estimate was wrong (a malformed message, a frame of another length) the table's columns are copied from
+    the blocks instead (:meth:`_Column.matrix`): the result is the same, only slower."""
+
+    def __init__(self, capacity: int, rows_per_message: int):
+        self.capacity = capacity
+        self.rows_per_message = rows_per_message
+        self.arrays: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def array(self, key: str, width: int) -> np.ndarray | None:
+        """The (width, capacity) column array of ``key``, made on first use; None if made with another width."""
+        with self._lock:
+            target = self.arrays.get(key)
+            if target is None:
+                target = self.arrays[key] = np.empty((width, self.capacity))
+        return target if target.shape[0] == width else None
+
+
 class _Column:
-    """One payload key over many rows, kept as numpy blocks ``(first row, (k,) or (k, width) array)``.
+    """One payload key over many rows, kept as numpy blocks ``(first row, (k,) or (k, width) array, index)``:
+    ``index`` is where the block's first row sits in ``target`` (the key's array of :class:`_Targets`, whose slice
+    the block is), None for a block of its own.
 
     Blocks of integers stay int64 (``seq``, ``host_ns``, counters: exact); everything else is float64.
     """
 
     def __init__(self):
-        self.blocks: list[tuple[int, np.ndarray]] = []
+        self.blocks: list[tuple[int, np.ndarray, int | None]] = []
         self.vector = False
+        self.target: np.ndarray | None = None
 
-    def add(self, row: int, block: np.ndarray) -> None:
+    def add(self, row: int, block: np.ndarray, index: int | None = None) -> None:
         self.vector |= block.ndim == 2
-        self.blocks.append((row, block))
+        self.blocks.append((row, block, index))
 
     def _back_to_back(self, total_rows: int, width: int) -> bool:
         """The blocks follow each other from row 0 to ``total_rows``, each ``width`` wide."""
         row = 0
-        for start, block in self.blocks:
+        for start, block, _index in self.blocks:
             if start != row or (block.shape[1] if block.ndim == 2 else 1) != width:
                 return False
             row += len(block)
@@ -138,22 +169,45 @@ class _Column:
 
     def integers(self, total_rows: int) -> np.ndarray | None:
         """(total_rows,) int64 when every row has an integer, else None."""
-        if self.vector or any(b.dtype.kind != "i" for _, b in self.blocks):
+        if self.vector or any(b.dtype.kind != "i" for _, b, _ in self.blocks):
             return None
-        if sum(len(b) for _, b in self.blocks) != total_rows or self.blocks[0][0] != 0:
+        if sum(len(b) for _, b, _ in self.blocks) != total_rows or self.blocks[0][0] != 0:
             return None
-        return np.concatenate([b for _, b in self.blocks]).astype(np.int64)
+        return np.concatenate([b for _, b, _ in self.blocks]).astype(np.int64)
 
     def matrix(self, total_rows: int) -> np.ndarray:
         """(total_rows, width) float64, each column contiguous in memory (Fortran order: the table's columns are
-        single signals, read whole many times over); rows without this key are NaN."""
-        width = max((b.shape[1] if b.ndim == 2 else 1) for _, b in self.blocks)
+        single signals, read whole many times over); rows without this key are NaN.
+
+        When every block decoded in place sits at its own row in the target (:class:`_Targets`), the target is the
+        result: the other blocks are copied in at their rows (indices no block wrote in place, since rows do not
+        overlap) and the rows no block has are set to NaN."""
+        width = max((b.shape[1] if b.ndim == 2 else 1) for _, b, _ in self.blocks)
         complete = self._back_to_back(total_rows, width)
-        out = np.empty((width, total_rows)) if complete else np.full((width, total_rows), np.nan)
-        for row, block in self.blocks:
-            block = block.reshape(len(block), -1)
-            out[:block.shape[1], row:row + len(block)] = block.T
+        target = self.target
+        in_target = (target is not None and target.shape[0] == width and total_rows <= target.shape[1]
+                     and all(index is None or index == row for row, _, index in self.blocks))
+        if in_target:
+            out = target[:, :total_rows]
+            if not complete:
+                self._fill_missing(out)
+        else:
+            out = np.empty((width, total_rows)) if complete else np.full((width, total_rows), np.nan)
+        for row, block, index in self.blocks:
+            if index is None or not in_target:
+                block = block.reshape(len(block), -1)
+                out[:block.shape[1], row:row + len(block)] = block.T
         return out.T
+
+    def _fill_missing(self, out: np.ndarray) -> None:
+        """NaN in ``out`` ((width, rows)) wherever no block has a value: rows without a block, and the elements a
+        narrower block lacks."""
+        missing = np.ones(out.shape[1], dtype=bool)
+        for row, block, _index in self.blocks:
+            missing[row:row + len(block)] = False
+            block_width = block.shape[1] if block.ndim == 2 else 1
+            out[block_width:, row:row + len(block)] = np.nan
+        out[:, missing] = np.nan
 
 
 def _numeric_block(values: list) -> np.ndarray | None:
@@ -201,9 +255,13 @@ def _flatten_dict(prefix: str, value: dict, out: dict[str, Any]) -> None:
 class _TableBuilder:
     """Builds a :class:`Table` from decoded payloads, a batch of messages at a time (numpy per key and batch)."""
 
-    def __init__(self, topic: str, keys: set[str] | None = None):
+    def __init__(self, topic: str, keys: set[str] | None = None, targets: _Targets | None = None,
+                 first_index: int = 0, indices: int = 0):
         self.topic = topic
         self.keys = keys   # payload keys to keep (None: all); name lists are always kept
+        #: where the decode writes numbers in place: this builder's row r at index first_index + r of the
+        #: targets' arrays, for r < indices (the indices it owns)
+        self.targets, self.first_index, self.indices = targets, first_index, indices
         self.rows = 0
         self.columns: dict[str, _Column] = {}
         self.text: dict[str, list[str]] = {}
@@ -256,16 +314,60 @@ class _TableBuilder:
         self.sample_ns.append(self.stamp_ns[-1])
         self.rows += len(payloads)
 
+    def destinations(self, shape: Template, messages: int) -> dict[str, np.ndarray]:
+        """Where :func:`~hil.recording.template_decode.read_columns` writes the float numbers of the next
+        ``messages`` messages of ``shape`` (their next rows): per wanted key, the slice of its target array those rows
+        have, shaped as the key's numbers; empty where the rows would pass the indices this builder owns. In a
+        telemetry frame, only the keys with one number or row per sample (what :meth:`add_sample_columns` stacks)."""
+        if self.targets is None:
+            return {}
+        samples = 1
+        if self.topic == TOPIC_HW_TELEMETRY:
+            if not _sample_clocks(shape):
+                return {}
+            samples = shape.numbers["device_us"][1][0]
+        rows = messages * samples
+        if self.rows + rows > self.indices:
+            return {}
+        start = self.first_index + self.rows
+        out = {}
+        for key in shape.floats:
+            array_shape = shape.numbers[key][1]
+            if key in _TIME_KEYS or not self.wanted(key):
+                continue
+            if self.topic == TOPIC_HW_TELEMETRY:
+                if not array_shape or array_shape[0] != samples:
+                    continue
+                row_shape = array_shape[1:]
+            else:
+                row_shape = array_shape
+            target = self.targets.array(key, row_shape[0] if row_shape else 1)
+            if target is None:
+                continue
+            place = target[:, start:start + rows].T       # (rows, width), each column contiguous
+            out[key] = place.reshape((messages,) + array_shape, copy=False)   # a view: the writes land in place
+        return out
+
+    def _add_placed(self, key: str, row: int, block: np.ndarray, placed: dict[str, np.ndarray]) -> None:
+        """Add a block of ``key`` at ``row``; one :meth:`destinations` gave is noted as in place."""
+        column = self.columns.setdefault(key, _Column())
+        if key in placed:
+            column.target = self.targets.arrays[key]
+            column.add(row, block, self.first_index + row)
+        else:
+            column.add(row, block)
+
     def add_columns(self, log_times: list[int], publish_times: list[int], shape: Template,
-                    columns: dict[str, Any]) -> None:
+                    columns: dict[str, Any], placed: dict[str, np.ndarray]) -> None:
         """What :meth:`add_batch` makes of a batch of payloads of one ``shape``, from their columns
-        (:func:`hil.recording.template_decode.read_columns`): numbers as numpy blocks, other values repeated."""
+        (:func:`hil.recording.template_decode.read_columns`, those of ``placed`` written in place, see
+        :meth:`destinations`): numbers as numpy blocks, other values repeated."""
         row, count = self.rows, len(log_times)
         for key in shape.keys:
             if key in _TIME_KEYS or not self.wanted(key):
                 continue
             if key in shape.numbers:
-                self.columns.setdefault(key, _Column()).add(row, columns[key])
+                self._add_placed(key, row, columns[key], placed)
             else:
                 self._add_values(key, row, [columns[key]] * count)
         stamps = columns.get("stamp_ns")
@@ -335,14 +437,15 @@ class _TableBuilder:
         self.sample_ns.append(host_ns - back_ns)
         self.rows += int(counts.sum())
 
-    def add_sample_columns(self, log_times: list[int], shape: Template, columns: dict[str, Any]) -> bool:
-        """What :meth:`_add_sample_batch` makes of telemetry frames of one ``shape``, from their columns; False
-        (nothing added) unless the frames carry integer ``device_us`` lists and integer ``host_ns`` and
-        ``stamp_ns`` (the clocks the rows are placed with)."""
-        clocks = [columns.get(key) for key in ("device_us", "host_ns", "stamp_ns")]
-        if not all(isinstance(c, np.ndarray) and c.dtype.kind == "i" for c in clocks) or clocks[0].ndim != 2:
+    def add_sample_columns(self, log_times: list[int], shape: Template, columns: dict[str, Any],
+                           placed: dict[str, np.ndarray]) -> bool:
+        """What :meth:`_add_sample_batch` makes of telemetry frames of one ``shape``, from their columns (those of
+        ``placed`` written in place, see :meth:`destinations`); False (nothing added) unless the frames carry
+        integer ``device_us`` lists and integer ``host_ns`` and ``stamp_ns`` (the clocks the rows are placed
+        with)."""
+        if not _sample_clocks(shape):
             return False
-        device_us, host, stamps = clocks
+        device_us, host, stamps = (columns[key] for key in _SAMPLE_CLOCKS)
         frames, samples = device_us.shape
         counts = np.full(frames, samples)
         starts = self.rows + np.arange(frames) * samples
@@ -356,7 +459,7 @@ class _TableBuilder:
             elif values.ndim == 1:
                 self.columns.setdefault(key, _Column()).add(self.rows, np.repeat(values, counts))
             elif values.shape[1] == samples:   # one number or one row per sample
-                self.columns.setdefault(key, _Column()).add(self.rows, values.reshape((-1,) + values.shape[2:]))
+                self._add_placed(key, self.rows, values.reshape((-1,) + values.shape[2:]), placed)
         self._add_sample_clocks(np.asarray(log_times, dtype=np.int64), stamps, np.repeat(host, counts), back_ns,
                                 counts)
         return True
@@ -366,8 +469,9 @@ class _TableBuilder:
         offset = self.rows
         for key, column in other.columns.items():
             mine = self.columns.setdefault(key, _Column())
-            for row, block in column.blocks:
-                mine.add(row + offset, block)
+            mine.target = mine.target if column.target is None else column.target
+            for row, block, index in column.blocks:
+                mine.add(row + offset, block, index)
         for key, values in other.text.items():
             mine_text = self.text.setdefault(key, [])
             mine_text.extend([""] * (offset - len(mine_text)))
@@ -429,6 +533,18 @@ class _TableBuilder:
         return table
 
 
+#: the telemetry frame's clocks its samples' rows are placed with
+_SAMPLE_CLOCKS = ("device_us", "host_ns", "stamp_ns")
+
+
+def _sample_clocks(shape: Template) -> bool:
+    """Whether telemetry frames of ``shape`` carry the clocks of their samples: a list of integers ``device_us``,
+    one integer each ``host_ns`` and ``stamp_ns``."""
+    numbers = shape.numbers
+    return (all(key in numbers and key not in shape.floats for key in _SAMPLE_CLOCKS)
+            and len(numbers["device_us"][1]) == 1 and numbers["host_ns"][1] == () and numbers["stamp_ns"][1] == ())
+
+
 def decode_payload(data: bytes) -> dict | None:
     """A recorded payload as a map, or None if it is not one (counted by the caller)."""
     try:
@@ -483,9 +599,8 @@ def build_tables(recording: RawRecording, topics: Iterable[str] | None = None, p
     return Tables({t: tables[t] for t in wanted}, origin_ns, malformed)
 
 
-def _fill_topic(topic: str, messages: list, keys: set[str] | None, bar=None) -> tuple[_TableBuilder, int]:
-    """Decode one topic's messages into a builder; returns it and the number of malformed payloads."""
-    builder = _TableBuilder(topic, keys)
+def _fill_topic(builder: _TableBuilder, messages: list, bar=None) -> tuple[_TableBuilder, int]:
+    """Decode messages of the builder's topic into it; returns it and the number of malformed payloads."""
     malformed = 0
     for start in range(0, len(messages), _BATCH):
         malformed += _fill_batch(builder, messages[start:start + _BATCH])
@@ -541,15 +656,16 @@ def _fill_batch(builder: _TableBuilder, batch: list) -> int:
         end = position + _run_length(shaped.matches[position:])
         run = batch[position:end]
         first = shaped.row[position]
-        wanted = frozenset(key for key in shaped.shape.numbers if key in _CLOCK_KEYS or builder.wanted(key))
-        columns = read_columns(shaped.shape, shaped.rows[first:first + len(run)], wanted)
-        malformed += _fill_one_by_one(builder, one_by_one)
+        malformed += _fill_one_by_one(builder, one_by_one)   # their rows come first
         one_by_one = []
+        wanted = frozenset(key for key in shaped.shape.numbers if key in _CLOCK_KEYS or builder.wanted(key))
+        placed = builder.destinations(shaped.shape, len(run))
+        columns = read_columns(shaped.shape, shaped.rows[first:first + len(run)], wanted, placed)
         if telemetry:
-            if not builder.add_sample_columns([m[0] for m in run], shaped.shape, columns):
+            if not builder.add_sample_columns([m[0] for m in run], shaped.shape, columns, placed):
                 one_by_one = list(run)   # no integer clocks to place the samples with: the reference path
         else:
-            builder.add_columns([m[0] for m in run], [m[1] for m in run], shaped.shape, columns)
+            builder.add_columns([m[0] for m in run], [m[1] for m in run], shaped.shape, columns, placed)
         position = end
     return malformed + _fill_one_by_one(builder, one_by_one)
 
@@ -601,12 +717,13 @@ def _fill(order, recording, builders, malformed, bar, keys, max_messages) -> Non
     from concurrent.futures import ThreadPoolExecutor
 
     sizes = {topic: len(recording.messages[topic][:max_messages]) for topic in order}
+    targets = {topic: _targets(topic, recording.messages[topic], sizes[topic]) for topic in order}
     total = sum(sizes.values())
     workers = min(os.cpu_count() or 1, total // PARALLEL_MIN_MESSAGES)
     if workers < 2:
         for topic in order:
-            builders[topic], bad = _fill_topic(topic, recording.messages[topic][:max_messages], keys.get(topic),
-                                               bar)
+            builder = _range_builder(topic, keys.get(topic), targets[topic], 0, sizes[topic])
+            builders[topic], bad = _fill_topic(builder, recording.messages[topic][:max_messages], bar)
             if bad:
                 malformed[topic] = bad
         return
@@ -616,7 +733,8 @@ def _fill(order, recording, builders, malformed, bar, keys, max_messages) -> Non
 
     def fill_range(task: tuple[str, int, int]) -> tuple[_TableBuilder, int]:
         topic, start, stop = task
-        return _fill_topic(topic, recording.messages[topic][start:stop], keys.get(topic))
+        builder = _range_builder(topic, keys.get(topic), targets[topic], start, stop)
+        return _fill_topic(builder, recording.messages[topic][start:stop])
 
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(fill_range, tasks))
@@ -628,3 +746,24 @@ def _fill(order, recording, builders, malformed, bar, keys, max_messages) -> Non
             malformed[topic] = malformed.get(topic, 0) + bad
         if bar is not None:
             bar.update(stop - start)
+
+
+def _targets(topic: str, messages: list, count: int) -> _Targets | None:
+    """The final columns of the first ``count`` of a topic's ``messages``: one row per message, or per sample of a
+    telemetry frame (as many as the first frame holds, the device's fixed frame length); None when that first
+    frame holds none."""
+    rows_per_message = 1
+    if topic == TOPIC_HW_TELEMETRY:
+        first = decode_payload(messages[0][2]) if messages else None
+        device_us = first.get("device_us") if first is not None else None
+        rows_per_message = len(device_us) if isinstance(device_us, list) else 0
+    return _Targets(count * rows_per_message, rows_per_message) if rows_per_message else None
+
+
+def _range_builder(topic: str, keys: set[str] | None, targets: _Targets | None, start: int,
+                   stop: int) -> _TableBuilder:
+    """A builder of messages ``start`` to ``stop`` of a topic, owning their rows' indices in ``targets``."""
+    if targets is None:
+        return _TableBuilder(topic, keys)
+    per = targets.rows_per_message
+    return _TableBuilder(topic, keys, targets, start * per, (stop - start) * per)

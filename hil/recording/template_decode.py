@@ -95,6 +95,8 @@ class Template:
         self.u64_top_offsets = np.array([leaf.offset + 1 for leaves, _ in self.numbers.values() for leaf in leaves
                                          if leaf.code == ">u8"], dtype=np.int64)
         self.layouts = {key: _layout(leaves, array_shape) for key, (leaves, array_shape) in self.numbers.items()}
+        #: the keys whose numbers are floats (read as float64; the others are integers, read as int64)
+        self.floats = frozenset(key for key, (leaves, _) in self.numbers.items() if _kind(leaves[0].code) == "f")
 
 
 def _layout(leaves: list[_Leaf], array_shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
@@ -232,11 +234,14 @@ def matching(shape: Template, rows: np.ndarray) -> np.ndarray:
     return ok
 
 
-def read_columns(shape: Template, rows: np.ndarray, keys: frozenset[str] | None = None) -> dict[str, object]:
+def read_columns(shape: Template, rows: np.ndarray, keys: frozenset[str] | None = None,
+                 out: dict[str, np.ndarray] | None = None) -> dict[str, object]:
     """The columns of ``rows`` ((k, length) uint8, C-contiguous, all :func:`matching`): per key of the template, its
     constant value or its numbers as a (k,) array (a number), (k, n) array (a list of n numbers) or (k, rows,
     columns) array (a matrix), int64 for integers and float64 for floats (the arrays ``np.asarray`` makes of the
-    decoded values). ``keys``: only these keys' numbers are read (the others are left out of the result)."""
+    decoded values). ``keys``: only these keys' numbers are read (the others are left out of the result).
+    ``out``: per key of ``shape.floats``, a float64 array of that shape (any strides: a slice of the column the
+    numbers end up in) to write them into; it is then the key's entry of the result."""
     rows = np.ascontiguousarray(rows)
     count, length = rows.shape
     columns: dict[str, object] = dict(shape.constants)
@@ -256,9 +261,13 @@ def read_columns(shape: Template, rows: np.ndarray, keys: frozenset[str] | None 
             start = 0 if code in _FIXINTS else 1
             gathered = np.ascontiguousarray(rows[:, (offsets[:, None] + start + np.arange(size)).ravel()])
             raw = gathered.view(raw_dtype).reshape((count,) + array_shape)
+        destination = out.get(key) if out is not None and key in shape.floats else None
         if code in _FIXINTS:   # a one-byte integer, positive (0x00-0x7f) or negative (0xe0-0xff) in any message
             values = raw.astype(np.int64)
             values[values >= 0xe0] -= 0x100
+        elif destination is not None:   # byte-swapped and widened straight into place: no array in between
+            np.copyto(destination, raw)
+            values = destination
         else:
             values = raw.astype(np.float64 if raw.dtype.kind == "f" else np.int64)
         columns[key] = values

@@ -156,3 +156,68 @@ def test_a_run_start_of_shapeless_frames_and_seq_widths_leaves_only_those_frames
     assert list(fast.columns) == list(reference.columns)
     for name, values in reference.columns.items():
         np.testing.assert_array_equal(fast.columns[name], values, err_msg=name)
+
+
+def _columns_in_place(monkeypatch) -> list[bool]:
+    """Per table column matrix made from here on of a key with float numbers decoded by shape (the keys with a
+    target array): whether it is that array itself (filled in place)."""
+    in_place = []
+    matrix = series._Column.matrix
+
+    def watched(column, total_rows):
+        result = matrix(column, total_rows)
+        if column.target is not None:
+            in_place.append(np.shares_memory(result, column.target))
+        return result
+
+    monkeypatch.setattr(series._Column, "matrix", watched)
+    return in_place
+
+
+def _assert_same_tables(mine: series.Tables, reference: series.Tables) -> None:
+    assert list(mine.tables) == list(reference.tables) and mine.malformed == reference.malformed
+    for topic, table in reference.tables.items():
+        other = mine.tables[topic]
+        assert list(other.columns) == list(table.columns) and other.groups == table.groups, topic
+        assert other.element_names == table.element_names and other.text == table.text, topic
+        for name, values in table.columns.items():
+            assert other.columns[name].dtype == values.dtype, f"{topic}:{name}"
+            np.testing.assert_array_equal(other.columns[name], values, err_msg=f"{topic}:{name}")
+
+
+def test_ranges_decoded_in_threads_write_in_place_or_fall_back_and_give_the_reference_tables(tmp_path, monkeypatch):
+    """A large recording is decoded in ranges of messages in threads, each range writing its float numbers straight
+    into the topic's final columns at the rows its messages are expected to fill (one per message, or per sample of
+    the first frame's length). All messages well formed: every float column is filled in place. A malformed message
+    in the first range (one row fewer) moves the later ranges' rows, and a longer telemetry frame (more rows) makes
+    more rows than there are places: those columns are put together from the blocks instead. Either way the tables are the message-by-message path's."""
+    monkeypatch.setattr(series, "PARALLEL_MIN_MESSAGES", 1000)
+    monkeypatch.setattr(series.os, "cpu_count", lambda: 2)           # threads on any machine
+    intact, damaged = tmp_path / "intact.mcap", tmp_path / "damaged.mcap"
+    _write(intact)
+    rng = np.random.default_rng(4)
+    writer = RecordingWriter(damaged, overwrite=True)
+    for k in range(MESSAGES):
+        payload = _state(k, rng)
+        writer.add(TOPIC_SIM_STATE, b"\xc1" if k == 700 else msgpack.packb(payload), payload["stamp_ns"] + 5,
+                   payload["stamp_ns"], k)
+        if k % 10 == 0:
+            frame = _telemetry(k // 10, rng)
+            if k == 100:                                             # two samples more than the others
+                frame["device_us"] += [frame["device_us"][-1] + 1000, frame["device_us"][-1] + 2000]
+                frame["servo_rad"] += [[0.5, 0.25, 0.125]] * 2
+                frame["load"] += [[1.5, -1.5]] * 2
+            writer.add(TOPIC_HW_TELEMETRY, msgpack.packb(frame), frame["stamp_ns"] + 5, frame["stamp_ns"], k // 10)
+    writer.close()
+    for path, placed in ((intact, True), (damaged, False)):
+        recording = read_recording(path)
+        in_place = _columns_in_place(monkeypatch)
+        threaded = series.build_tables(recording)
+        # q, strain, base_wrench, t of sim/state; servo_rad, load of hw/telemetry
+        assert len(in_place) == 6 and in_place == [placed] * 6, (path.name, in_place)
+        monkeypatch.setattr(series, "SHAPES_PER_BATCH", 0)          # the message-by-message path
+        reference = series.build_tables(recording)
+        monkeypatch.undo()
+        monkeypatch.setattr(series, "PARALLEL_MIN_MESSAGES", 1000)
+        monkeypatch.setattr(series.os, "cpu_count", lambda: 2)
+        _assert_same_tables(threaded, reference)
