@@ -177,6 +177,36 @@ STEP_WAIT_S = 2e-3
 SAMPLE_RING = 64
 
 
+class Signal:
+    """A flag shared between the emulator and its plant process, like ``multiprocessing.Event`` except that
+    :meth:`set` never waits. An Event's ``set`` waits until every process blocked in its ``wait`` has woken: a plant
+    descheduled inside its wait held the emulator's serial loop until it ran again, and a stopped one (SIGSTOP)
+    held it for good. Here ``set`` raises the flag and releases a semaphore; ``wait`` takes the semaphore (or sees
+    the flag), ``clear`` lowers the flag and takes the releases not yet taken."""
+
+    def __init__(self, ctx):
+        self._flag = ctx.RawValue("b", 0)
+        self._wake = ctx.Semaphore(0)
+
+    def set(self) -> None:
+        self._flag.value = 1
+        self._wake.release()
+
+    def is_set(self) -> bool:
+        return bool(self._flag.value)
+
+    def clear(self) -> None:
+        self._flag.value = 0
+        while self._wake.acquire(False):
+            pass
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the flag is raised; False when ``timeout`` s passed first."""
+        if not self._flag.value:
+            self._wake.acquire(timeout=timeout)
+        return bool(self._flag.value)
+
+
 class SimulatorPlant:
     """The MMS simulator as the rig's physics, in its own process (its own core and GIL), paced to the wall clock.
 
@@ -194,7 +224,7 @@ class SimulatorPlant:
         self.n_servo, self.n_sensor = len(rig.servos), len(rig.sensors)
         self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor
                                  + SAMPLE_RING * (1 + 2 * self.n_servo))
-        self._go, self._stop, self._sampled, self._stepped = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+        self._go, self._stop, self._sampled, self._stepped = (Signal(ctx) for _ in range(4))
         self.clock = rig.emulator.physics.clock if rig.emulator.physics is not None else "wall"
         self.late = 0      # "samples" clock: readings older than one sample (the plant had not stepped in time)
         self._messages = ctx.Queue()
