@@ -18,8 +18,8 @@ import pyqtgraph as pg
 from PyQt5.QtCore import QEvent, QObject, Qt, QThread, QTimer
 from PyQt5.QtGui import QColor, QFont, QIcon, QPixmap
 from PyQt5.QtWidgets import (QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                             QMainWindow, QPushButton, QSlider, QSplitter, QTableWidget, QTableWidgetItem,
-                             QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
+                             QMainWindow, QPushButton, QSizePolicy, QSlider, QSplitter, QTableWidget,
+                             QTableWidgetItem, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from gui.network import ControlChannel, SubscriberWorker
 from gui.decimate import WindowDecimator
@@ -105,6 +105,22 @@ class PaintCounter(QObject):
         return False
 
 
+class StatusLine(QLabel):
+    """A one-line status that takes the width its layout gives it and never asks for more: the text is cut at the
+    label's edge and shown whole in the tooltip. A plain QLabel asks for its whole text's width, so a long status (the
+    recorder's timeout names the endpoint twice: ~1900 px) widened the main window, which relaid out and repainted
+    every plot."""
+
+    def __init__(self, text: str = ""):
+        super().__init__()
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        super().setText(text)
+        self.setToolTip(text)
+
+
 class DashboardWindow(QMainWindow):
     def __init__(self, options: DashboardOptions):
         super().__init__()
@@ -188,7 +204,7 @@ class DashboardWindow(QMainWindow):
         self.record_stop = QPushButton("■ Stop")
         self.record_start.clicked.connect(self.start_recording)
         self.record_stop.clicked.connect(self.stop_recording)
-        self.record_label = QLabel(f"recorder: asking {self.options.endpoints.recorder_control}…")
+        self.record_label = StatusLine(f"recorder: asking {self.options.endpoints.recorder_control}…")
         self.estop_button = QPushButton("E-STOP")
         self.estop_button.setMinimumSize(170, 56)
         font = QFont()

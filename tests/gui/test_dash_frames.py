@@ -147,6 +147,22 @@ def test_a_frame_paints_the_plots_once(qtbot, make_window):
     assert paints == [1] * len(paints)
 
 
+def test_the_recorders_timeout_message_leaves_the_plots_alone(qtbot, make_window):
+    """No recorder answers here: its timeout message (the endpoint named twice) arrives when the timeout runs out,
+    which on a loaded machine is in the middle of the frames of the test above. It must not widen the window: that
+    relays out and repaints every plot (three to four paints of one frame, measured)."""
+    window = make_window(window_s=WINDOW_S)
+    qtbot.waitUntil(lambda: window.paint_counter.paints > 0, timeout=DEADLINE_MS)
+    settle(window.paint_counter)
+    size, paints = window.size(), window.paint_counter.paints
+    qtbot.waitUntil(lambda: "none at" in window.record_label.text(), timeout=DEADLINE_MS)
+    for _ in range(MAX_PASSES):     # the relayout and the resize come passes apart (some paint nothing)
+        QApplication.processEvents()
+    assert window.size() == size
+    assert window.paint_counter.paints == paints
+    assert window.record_label.toolTip() == window.record_label.text()     # what the cut line does not show
+
+
 def test_a_window_holding_a_non_finite_value_is_drawn_with_the_line_broken(qtbot, make_window):
     window = make_window(window_s=WINDOW_S)
     values = spiky_signal(3000, seed=4)
