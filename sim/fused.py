@@ -67,10 +67,6 @@ discard_stale_kernels()   # before any kernel of this module is loaded from numb
 
 #: Integration methods of the fused path: classical RK4; the Rosenbrock-W ROS34PW2 (sim/integrators.py).
 METHOD_RK4, METHOD_ROSW = 0, 1
-#: The recursions' ``use_laws`` as the stepper passes it: a module constant, which numba types as a plain bool. A
-#: literal ``True`` in the call is a type of its own: numba compiled flex_backward and _recursions_packed once more
-#: for it, beside the Python path's bool (about 4 % of the cold warm-up).
-WITH_JOINT_LAWS = True
 #: Simulation integrator name -> fused method code.
 FUSED_METHODS = {"rk4": METHOD_RK4, "rosw": METHOD_ROSW}
 
@@ -469,14 +465,14 @@ def _stepper_templates(fingerprint):
             pk = flex.model
             flex_backward(parent, m.joint_axis, m.inertia, actuated, m.law_k, m.law_mu, m.law_r0, pk.modal_of,
                           pk.mode0, pk.sec0, pk.w, pk.Ms, pk.K, pk.D, gravity, base_mode, acc_in, q, qd,
-                          flex.qe, flex.qed, scratch.qdd_in, tau_passive, WITH_JOINT_LAWS, v.g, v.AdJ, v.eta, v.zeta,
-                          flex.S, v.f_ext, v.f_gravity, v.M_added, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu,
+                          flex.qe, flex.qed, scratch.qdd_in, tau_passive, True, v.g, v.AdJ, v.eta, v.zeta, flex.S,
+                          v.f_ext, v.f_gravity, v.M_added, flex.sec_A, flex.sec_J, flex.sec_eta, flex.sec_nu,
                           flex.g_sec, flex.f_sec, flex.M_sec, v.Mstar, v.Pistar, flex.C, flex.E, flex.Pe, flex.Mt,
                           flex.Pt, flex.EinvC, flex.EinvP, v.H, v.eta_d, v.qdd, v.tau, flex.qedd, v.base_acc,
                           v.base_wrench)
         else:
             _recursions_packed(parent, mf, buf, actuated, scratch.qdd_in, tau_passive, gravity, base_mode, acc_in,
-                               WITH_JOINT_LAWS)
+                               True)
         if flex is None:
             _state_derivative(y, passive, floating, v.base_acc, v.qdd, no_modes, dy)
         else:
