@@ -58,8 +58,10 @@ from .spatial import quat_derivative, quat_to_matrix
 from .kernel_cache import discard_stale_kernels
 
 # the force models' kernels register on import: a model built from them needs them in the registry (the measured
-# wrench of the closed loop too: its processes then share the shipped robots' compiled stepper, warmed at install)
-from . import aero, hydro, measured_wrench  # noqa: E402,F401  (isort: skip)
+# wrench of the closed loop too: its processes then share the shipped robots' compiled stepper, warmed at install).
+# All of them, here: a kernel registered later (RayBot's Lighthill slices, imported when RayBot is built) changes the
+# registries' fingerprint, and every process that has built a RayBot ran (and the warm-up compiled) a second stepper
+from . import aero, hydro, lighthill, measured_wrench  # noqa: E402,F401  (isort: skip)
 
 discard_stale_kernels()   # before any kernel of this module is loaded from numba's cache
 

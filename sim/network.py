@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import msgpack
 import zmq
 import zmq.auth
@@ -128,6 +127,8 @@ def _load_text_toml(path: Path) -> dict[str, Any]:
 
 def check_schema(table: dict[str, Any], schema: dict[str, Any], path: str | Path) -> None:
     """Raise a one-line ConfigError for the first violation of ``schema``; an unknown key gets a did-you-mean."""
+    import jsonschema   # at the first validation (sim.config._validator_class says why)
+
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(table))
     if error is None:
         return

@@ -17,14 +17,15 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.messages import SCHEMA_VERSION
-from sim.model import Model
-from sim.shapes import Shape, default_shapes
-from sim.spatial import matrix_to_quat
+
+if TYPE_CHECKING:
+    from sim.model import Model
+    from sim.shapes import Shape
 
 FRAME_TRANSFORMS = "foxglove.FrameTransforms"
 SCENE_UPDATE = "foxglove.SceneUpdate"
@@ -107,6 +108,11 @@ class PoseTranslator:
     """Foxglove messages of one model: :meth:`poses` per state, :meth:`scene` once per (re)announcement."""
 
     def __init__(self, model: Model, shapes: list[Shape] | None = None):
+        # the kernel modules (numba) load here, when a robot is posed: `mms record` and `mms bridge` start without
+        # them otherwise (about 0.5 s of CPU per start)
+        from sim.shapes import default_shapes
+        from sim.spatial import matrix_to_quat
+
         self.model = model
         self.shapes = default_shapes(model) if shapes is None else shapes
         placement = model.joint_placement[1:]
@@ -177,6 +183,8 @@ def _quaternion(wxyz) -> dict[str, float]:
 
 
 def _pose(g: np.ndarray) -> dict[str, Any]:
+    from sim.spatial import matrix_to_quat
+
     return {"position": _vector3(g[:3, 3]), "orientation": _quaternion(matrix_to_quat(g[:3, :3]))}
 
 
