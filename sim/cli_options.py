@@ -46,9 +46,10 @@ HELP: dict[str, str] = {
                       "0: the normal scheduler"),
     "--background-nice": ("the fair scheduler's nice value, 0-19, of the session of each process that can wait "
                           "(the recorder, the driver with its emulator and physics plant, the dashboard), so that the "
-                          "model server preempts them when a state is due (no permission needed); on an otherwise idle "
-                          "machine 10 cut the server's late states to 0.37-0.46x, on a busy one it starves them "
-                          "(docs/headroom.md); 0: off"),
+                          "model server preempts them when a state is due (no permission needed); experimental: 10 cut "
+                          "the server's late states to 0.37-0.46x in 2-minute soaks beside other load, changed "
+                          "nothing in an idle 10-minute soak, and starves them on a busy machine (docs/headroom.md); "
+                          "0: off"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
     "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "
