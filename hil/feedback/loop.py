@@ -219,7 +219,6 @@ class PhaseTable:
         self.history = np.zeros((periods, self.n, 6))   # (periods, n, 6) N, N m: each bin's last samples
         self.values = np.zeros((self.n, 6))          # (n, 6) N, N m: their medians (refreshed with smooth)
         self.smooth = np.zeros((self.n, 6))          # (n, 6) N, N m: the medians' first harmonics
-        self.counts = np.zeros(self.n, dtype=np.int64)  # samples each bin holds, up to periods
         self.written = np.zeros(self.n, dtype=np.int64)  # samples each bin took: the next one's slot, modulo periods
         self.added = 0
 
@@ -231,7 +230,6 @@ class PhaseTable:
             return
         self.history[self.written[b] % self.periods, b] = np.mean(self.window, axis=0)
         self.written[b] += 1
-        self.counts[b] = min(self.counts[b] + 1, self.periods)
         self.added += 1
         if self.added % self.n == 0 and self.full():
             self.values = np.median(self.history, axis=0)
@@ -242,10 +240,15 @@ class PhaseTable:
             spectrum[:self.harmonics + 1] /= self.response[:, None]
             self.smooth = np.fft.irfft(spectrum, self.n, axis=0)
 
+    @property
+    def counts(self) -> np.ndarray:
+        """Samples each bin holds (n,), up to ``periods``."""
+        return np.minimum(self.written, self.periods)
+
     def full(self) -> bool:
         """Every bin holds its ``periods`` samples: until then the table reads zero (a bin of one or two samples is
         mostly the free vibration and noise the average is there to remove)."""
-        return bool(self.counts.min() >= self.periods)
+        return bool(self.written.min() >= self.periods)
 
     def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """The error (6,) at drive time ``t`` (s), linear between bins, and its rate (6,) per s (zero until the
