@@ -203,6 +203,7 @@ def feedback_schema(load_names: list[str], angle_names: list[str]) -> dict[str, 
         "sensor_delay_samples": integer(0, 1000),
         "smoothing_s": number(0.0, MAX_FEEDBACK_AGE_S, expected=f"a window in [0, {MAX_FEEDBACK_AGE_S:g}] s"),
         "mean": {"type": "boolean", EXPECTED: "true or false"},
+        "frame": one_of("body", "averaged"),
         "wrench": table({
             "channels": array(channel, len(WRENCH_COMPONENTS), len(WRENCH_COMPONENTS),
                               expected="six [[load]] channels: fx, fy, fz (N), mx, my, mz (N m), body frame"),

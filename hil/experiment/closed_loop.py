@@ -245,7 +245,7 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     limit, deadband), the table then reading each sample the servos' first-harmonic lag earlier."""
     from firmware_interface.emulator import SensorBank, ServoBank
     from firmware_interface.plant import SimulatorCore
-    from hil.feedback.loop import ModelTwin, fed_channels, load_feedback, phase_table
+    from hil.feedback.loop import ModelTwin, attitude, fed_channels, load_feedback, phase_table
     from sim.measured_wrench import MeasuredWrench
     from sim.robots import build_robot
     from sim.simulation import Simulation
@@ -282,6 +282,7 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     table = phase_table(spec, sample_s)
     fed = fed_channels(spec)
     wrench = MeasuredWrench(spec.body)
+    held = attitude(spec)       # frame = "averaged": the thorax's attitude over the last period
     closed = Simulation(model.replace(force_models=[*model.force_models, wrench]), integrator=integrator, dt=dt)
     closed.reset()
     # the rig at rest at the stroke's start (the driver ramps the servos there before the loop starts)
@@ -326,6 +327,9 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
                        "base_quat": matrix_to_quat(closed.base_pose[:3, :3]), "base_twist": closed.y[7:13].copy()}
         # "none": the newest error at the period's start, held (a lockstep loop's; errors[-1] is zero at k = 1)
         value, slope = table.at(closed.t) if periodic else (errors[k - 2], np.zeros(6))
+        if held is not None:
+            held.add(closed.t, closed.base_pose[:3, :3])
+            value, slope = held.held(np.stack([value, slope]))
         wrench.set(closed.t, gain * value, gain * slope)
         closed.inputs_changed()
         twists[k - 1] = closed.advance_to(t)["base_twist"]

@@ -112,7 +112,9 @@ class FeedbackSpec:
     smoothing_s: float = 0.0
     #: periodic: the table's mean over a period (the drive's zeroth harmonic) fed back with its harmonics
     mean: bool = True
-
+    #: the frame the wrench is applied in: "body" (the body's own, as it moves) or "averaged" (the body's attitude
+    #: averaged over the last period_s: :class:`AveragedAttitude`)
+    frame: str = "body"
 
 
 def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
@@ -127,6 +129,11 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
     guard = table.get("guard", {})
     if table.get("compensation") == "periodic" and "period_s" not in table:
         raise ConfigError(path, "feedback.period_s", 'missing: compensation = "periodic" needs the drive\'s period')
+    if table.get("frame") == "averaged" and "period_s" not in table:
+        raise ConfigError(path, "feedback.period_s", 'missing: frame = "averaged" needs the drive\'s period')
+    if table.get("frame") == "averaged" and int(wrench.get("body", 0)) != 0:
+        raise ConfigError(path, "feedback.frame", 'got "averaged" with wrench.body '
+                                                  f'{wrench["body"]}, expected the base\'s wrench (body 0)')
     get = lambda where, key, default: float(require(where, key, (int, float), path=path, prefix="feedback",  # noqa: E731
                                                     default=default))
     return rig, FeedbackSpec(
@@ -144,7 +151,8 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
                      for joint, entry in table.get("joints", {}).items()),
         gravity=float(table["gravity"]) if "gravity" in table else None,
         sensor_delay_samples=int(table.get("sensor_delay_samples", 0)), left_out=tuple(wrench.get("left_out", ())),
-        smoothing_s=float(table.get("smoothing_s", 0.0)), mean=bool(table.get("mean", True)))
+        smoothing_s=float(table.get("smoothing_s", 0.0)), mean=bool(table.get("mean", True)),
+        frame=table.get("frame", "body"))
 
 
 def fed_channels(spec: FeedbackSpec) -> np.ndarray:
@@ -266,6 +274,46 @@ def phase_table(spec: FeedbackSpec, sample_s: float) -> PhaseTable:
                       spec.mean)
 
 
+class AveragedAttitude:
+    """The frame of a held body for a wrench measured on it: the free body's attitude averaged over the last drive
+    period. The rig's sensor measures the model's error on a body held still, where its harmonics (mostly the
+    wings' inertial and elastic loads, internal to the robot) carry no momentum over a period. Applied in the free
+    body's own frame, they turn with its oscillation within the period (the flapper's thorax pitches +-0.6 deg a
+    stroke), and the part of them in phase with it becomes a mean force in the world that no reaction on the wings
+    balances: the free thorax integrates it (docs/closed-loop.md, "The vertical drift"). Applied in the averaged
+    frame, a wrench w (6,) (force N, moment N m, about O_body) is ``C w`` in the body's frame with
+    ``C = R^T R_mean`` (3, 3): in the world ``R_mean w`` whatever the oscillation, and its mean over a period is the
+    measured mean's alone. ``R_mean``: the mean of the body's world rotations (3, 3) over the last ``period_s``,
+    projected onto the rotations (the nearest in the Frobenius norm: the polar factor, from its SVD)."""
+
+    def __init__(self, period_s: float):
+        self.period_s = period_s
+        self.recent: deque[tuple[float, np.ndarray]] = deque()   # (simulated s, world rotation (3, 3))
+        self.total = np.zeros((3, 3))
+
+    def add(self, t: float, rotation: np.ndarray) -> None:
+        """The body's world rotation (3, 3) at simulated time ``t`` (s); those a period older are dropped."""
+        self.recent.append((t, rotation))
+        self.total += rotation
+        while t - self.recent[0][0] >= self.period_s:
+            self.total -= self.recent.popleft()[1]
+
+    def mean(self) -> np.ndarray:
+        """R_mean (3, 3): the rotation nearest the mean of those kept."""
+        u, _, vt = np.linalg.svd(self.total / len(self.recent))
+        return u @ np.diag([1.0, 1.0, np.linalg.det(u @ vt)]) @ vt
+
+    def held(self, wrench: np.ndarray) -> np.ndarray:
+        """``wrench`` (6,) or (k, 6) in the averaged frame turned into the newest rotation's body frame."""
+        turn = self.recent[-1][1].T @ self.mean()
+        return np.concatenate([wrench[..., :3] @ turn.T, wrench[..., 3:] @ turn.T], axis=-1)
+
+
+def attitude(spec: FeedbackSpec) -> AveragedAttitude | None:
+    """The averaged attitude of a ``[feedback]`` table with ``frame = "averaged"``, else None."""
+    return AveragedAttitude(spec.period_s) if spec.frame == "averaged" else None
+
+
 class GrowthWatch:
     """Flags an unstable loop: the RMS of the fed-back force over consecutive windows of ``window_s`` grows by
     more than ``factor`` GROWTH_WINDOWS times in a row, above ``floor`` N."""
@@ -330,6 +378,7 @@ class FeedbackLoop:
         self.phases = None if self.spec.compensation != "periodic" else \
             phase_table(self.spec, 1.0 / self.rig.telemetry_hz)
         self.sim_clock = (0.0, 0.0)             # (wall s on self.clock, simulated time s) at the last update
+        self.attitude = attitude(self.spec)     # frame = "averaged": the base's attitude over the last period
         self.growth = GrowthWatch(self.spec.growth_window_s, self.spec.max_growth,
                                   GROWTH_FLOOR * self.spec.max_force_n)
 
@@ -434,6 +483,9 @@ class FeedbackLoop:
                               f"([feedback.guard] max_growth {self.spec.max_growth:g})", simulation)
         if self.closed_at is None and (self.phases is None or self.phases.full()):
             self.closed_at = t
+        if self.attitude is not None:
+            self.attitude.add(t, simulation.base_pose[:3, :3])
+            value, rate = self.attitude.held(np.stack([value, rate]))
         self._apply(simulation, t, value, rate)
         self._set_joints(age)
         return None

@@ -94,3 +94,34 @@ def test_without_the_mean_the_table_feeds_back_the_drives_harmonics_alone():
     times = np.arange(0.0, 0.2, 1e-3)
     read = np.array([table.at(t)[0][0] for t in times])
     assert np.allclose(read, error(times) - 0.2, rtol=0.0, atol=1e-9)
+
+
+def test_in_the_averaged_frame_a_force_turning_with_the_body_puts_no_mean_on_the_world():
+    """A body pitching theta(t) = theta0 + A sin(phi) (A: the demo thorax's 0.6 deg a stroke) under a body-frame
+    force fx = F sin(phi), in phase with the pitch and of zero mean (the model error's harmonics, internal loads,
+    measured on the held thorax). In the body's own frame the world gets a mean vertical force
+    -F J1(A) cos(theta0) ~ -F A cos(theta0) / 2 (the rectification the free thorax integrates into its vertical
+    speed); in the averaged frame (hil.feedback.loop.AveragedAttitude) the force keeps the averaged attitude's
+    direction, theta0 (that of a symmetric oscillation's rotations, to rounding), and its world mean is zero to
+    rounding. Times exact in binary (2^-10 s samples, a 0.25 s period), so a period holds 256 of them exactly."""
+    from hil.feedback.loop import AveragedAttitude
+    from sim.spatial import exp_so3
+
+    rot_y = lambda angle: exp_so3(np.array([0.0, angle, 0.0]))  # noqa: E731 - one-line local
+
+    period, n, theta0, amplitude, force = 0.25, 256, 0.2, np.radians(0.6), 1e-3
+    attitude = AveragedAttitude(period)
+    own, held = [], []
+    for k in range(2 * n):
+        phi = 2.0 * np.pi * k / n
+        rotation = rot_y(theta0 + amplitude * np.sin(phi))
+        wrench = np.array([force * np.sin(phi), 0.0, 0.0, 0.0, 0.0, 0.0])
+        attitude.add(k * period / n, rotation)
+        if k >= n - 1:                                 # a whole period in the attitude's window
+            assert len(attitude.recent) == n
+            own.append(rotation @ wrench[:3])
+            held.append(rotation @ attitude.held(wrench)[:3])
+            assert np.allclose(attitude.mean(), rot_y(theta0), rtol=0.0, atol=1e-15)
+    own, held = np.mean(own[1:], axis=0), np.mean(held[1:], axis=0)   # over the last period
+    assert abs(own[2] / (-force * amplitude * np.cos(theta0) / 2.0) - 1.0) < 1e-4   # J1(A) = A/2 (1 - A^2/8 ...)
+    assert np.abs(held).max() < 1e-15 * force / amplitude
