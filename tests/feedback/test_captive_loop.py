@@ -6,6 +6,7 @@ the free thorax nearer the truth's free flight; flipped, it takes it away (by th
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hil.experiment.closed_loop import COMPONENTS, captive_loop
 from hil.experiment.demo import RIGS, write_demo_robot
@@ -125,3 +126,32 @@ def test_in_the_averaged_frame_a_force_turning_with_the_body_puts_no_mean_on_the
     own, held = np.mean(own[1:], axis=0), np.mean(held[1:], axis=0)   # over the last period
     assert abs(own[2] / (-force * amplitude * np.cos(theta0) / 2.0) - 1.0) < 1e-4   # J1(A) = A/2 (1 - A^2/8 ...)
     assert np.abs(held).max() < 1e-15 * force / amplitude
+
+
+def test_an_averaged_frame_needs_the_drives_period_and_the_base(tmp_path):
+    """``[feedback] frame``: a value not known, ``"averaged"`` without ``period_s`` (the window it averages over),
+    or on another body than the base (the attitude is the base's) is one line naming the file and the key."""
+    from hil.feedback.loop import load_feedback
+    from sim.config import ConfigError
+
+    shipped = RIGS["flapper"].rig
+    base = shipped.read_text().replace('robot = "../robots/', f'robot = "{shipped.parent.parent}/robots/')
+    valid = tmp_path / "valid.toml"
+    valid.write_text(base)
+    assert load_feedback(valid)[1].frame == "averaged"      # the shipped rig's, as the cases below change it
+
+    def refused(text: str) -> str:
+        assert text != base
+        rig = tmp_path / "rig.toml"
+        rig.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_feedback(rig)
+        line = str(caught.value)
+        assert line.startswith(str(rig)) and "\n" not in line, line
+        return line
+
+    assert "feedback.frame" in refused(base.replace('frame = "averaged"', 'frame = "upright"'))
+    line = refused(base.replace('compensation = "periodic"', 'compensation = "none"').replace("period_s = 0.2", ""))
+    assert 'feedback.period_s: missing: frame = "averaged" needs the drive\'s period' in line
+    line = refused(base.replace("body = 0", "body = 1"))
+    assert 'feedback.frame: got "averaged" with wrench.body 1, expected the base\'s wrench (body 0)' in line
