@@ -329,7 +329,7 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
         value, slope = table.at(closed.t) if periodic else (errors[k - 2], np.zeros(6))
         if held is not None:
             held.add(closed.t, closed.base_pose[:3, :3])
-            value, slope = held.held(np.stack([value, slope]))
+            value, slope = held.held(value, slope)
         wrench.set(closed.t, gain * value, gain * slope)
         closed.inputs_changed()
         twists[k - 1] = closed.advance_to(t)["base_twist"]

@@ -308,11 +308,11 @@ class AveragedAttitude:
         u, _, vt = np.linalg.svd(self.total / len(self.recent))
         return u @ np.diag([1.0, 1.0, np.linalg.det(u @ vt)]) @ vt
 
-    def held(self, wrench: np.ndarray) -> np.ndarray:
-        """``wrench`` (6,) or (k, 6) in the averaged frame (the last refresh's R_mean) turned into the newest
-        rotation's body frame."""
-        turn = self.recent[-1][1].T @ self.reference[1]
-        return (wrench.reshape(*wrench.shape[:-1], 2, 3) @ turn.T).reshape(wrench.shape)
+    def held(self, *wrenches: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Each wrench (6,) in the averaged frame (the last refresh's R_mean) turned into the newest rotation's body
+        frame, ``C w`` (per update of a 1 ms server period: plain 2D products, no stacking)."""
+        turn_t = np.dot(self.reference[1].T, self.recent[-1][1])      # C^T (3, 3): rows of three times it
+        return tuple(np.dot(w.reshape(2, 3), turn_t).reshape(6) for w in wrenches)
 
 
 def attitude(spec: FeedbackSpec) -> AveragedAttitude | None:
@@ -491,7 +491,7 @@ class FeedbackLoop:
             self.closed_at = t
         if self.attitude is not None:
             self.attitude.add(t, simulation.base_pose[:3, :3])
-            value, rate = self.attitude.held(np.stack([value, rate]))
+            value, rate = self.attitude.held(value, rate)
         self._apply(simulation, t, value, rate)
         self._set_joints(age)
         return None

@@ -154,7 +154,7 @@ def test_in_the_averaged_frame_a_force_turning_with_the_body_puts_no_mean_on_the
         if k >= n - 1:                                 # a whole period in the attitude's window
             assert len(attitude.recent) == n
             own.append(rotation @ wrench[:3])
-            held.append(rotation @ attitude.held(wrench)[:3])
+            held.append(rotation @ attitude.held(wrench)[0][:3])
             assert np.allclose(attitude.mean(), rot_y(theta0), rtol=0.0, atol=1e-15)
     own, held = np.mean(own[1:], axis=0), np.mean(held[1:], axis=0)   # over the last period
     assert abs(own[2] / (-force * amplitude * np.cos(theta0) / 2.0) - 1.0) < 1e-4   # J1(A) = A/2 (1 - A^2/8 ...)
