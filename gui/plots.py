@@ -17,6 +17,7 @@ import pyqtgraph as pg
 from PyQt5.QtCore import QLineF, QPointF, QRectF, Qt
 from PyQt5.QtGui import QColor, QImage, QPainter, QPen, QRegion, QStaticText
 from PyQt5.QtWidgets import QGraphicsItem
+from pyqtgraph.Qt.OpenGLHelpers import GraphicsViewGLWidget
 
 from gui.decimate import WindowDecimator
 from gui.ringbuffer import StreamStore
@@ -204,6 +205,8 @@ class WindowCurve(pg.PlotCurveItem):
         self.opts["skipFiniteCheck"] = True
         self.path = self.fillPath = self._fillPathList = self._mouseShape = None
         self._lineSegmentsRendered = False
+        if self.glstate is not None:      # pyqtgraph's OpenGL path: upload the new vertices (what sigPlotChanged does)
+            self.glstate.render_cache = None
         self.invalidateBounds()
         self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
         self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
@@ -241,8 +244,8 @@ class WindowCurve(pg.PlotCurveItem):
     layer = None
 
     def paint(self, painter, option, widget):
-        if not self._finite:
-            super().paint(painter, option, widget)
+        if not self._finite or (self.layer is None and isinstance(widget, GraphicsViewGLWidget)):
+            super().paint(painter, option, widget)      # pyqtgraph's path, or its OpenGL line strip
         elif self.layer is None:
             painter.setPen(self.opts["pen"])
             painter.drawPolyline(pg.functions.arrayToQPolygonF(self.xData, self.yData))
