@@ -231,6 +231,13 @@ class WindowCurve(pg.PlotCurveItem):
             return None
         return float(times[start]), float(old_times[-EDGE_VERTICES - 1])
 
+    def viewTransformChanged(self):
+        # a finite window's bounding rect is its data's, in data units (the one-pixel cosmetic pen adds nothing): a
+        # new view transform (every frame, as the time span scrolls) leaves it as it is, so pyqtgraph's invalidation
+        # and geometry change for every curve are not needed
+        if not self._finite:
+            super().viewTransformChanged()
+
     def dataBounds(self, ax, frac=1.0, orthoRange=None):
         if self._known_bounds is not None and frac >= 1.0 and orthoRange is None and ax in (0, 1):
             return self._known_bounds[ax]
@@ -336,10 +343,15 @@ class CurveLayer(pg.GraphicsObject):
         drawing.setTransform(to_device, True)
         pixel_s = 1.0 / to_device.m11()     # one device column, s
         for low, high in spans:
+            cuts: dict[int, tuple[int, int]] = {}     # id(times) -> vertices of the span: curves of a stream share them
             for curve in curves:
                 times = curve.xData
-                first = max(int(np.searchsorted(times, low - pixel_s, side="left")) - 1, 0)
-                last = min(int(np.searchsorted(times, high + pixel_s, side="right")) + 1, len(times))
+                cut = cuts.get(id(times))
+                if cut is None:
+                    cut = cuts[id(times)] = (max(int(np.searchsorted(times, low - pixel_s, side="left")) - 1, 0),
+                                             min(int(np.searchsorted(times, high + pixel_s, side="right")) + 1,
+                                                 len(times)))
+                first, last = cut
                 if last - first >= 2:
                     drawing.setPen(curve.opts["pen"])
                     drawing.drawPolyline(pg.functions.arrayToQPolygonF(times[first:last], curve.yData[first:last]))
@@ -506,6 +518,31 @@ class PlotPanel:
             self.measured_view.enableAutoRange(axis="y", enable=False)
             plot.vb.sigResized.connect(self._follow_geometry)
             self.layers[id(self.measured_view)] = CurveLayer(self.measured_view)
+
+    def set_time_span(self, low: float, high: float) -> None:
+        """Show ``[low, high]`` s in this panel's views, as one direct change of their x range per frame.
+
+        ``setXRange`` would re-derive padding and limits, emit the range signals (whose slots here are the x-linked
+        measured view, which recomputes its geometry and sets its range the same way, the linked time axis, and a
+        do-nothing slot of every curve) and copy the range to the other plots' views (:meth:`_sync_x`, which a frame
+        does not need: it sets them all). The views hold only :class:`WindowCurve` items and layers, which need none of
+        those signals; the state signal still tells the context menu and the auto-range button."""
+        views = (self.plot.vb,) if self.measured_view is None else (self.plot.vb, self.measured_view)
+        if self.plot.vb.state["viewRange"][0] == [low, high]:
+            return
+        for view in views:
+            state = view.state
+            if state["autoRange"][0] is not False:     # a user's "auto" on the x axis: the scrolling span wins
+                view.enableAutoRange(x=False)
+            state["targetRange"][0] = [low, high]
+            state["viewRange"][0] = [low, high]
+            view._viewPixelSizeCache = None
+            view._matrixNeedsUpdate = True
+            view.update()
+            view.sigStateChanged.emit(view)
+        axis = self.plot.getAxis("bottom")
+        if axis.linkedView() is self.plot.vb:
+            axis.linkedViewChanged(self.plot.vb)
 
     def _follow_geometry(self) -> None:
         # the main view's own rect, not its sceneBoundingRect (half a pixel wider, for its border): the same width,
