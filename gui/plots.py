@@ -162,6 +162,27 @@ def _colour(index: int):
     return pg.intColor(index, hues=17, values=2).getRgb()[:3]
 
 
+#: ``WindowCurve.set_window``'s ``step`` when its caller did not check what changed
+UNCHECKED = object()
+
+
+def scrolled_span(old_times: np.ndarray, old_values: np.ndarray, times: np.ndarray, values: np.ndarray
+                  ) -> tuple[float, float] | None:
+    """What changed from a window ``old_times (k,)``, ``old_values (k,)`` or ``(k, n)`` to the next one ``times``,
+    ``values``: ``(left, right)`` s when the old vertices but the first and the last :data:`EDGE_VERTICES` (the partial
+    bins at the window's ends, and the lines to them) recur unchanged in the new ones, from ``left`` to ``right``;
+    else None (all changed). With ``(k, n)`` values, every column must recur: one check for a stream's curves."""
+    kept = len(old_times) - 2 * EDGE_VERTICES
+    if kept < 2 or len(times) < kept:
+        return None
+    start = int(np.searchsorted(times, old_times[EDGE_VERTICES], side="left"))
+    stop = start + kept
+    if stop > len(times) or not (np.array_equal(times[start:stop], old_times[EDGE_VERTICES:-EDGE_VERTICES])
+                                 and np.array_equal(values[start:stop], old_values[EDGE_VERTICES:-EDGE_VERTICES])):
+        return None
+    return float(times[start]), float(old_times[-EDGE_VERTICES - 1])
+
+
 class WindowCurve(pg.PlotCurveItem):
     """A ``PlotCurveItem`` fed an envelope already cut to the window and peak-decimated (:func:`stream_windows`).
 
@@ -185,9 +206,12 @@ class WindowCurve(pg.PlotCurveItem):
         self.changed = None
         super().updateData(*args, **kwargs)
 
-    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool) -> None:
+    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool,
+                   step=UNCHECKED) -> None:
         """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``;
-        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`).
+        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`); ``step``: what changed
+        from the current data (:func:`scrolled_span`), when the caller checked it once for every column of the stream,
+        else :data:`UNCHECKED` (this curve checks its own).
 
         A finite window skips ``updateData``'s argument checks, option handling and ``sigPlotChanged`` (nothing
         listens to it on these bare curves): it resets the same caches and tells Qt and the view the same way."""
@@ -196,7 +220,10 @@ class WindowCurve(pg.PlotCurveItem):
             if len(times) and low <= high:
                 self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
             return
-        step = self._scrolled(times, values) if self._finite else None
+        if not self._finite:
+            step = None
+        elif step is UNCHECKED:
+            step = scrolled_span(self.xData, self.yData, times, values)
         # not drawn since the previous window: both changes count (the vertices kept by both are the unchanged ones)
         self.changed = None if step is None or self.changed is None else (max(step[0], self.changed[0]),
                                                                           min(step[1], self.changed[1]))
@@ -215,21 +242,6 @@ class WindowCurve(pg.PlotCurveItem):
         self.prepareGeometryChange()
         self.informViewBoundsChanged()
         self.update()
-
-    def _scrolled(self, times: np.ndarray, values: np.ndarray) -> tuple[float, float] | None:
-        """What changed from the current data to ``times``, ``values``: ``(left, right)`` s when the old vertices but
-        the first and the last :data:`EDGE_VERTICES` (the partial bins at the window's ends, and the lines to them)
-        recur unchanged in the new ones, from ``left`` to ``right``; else None (all changed)."""
-        old_times, old_values = self.xData, self.yData
-        kept = len(old_times) - 2 * EDGE_VERTICES
-        if kept < 2 or len(times) < kept:
-            return None
-        start = int(np.searchsorted(times, old_times[EDGE_VERTICES], side="left"))
-        stop = start + kept
-        if stop > len(times) or not (np.array_equal(times[start:stop], old_times[EDGE_VERTICES:-EDGE_VERTICES])
-                                     and np.array_equal(values[start:stop], old_values[EDGE_VERTICES:-EDGE_VERTICES])):
-            return None
-        return float(times[start]), float(old_times[-EDGE_VERTICES - 1])
 
     def viewTransformChanged(self):
         # a finite window's bounding rect is its data's, in data units (the one-pixel cosmetic pen adds nothing): a
@@ -344,6 +356,7 @@ class CurveLayer(pg.GraphicsObject):
         pixel_s = 1.0 / to_device.m11()     # one device column, s
         for low, high in spans:
             cuts: dict[int, tuple[int, int]] = {}     # id(times) -> vertices of the span: curves of a stream share them
+            pieces = []                                # (curve, first vertex, end vertex) drawn in this span
             for curve in curves:
                 times = curve.xData
                 cut = cuts.get(id(times))
@@ -351,10 +364,20 @@ class CurveLayer(pg.GraphicsObject):
                     cut = cuts[id(times)] = (max(int(np.searchsorted(times, low - pixel_s, side="left")) - 1, 0),
                                              min(int(np.searchsorted(times, high + pixel_s, side="right")) + 1,
                                                  len(times)))
-                first, last = cut
-                if last - first >= 2:
-                    drawing.setPen(curve.opts["pen"])
-                    drawing.drawPolyline(pg.functions.arrayToQPolygonF(times[first:last], curve.yData[first:last]))
+                if cut[1] - cut[0] >= 2:
+                    pieces.append((curve, *cut))
+            if not pieces:
+                continue
+            # every piece's vertices in one polygon, each drawn as its own part of it: one array hand-over to Qt per
+            # span instead of one per curve (pyqtgraph's arrayToQPolygonF costs tens of microseconds, however short)
+            polygon = pg.functions.arrayToQPolygonF(
+                np.concatenate([curve.xData[first:last] for curve, first, last in pieces]),
+                np.concatenate([curve.yData[first:last] for curve, first, last in pieces]))
+            offset = 0
+            for curve, first, last in pieces:
+                drawing.setPen(curve.opts["pen"])
+                drawing.drawPolyline(polygon.mid(offset, last - first))
+                offset += last - first
         drawing.end()
         for curve in curves:
             curve.changed = (-np.inf, np.inf)
@@ -503,6 +526,8 @@ class PlotPanel:
         self.layers = {id(plot.vb): CurveLayer(plot.vb)}
         self.layers[id(plot.vb)].stackBefore(self.legend)
         self.autoscale = True
+        #: stream -> (times, values) of the window its curves were handed last (what the next one is checked against)
+        self._previous: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         plot.enableAutoRange(axis="y", enable=False)
         self.measured_view: pg.ViewBox | None = None
         if spec.measured_units is not None:
@@ -621,6 +646,7 @@ class PlotPanel:
         high (n,), finite (n,))), as :func:`stream_windows` returns them."""
         extremes: dict[int, list[float]] = {}   # id(view) -> [low, high] of the visible data
         columns = {key: {name: i for i, name in enumerate(window[2])} for key, window in windows.items()}
+        steps: dict[str, tuple[float, float] | None] = {}   # stream -> what changed, for all its columns at once
         for spec, curve in self.curves.values():
             if not curve.isVisible():
                 continue
@@ -631,12 +657,20 @@ class PlotPanel:
                     curve.setData([], [])
                 continue
             low, high, finite = (extreme[column] for extreme in window[3])   # once per stream (stream_windows)
-            curve.set_window(window[0], window[1][:, column], low, high, bool(finite))
+            step = UNCHECKED
+            previous = self._previous.get(spec.stream)
+            if previous is not None and curve.xData is previous[0]:     # it holds the stream's previous window
+                if spec.stream not in steps:
+                    steps[spec.stream] = scrolled_span(previous[0], previous[1], window[0], window[1])
+                step = steps[spec.stream]
+            curve.set_window(window[0], window[1][:, column], low, high, bool(finite), step)
             if self.autoscale:
                 if low <= high:
                     low_high = extremes.setdefault(id(curve.getViewBox()), [np.inf, -np.inf])
                     low_high[0] = min(low_high[0], float(low))
                     low_high[1] = max(low_high[1], float(high))
+        self._previous = {key: windows[key][:2] for key in {spec.stream for spec, _curve in self.curves.values()}
+                          if key in windows}
         if self.autoscale:
             for view in (self.plot.vb, self.measured_view):
                 if view is not None and id(view) in extremes:
