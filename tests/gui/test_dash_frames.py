@@ -304,3 +304,17 @@ def test_a_scrolled_curve_image_equals_the_image_drawn_whole(qtbot, make_window)
             assert (one & ~near).sum() == 0, "a pixel of the curve is drawn where the whole image has none nearby"
         assert (in_scrolled != in_whole).sum() < 0.02 * in_whole.sum()  # differences only at the seams
     assert drawn > 1000
+
+
+def test_the_time_axis_tick_values_are_pyqtgraphs(qtbot):
+    """TimeAxis.tickValues drops a finer level's ticks that coincide with a coarser one's by a plain distance test
+    instead of pyqtgraph's np.isclose: the same levels and values as AxisItem.tickValues over scrolled, zoomed and
+    resized spans, and across ranges where ticks of two levels fall a hair apart (floating point)."""
+    ours, reference = TimeAxis(), pg.AxisItem("bottom")
+    rng = np.random.default_rng(21)
+    spans = [(t, t + WINDOW_S, 1289.0) for t in np.arange(0.0, 40.0, 0.0173)]
+    spans += [(low, low + width, size) for low, width, size in zip(rng.uniform(-1e4, 1e4, 500),
+                                                                   10.0 ** rng.uniform(-4, 5, 500),
+                                                                   rng.uniform(50, 3000, 500))]
+    for low, high, size in spans:
+        assert ours.tickValues(low, high, size) == reference.tickValues(low, high, size), (low, high, size)
