@@ -205,7 +205,15 @@ class WindowCurve(pg.PlotCurveItem):
         self._known_bounds = self._rect = None
         self._finite = False
         self.changed = None
+        self._paints_itself(True)
         super().updateData(*args, **kwargs)
+
+    def _paints_itself(self, painting: bool) -> None:
+        """Tell Qt whether this item paints: not while its layer draws it. An item without contents is neither
+        asked for its bounding rect nor painted as the scene paints (both Python calls, for every curve at every
+        frame); its layer is updated instead."""
+        if painting == bool(self.flags() & QGraphicsItem.ItemHasNoContents):
+            self.setFlag(QGraphicsItem.ItemHasNoContents, not painting)
 
     def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool,
                    step=UNCHECKED) -> None:
@@ -242,7 +250,11 @@ class WindowCurve(pg.PlotCurveItem):
                             self._known_bounds[1][1] - self._known_bounds[1][0])
         self.prepareGeometryChange()
         self.informViewBoundsChanged()
-        self.update()
+        self._paints_itself(self.layer is None)
+        if self.layer is None:
+            self.update()
+        else:
+            self.layer.update()
 
     def viewTransformChanged(self):
         # a finite window's bounding rect is its data's, in data units (the one-pixel cosmetic pen adds nothing): a
