@@ -14,9 +14,14 @@ Two measurements:
 - the frame rate of the real event loop (frame timer at ``--fps``, samples fed at 100 Hz), and the process's CPU.
 Plus the curves drawn by their views' scrolled layers (gui.plots.CurveLayer) against each curve drawing its own
 polyline at every paint, in one window in alternating blocks of frames (both see the same load), the window cut + peak
-decimation alone (from scratch vs incremental), pyqtgraph's ``useOpenGL`` viewport
-where an OpenGL context can be created (the offscreen platform of a headless machine has none: then it says so),
-and with ``--profile`` the GUI thread's cProfile (CPU time) over ``--frames`` frames.
+decimation alone (from scratch vs incremental), and with ``--profile`` the GUI thread's cProfile (CPU time) over
+``--frames`` frames.
+
+OpenGL (:data:`RENDER_MODES`): the plots painted by Qt's raster engine, through pyqtgraph's ``useOpenGL`` viewport with
+the layers' images, and through it with pyqtgraph's own OpenGL line strips, in one process with an OpenGL context
+(here, where the offscreen platform has none, a child process with ``gui.view3d.HEADLESS_GL_ENV``: Mesa's llvmpipe, a
+software rasteriser, whose threads count: process CPU time), in alternating blocks of frames, each frame fed,
+recomputed and painted (the OpenGL one waited for with ``glFinish``).
 
 The 3-D view (gui/view3d.py): its CPU per frame -- pose the robot from one sim/state (forward kinematics, the
 solids' transforms) and render the pane into its framebuffer, read back (``grabFramebuffer``) -- measured in a
@@ -417,30 +422,21 @@ def view3d_cost(frames: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def view3d_cost_headless(frames: int) -> dict | None:
-    """:func:`view3d_cost` in a child process with ``HEADLESS_GL_ENV``; None when that has no OpenGL either."""
+def headless_child(flag: str, frames_option: str, frames: int) -> dict | None:
+    """This benchmark's ``flag`` part (``--view3d-child``: :func:`view3d_cost`; ``--render-child``:
+    :func:`render_cost`) in a child process with ``HEADLESS_GL_ENV``, its JSON result; None when that has no OpenGL
+    either (its error output is printed)."""
     import json
 
     from gui.view3d import HEADLESS_GL_ENV
 
-    child = subprocess.run([sys.executable, __file__, "--view3d-child", "--view3d-frames", str(frames)],
-                           env={**os.environ, **HEADLESS_GL_ENV}, capture_output=True, text=True)
-    lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if child.returncode == 0 and lines else None
-
-
-def render_cost_headless(frames: int) -> dict | None:
-    """:func:`render_cost` in a child process with ``HEADLESS_GL_ENV``; None when that has no OpenGL either."""
-    import json
-
-    from gui.view3d import HEADLESS_GL_ENV
-
-    child = subprocess.run([sys.executable, __file__, "--render-child", "--frames", str(frames)],
+    child = subprocess.run([sys.executable, __file__, flag, frames_option, str(frames)],
                            env={**os.environ, **HEADLESS_GL_ENV}, capture_output=True, text=True)
     lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
     if child.returncode != 0 or not lines:
         print(child.stderr[-2000:], file=sys.stderr)
-    return json.loads(lines[-1]) if child.returncode == 0 and lines else None
+        return None
+    return json.loads(lines[-1])
 
 
 def spread(values: list[float]) -> str:
@@ -507,20 +503,22 @@ def main() -> int:
     print(f"window cut + peak decimation of 32 channels per frame: from scratch {decimation['scratch']:.2f} ms, "
           f"incremental {decimation['incremental']:.2f} ms "
           f"({decimation['scratch'] / decimation['incremental']:.1f}x less)")
-    render = render_cost(args.frames) if opengl_available() else render_cost_headless(args.frames)
+    render = (render_cost(args.frames) if opengl_available()
+              else headless_child("--render-child", "--frames", args.frames))
     if render is None:
         print("OpenGL: not measured: no OpenGL context here, nor with Mesa's surfaceless EGL")
     else:
         raster = render["raster"]["cpu_ms"]
         print("plots rendered through OpenGL (Mesa's llvmpipe, a software rasteriser: process CPU, its threads "
-              f"counted) against Qt's raster engine, one process, alternating blocks of 25 frames:")
+              "counted) against Qt's raster engine, one process, alternating blocks of 25 frames:")
         for mode in RENDER_MODES:
             cost = render[mode]
             print(f"  {mode:>30}: {cost['cpu_ms']:.2f} ms CPU ({cost['wall_ms']:.2f} ms wall) per frame, "
                   f"{cost['cpu_ms'] / raster:.2f}x raster ({cost['frames']} frames)")
         print(f"  read-back of the OpenGL framebuffer ({render['read back']['size']}, screenshots only): "
               f"{render['read back']['cpu_ms']:.2f} ms")
-    view3d = view3d_cost(args.view3d_frames) if opengl_available() else view3d_cost_headless(args.view3d_frames)
+    view3d = (view3d_cost(args.view3d_frames) if opengl_available()
+              else headless_child("--view3d-child", "--view3d-frames", args.view3d_frames))
     if view3d is None:
         print("3-D view: not measured: no OpenGL context here, nor with Mesa's surfaceless EGL")
     for name, cost in (view3d or {}).items():
