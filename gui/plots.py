@@ -197,6 +197,7 @@ class WindowCurve(pg.PlotCurveItem):
     _known_bounds = None    # ((x low, x high), (y low, y high)) of the current data, or None: computed as usual
     _finite = False         # every value finite: the layer draws it; else pyqtgraph paints it
     _rect = None            # bounding rect of the data, QRectF, when finite
+    _drawn_by_layer = False     # the current finite window is drawn by its layer (set by set_window)
     #: what changed since the layer last drew: None (everything), or (left, right) s: the vertices before ``left``
     #: and after ``right`` changed, those between did not (the window scrolled); (-inf, inf): nothing
     changed: tuple[float, float] | None = None
@@ -233,6 +234,10 @@ class WindowCurve(pg.PlotCurveItem):
             step = None
         elif step is UNCHECKED:
             step = scrolled_span(self.xData, self.yData, times, values)
+        own_geometry_before = not (self._finite and self._drawn_by_layer)
+        self._drawn_by_layer = self.layer is not None
+        if own_geometry_before or not self._drawn_by_layer:
+            self.prepareGeometryChange()      # before its bounding rect changes (Qt's rule): the data's, or none
         # not drawn since the previous window: both changes count (the vertices kept by both are the unchanged ones)
         self.changed = None if step is None or self.changed is None else (max(step[0], self.changed[0]),
                                                                           min(step[1], self.changed[1]))
@@ -248,13 +253,14 @@ class WindowCurve(pg.PlotCurveItem):
         self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
                             self._known_bounds[0][1] - self._known_bounds[0][0],
                             self._known_bounds[1][1] - self._known_bounds[1][0])
-        self.prepareGeometryChange()
-        self.informViewBoundsChanged()
-        self._paints_itself(self.layer is None)
-        if self.layer is None:
-            self.update()
-        else:
+        view = self.getViewBox()
+        if view is not None and any(auto is not False for auto in view.state["autoRange"]):
+            self.informViewBoundsChanged()    # only pyqtgraph's auto-range (a user's "auto") follows item bounds
+        self._paints_itself(not self._drawn_by_layer)
+        if self._drawn_by_layer:
             self.layer.update()
+        else:
+            self.update()
 
     def viewTransformChanged(self):
         # a finite window's bounding rect is its data's, in data units (the one-pixel cosmetic pen adds nothing): a
@@ -269,8 +275,11 @@ class WindowCurve(pg.PlotCurveItem):
         return super().dataBounds(ax, frac, orthoRange)
 
     def boundingRect(self):
-        # the pen is one cosmetic pixel wide and the view clips its children: the data's rect is enough
-        return self._rect if self._finite else super().boundingRect()
+        if not self._finite:
+            return super().boundingRect()
+        # drawn by its layer: nothing of its own to index or paint (no geometry change per curve and frame); else the
+        # data's rect is enough (the pen is one cosmetic pixel wide and the view clips its children)
+        return QRectF() if self._drawn_by_layer else self._rect
 
     #: the view's CurveLayer that draws it while finite; None: it draws itself, one polyline per paint
     layer = None
