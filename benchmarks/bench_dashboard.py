@@ -14,9 +14,14 @@ Two measurements:
 - the frame rate of the real event loop (frame timer at ``--fps``, samples fed at 100 Hz), and the process's CPU.
 Plus the curves drawn by their views' scrolled layers (gui.plots.CurveLayer) against each curve drawing its own
 polyline at every paint, in one window in alternating blocks of frames (both see the same load), the window cut + peak
-decimation alone (from scratch vs incremental), pyqtgraph's ``useOpenGL`` viewport
-where an OpenGL context can be created (the offscreen platform of a headless machine has none: then it says so),
-and with ``--profile`` the GUI thread's cProfile (CPU time) over ``--frames`` frames.
+decimation alone (from scratch vs incremental), and with ``--profile`` the GUI thread's cProfile (CPU time) over
+``--frames`` frames.
+
+OpenGL (:data:`RENDER_MODES`): the plots painted by Qt's raster engine, through pyqtgraph's ``useOpenGL`` viewport with
+the layers' images, and through it with pyqtgraph's own OpenGL line strips, in one process with an OpenGL context
+(here, where the offscreen platform has none, a child process with ``gui.view3d.HEADLESS_GL_ENV``: Mesa's llvmpipe, a
+software rasteriser, whose threads count: process CPU time), in alternating blocks of frames, each frame fed,
+recomputed and painted (the OpenGL one waited for with ``glFinish``).
 
 The 3-D view (gui/view3d.py): its CPU per frame -- pose the robot from one sim/state (forward kinematics, the
 solids' transforms) and render the pane into its framebuffer, read back (``grabFramebuffer``) -- measured in a
@@ -144,7 +149,7 @@ class BarePlots:
         self.graphics.close()
 
 
-def open_view(kind: str, fps: float, opengl: bool = False):
+def open_view(kind: str, fps: float):
     """The dashboard window (``kind == "dashboard"``) or the baseline, shown, at ``fps``."""
     if kind == "baseline":
         view = BarePlots(fps)
@@ -153,8 +158,6 @@ def open_view(kind: str, fps: float, opengl: bool = False):
                                    buffer_samples=int(2 * WINDOW_S * SAMPLE_RATE_HZ))
         view = DashboardWindow(options)
         view.resize(*WINDOW_SIZE)
-    if opengl:
-        view.graphics.useOpenGL(True)
     view.show()
     return view
 
@@ -216,11 +219,11 @@ def settle(app: QApplication, counter: PaintCounter) -> None:
             return
 
 
-def frame_cost(app: QApplication, kind: str, n_channels: int = 32, frames: int = 200, opengl: bool = False,
+def frame_cost(app: QApplication, kind: str, n_channels: int = 32, frames: int = 200,
                profile: cProfile.Profile | None = None) -> dict[str, float]:
     """GUI-thread CPU per frame: feed 1/60 s of samples, recompute the plots, and let the event loop paint what it
     scheduled (every paint counted), measured synchronously: robust to other processes, unlike the frame rate."""
-    view = open_view(kind, 1.0, opengl)   # its own timer almost never fires: the frames are driven here
+    view = open_view(kind, 1.0)   # its own timer almost never fires: the frames are driven here
     counter = PaintCounter()
     view.graphics.viewport().installEventFilter(counter)
     app.processEvents()
@@ -273,6 +276,92 @@ def layer_cost(app: QApplication, frames: int = 200, block: int = 25) -> dict[st
                 costs[mode].append(time.thread_time() - start)
     close_view(app, view)
     return {mode: 1e3 * float(np.median(values)) for mode, values in costs.items()}
+
+
+#: the plots' renderings compared in one process with an OpenGL context, in alternating blocks of frames: Qt's raster
+#: engine; pyqtgraph's ``useOpenGL`` viewport (Qt's OpenGL paint engine) with the curves' scrolled layer images
+#: (gui.plots.CurveLayer) uploaded as textures; the same viewport with each curve drawn by pyqtgraph's own OpenGL line
+#: strip (``PlotCurveItem.paintGL``: a vertex buffer per curve, solid lines only)
+RENDER_MODES = ("raster", "opengl", "opengl, pyqtgraph's GL curves")
+
+
+def render_window(mode: str):
+    """A dashboard window (no 3-D pane) that renders its plots by ``mode`` (:data:`RENDER_MODES`), laid out (never
+    shown: a headless OpenGL platform has no window surface) and holding a full window of 32 curves."""
+    from gui.view3d import freeze_scroll_bars
+
+    window = DashboardWindow(DashboardOptions(endpoints=unused_endpoints(), window_s=WINDOW_S, frame_rate_hz=1.0,
+                                              buffer_samples=int(2 * WINDOW_S * SAMPLE_RATE_HZ), view3d=False))
+    window.resize(*WINDOW_SIZE)
+    freeze_scroll_bars(window)
+    if mode != "raster":
+        window.graphics.useOpenGL(True)
+    window.grab()
+    window.on_batch(make_batch(32, 0.0, int(WINDOW_S * SAMPLE_RATE_HZ)))
+    if mode == RENDER_MODES[2]:
+        for panel in window.panels.values():
+            for _spec, curve in panel.curves.values():
+                curve.layer = None
+    return window
+
+
+def render_plots(window, target) -> None:
+    """Paint the plots' viewport as a live repaint does: the raster one into ``target`` (a QImage of its size, as the
+    window's backing store), the OpenGL one into its framebuffer object, waited for (``glFinish``: llvmpipe rasterises
+    when the commands are flushed, on threads of its own)."""
+    from PyQt5.QtGui import QPaintEvent
+    from PyQt5.QtWidgets import QOpenGLWidget, QWidget
+
+    viewport = window.graphics.viewport()
+    if isinstance(viewport, QOpenGLWidget):
+        QApplication.sendEvent(viewport, QPaintEvent(viewport.rect()))
+        viewport.makeCurrent()
+        viewport.getFunctions().glFinish()
+        viewport.doneCurrent()
+    else:
+        QWidget.render(viewport, target)
+
+
+def render_cost(frames: int, block: int = 25) -> dict[str, dict[str, float]]:
+    """CPU (process: llvmpipe's threads count) and wall time per frame -- feed 1/60 s, recompute, paint the plots --
+    of each of :data:`RENDER_MODES`, in this process (it must have an OpenGL context), in alternating blocks of
+    ``block`` frames (the first of a block left out), ms, medians; and the OpenGL framebuffer's read-back, which a
+    screenshot needs and a live frame does not."""
+    from PyQt5.QtGui import QImage
+
+    windows = {mode: render_window(mode) for mode in RENDER_MODES}
+    size = windows["raster"].graphics.viewport().size()
+    target = QImage(size, QImage.Format_ARGB32_Premultiplied)
+    step = int(SAMPLE_RATE_HZ / TARGET_FPS)
+    t = {mode: WINDOW_S for mode in RENDER_MODES}
+    cpu = {mode: [] for mode in RENDER_MODES}
+    wall = {mode: [] for mode in RENDER_MODES}
+    for first in range(0, len(RENDER_MODES) * frames, block):
+        mode = RENDER_MODES[(first // block) % len(RENDER_MODES)]
+        window = windows[mode]
+        for index in range(block):
+            batch = make_batch(32, t[mode], step)
+            t[mode] += step / SAMPLE_RATE_HZ
+            start_cpu, start_wall = time.process_time(), time.perf_counter()
+            window.on_batch(batch)
+            window.refresh_plots()
+            render_plots(window, target)
+            if index:
+                cpu[mode].append(time.process_time() - start_cpu)
+                wall[mode].append(time.perf_counter() - start_wall)
+    viewport = windows["opengl"].graphics.viewport()
+    read_back = []
+    for _ in range(20):
+        start = time.process_time()
+        viewport.grabFramebuffer()
+        read_back.append(time.process_time() - start)
+    for window in windows.values():
+        window.shutdown()
+    result = {mode: {"cpu_ms": 1e3 * float(np.median(cpu[mode])), "wall_ms": 1e3 * float(np.median(wall[mode])),
+                     "frames": len(cpu[mode])} for mode in RENDER_MODES}
+    result["read back"] = {"cpu_ms": 1e3 * float(np.median(read_back)),
+                           "size": f"{size.width()}x{size.height()}"}
+    return result
 
 
 def opengl_available() -> bool:
@@ -333,16 +422,21 @@ def view3d_cost(frames: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def view3d_cost_headless(frames: int) -> dict | None:
-    """:func:`view3d_cost` in a child process with ``HEADLESS_GL_ENV``; None when that has no OpenGL either."""
+def headless_child(flag: str, frames_option: str, frames: int) -> dict | None:
+    """This benchmark's ``flag`` part (``--view3d-child``: :func:`view3d_cost`; ``--render-child``:
+    :func:`render_cost`) in a child process with ``HEADLESS_GL_ENV``, its JSON result; None when that has no OpenGL
+    either (its error output is printed)."""
     import json
 
     from gui.view3d import HEADLESS_GL_ENV
 
-    child = subprocess.run([sys.executable, __file__, "--view3d-child", "--view3d-frames", str(frames)],
+    child = subprocess.run([sys.executable, __file__, flag, frames_option, str(frames)],
                            env={**os.environ, **HEADLESS_GL_ENV}, capture_output=True, text=True)
     lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if child.returncode == 0 and lines else None
+    if child.returncode != 0 or not lines:
+        print(child.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
 
 
 def spread(values: list[float]) -> str:
@@ -358,6 +452,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="print the GUI thread's profile (CPU time)")
     parser.add_argument("--view3d-frames", type=int, default=200, help="frames of the 3-D view's measurement")
     parser.add_argument("--view3d-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--render-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     QCoreApplication.setAttribute(Qt.AA_ShareOpenGLContexts)    # as gui/dashboard.py: pyqtgraph's shaders, once
     app = QApplication.instance() or QApplication([])
@@ -365,6 +460,11 @@ def main() -> int:
         import json
 
         print(json.dumps(view3d_cost(args.view3d_frames)))
+        return 0
+    if args.render_child:
+        import json
+
+        print(json.dumps(render_cost(args.frames)))
         return 0
     with open("/proc/loadavg") as file:
         load_before = file.read().split()[0]
@@ -403,14 +503,22 @@ def main() -> int:
     print(f"window cut + peak decimation of 32 channels per frame: from scratch {decimation['scratch']:.2f} ms, "
           f"incremental {decimation['incremental']:.2f} ms "
           f"({decimation['scratch'] / decimation['incremental']:.1f}x less)")
-    if opengl_available():
-        cost_gl = frame_cost(app, "dashboard", frames=args.frames, opengl=True)
-        print(f"dashboard with OpenGL: {cost_gl['ms']:.2f} ms/frame; OpenGL / raster: "
-              f"{cost_gl['ms'] / dashboard_ms:.2f}x CPU per frame")
+    render = (render_cost(args.frames) if opengl_available()
+              else headless_child("--render-child", "--frames", args.frames))
+    if render is None:
+        print("OpenGL: not measured: no OpenGL context here, nor with Mesa's surfaceless EGL")
     else:
-        print("OpenGL: not measured: no OpenGL context on this platform "
-              f"({app.platformName()}); the raster figures above are the ones that apply here")
-    view3d = view3d_cost(args.view3d_frames) if opengl_available() else view3d_cost_headless(args.view3d_frames)
+        raster = render["raster"]["cpu_ms"]
+        print("plots rendered through OpenGL (Mesa's llvmpipe, a software rasteriser: process CPU, its threads "
+              "counted) against Qt's raster engine, one process, alternating blocks of 25 frames:")
+        for mode in RENDER_MODES:
+            cost = render[mode]
+            print(f"  {mode:>30}: {cost['cpu_ms']:.2f} ms CPU ({cost['wall_ms']:.2f} ms wall) per frame, "
+                  f"{cost['cpu_ms'] / raster:.2f}x raster ({cost['frames']} frames)")
+        print(f"  read-back of the OpenGL framebuffer ({render['read back']['size']}, screenshots only): "
+              f"{render['read back']['cpu_ms']:.2f} ms")
+    view3d = (view3d_cost(args.view3d_frames) if opengl_available()
+              else headless_child("--view3d-child", "--view3d-frames", args.view3d_frames))
     if view3d is None:
         print("3-D view: not measured: no OpenGL context here, nor with Mesa's surfaceless EGL")
     for name, cost in (view3d or {}).items():

@@ -10,6 +10,7 @@ measured counterpart share one colour (keyed by :func:`gui.signals.base_name`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ import pyqtgraph as pg
 from PyQt5.QtCore import QLineF, QPointF, QRectF, Qt
 from PyQt5.QtGui import QColor, QImage, QPainter, QPen, QRegion, QStaticText
 from PyQt5.QtWidgets import QGraphicsItem
+from pyqtgraph.Qt.OpenGLHelpers import GraphicsViewGLWidget
 
 from gui.decimate import WindowDecimator
 from gui.ringbuffer import StreamStore
@@ -161,6 +163,27 @@ def _colour(index: int):
     return pg.intColor(index, hues=17, values=2).getRgb()[:3]
 
 
+#: ``WindowCurve.set_window``'s ``step`` when its caller did not check what changed
+UNCHECKED = object()
+
+
+def scrolled_span(old_times: np.ndarray, old_values: np.ndarray, times: np.ndarray, values: np.ndarray
+                  ) -> tuple[float, float] | None:
+    """What changed from a window ``old_times (k,)``, ``old_values (k,)`` or ``(k, n)`` to the next one ``times``,
+    ``values``: ``(left, right)`` s when the old vertices but the first and the last :data:`EDGE_VERTICES` (the partial
+    bins at the window's ends, and the lines to them) recur unchanged in the new ones, from ``left`` to ``right``;
+    else None (all changed). With ``(k, n)`` values, every column must recur: one check for a stream's curves."""
+    kept = len(old_times) - 2 * EDGE_VERTICES
+    if kept < 2 or len(times) < kept:
+        return None
+    start = int(np.searchsorted(times, old_times[EDGE_VERTICES], side="left"))
+    stop = start + kept
+    if stop > len(times) or not (np.array_equal(times[start:stop], old_times[EDGE_VERTICES:-EDGE_VERTICES])
+                                 and np.array_equal(values[start:stop], old_values[EDGE_VERTICES:-EDGE_VERTICES])):
+        return None
+    return float(times[start]), float(old_times[-EDGE_VERTICES - 1])
+
+
 class WindowCurve(pg.PlotCurveItem):
     """A ``PlotCurveItem`` fed an envelope already cut to the window and peak-decimated (:func:`stream_windows`).
 
@@ -174,6 +197,7 @@ class WindowCurve(pg.PlotCurveItem):
     _known_bounds = None    # ((x low, x high), (y low, y high)) of the current data, or None: computed as usual
     _finite = False         # every value finite: the layer draws it; else pyqtgraph paints it
     _rect = None            # bounding rect of the data, QRectF, when finite
+    _drawn_by_layer = False     # the current finite window is drawn by its layer (set by set_window)
     #: what changed since the layer last drew: None (everything), or (left, right) s: the vertices before ``left``
     #: and after ``right`` changed, those between did not (the window scrolled); (-inf, inf): nothing
     changed: tuple[float, float] | None = None
@@ -182,11 +206,22 @@ class WindowCurve(pg.PlotCurveItem):
         self._known_bounds = self._rect = None
         self._finite = False
         self.changed = None
+        self._paints_itself(True)
         super().updateData(*args, **kwargs)
 
-    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool) -> None:
+    def _paints_itself(self, painting: bool) -> None:
+        """Tell Qt whether this item paints: not while its layer draws it. An item without contents is neither
+        asked for its bounding rect nor painted as the scene paints (both Python calls, for every curve at every
+        frame); its layer is updated instead."""
+        if painting == bool(self.flags() & QGraphicsItem.ItemHasNoContents):
+            self.setFlag(QGraphicsItem.ItemHasNoContents, not painting)
+
+    def set_window(self, times: np.ndarray, values: np.ndarray, low: float, high: float, finite: bool,
+                   step=UNCHECKED) -> None:
         """``times (k,)`` non-decreasing, ``values (k,)`` whose finite extremes are ``low`` and ``high``;
-        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`).
+        ``finite``: every value is finite (checked once per stream by :func:`stream_windows`); ``step``: what changed
+        from the current data (:func:`scrolled_span`), when the caller checked it once for every column of the stream,
+        else :data:`UNCHECKED` (this curve checks its own).
 
         A finite window skips ``updateData``'s argument checks, option handling and ``sigPlotChanged`` (nothing
         listens to it on these bare curves): it resets the same caches and tells Qt and the view the same way."""
@@ -195,7 +230,14 @@ class WindowCurve(pg.PlotCurveItem):
             if len(times) and low <= high:
                 self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
             return
-        step = self._scrolled(times, values) if self._finite else None
+        if not self._finite:
+            step = None
+        elif step is UNCHECKED:
+            step = scrolled_span(self.xData, self.yData, times, values)
+        own_geometry_before = not (self._finite and self._drawn_by_layer)
+        self._drawn_by_layer = self.layer is not None
+        if own_geometry_before or not self._drawn_by_layer:
+            self.prepareGeometryChange()      # before its bounding rect changes (Qt's rule): the data's, or none
         # not drawn since the previous window: both changes count (the vertices kept by both are the unchanged ones)
         self.changed = None if step is None or self.changed is None else (max(step[0], self.changed[0]),
                                                                           min(step[1], self.changed[1]))
@@ -204,29 +246,28 @@ class WindowCurve(pg.PlotCurveItem):
         self.opts["skipFiniteCheck"] = True
         self.path = self.fillPath = self._fillPathList = self._mouseShape = None
         self._lineSegmentsRendered = False
+        if self.glstate is not None:      # pyqtgraph's OpenGL path: upload the new vertices (what sigPlotChanged does)
+            self.glstate.render_cache = None
         self.invalidateBounds()
         self._known_bounds = ((float(times[0]), float(times[-1])), (float(low), float(high)))
         self._rect = QRectF(self._known_bounds[0][0], self._known_bounds[1][0],
                             self._known_bounds[0][1] - self._known_bounds[0][0],
                             self._known_bounds[1][1] - self._known_bounds[1][0])
-        self.prepareGeometryChange()
-        self.informViewBoundsChanged()
-        self.update()
+        view = self.getViewBox()
+        if view is not None and any(auto is not False for auto in view.state["autoRange"]):
+            self.informViewBoundsChanged()    # only pyqtgraph's auto-range (a user's "auto") follows item bounds
+        self._paints_itself(not self._drawn_by_layer)
+        if self._drawn_by_layer:
+            self.layer.update()
+        else:
+            self.update()
 
-    def _scrolled(self, times: np.ndarray, values: np.ndarray) -> tuple[float, float] | None:
-        """What changed from the current data to ``times``, ``values``: ``(left, right)`` s when the old vertices but
-        the first and the last :data:`EDGE_VERTICES` (the partial bins at the window's ends, and the lines to them)
-        recur unchanged in the new ones, from ``left`` to ``right``; else None (all changed)."""
-        old_times, old_values = self.xData, self.yData
-        kept = len(old_times) - 2 * EDGE_VERTICES
-        if kept < 2 or len(times) < kept:
-            return None
-        start = int(np.searchsorted(times, old_times[EDGE_VERTICES], side="left"))
-        stop = start + kept
-        if stop > len(times) or not (np.array_equal(times[start:stop], old_times[EDGE_VERTICES:-EDGE_VERTICES])
-                                     and np.array_equal(values[start:stop], old_values[EDGE_VERTICES:-EDGE_VERTICES])):
-            return None
-        return float(times[start]), float(old_times[-EDGE_VERTICES - 1])
+    def viewTransformChanged(self):
+        # a finite window's bounding rect is its data's, in data units (the one-pixel cosmetic pen adds nothing): a
+        # new view transform (every frame, as the time span scrolls) leaves it as it is, so pyqtgraph's invalidation
+        # and geometry change for every curve are not needed
+        if not self._finite:
+            super().viewTransformChanged()
 
     def dataBounds(self, ax, frac=1.0, orthoRange=None):
         if self._known_bounds is not None and frac >= 1.0 and orthoRange is None and ax in (0, 1):
@@ -234,15 +275,18 @@ class WindowCurve(pg.PlotCurveItem):
         return super().dataBounds(ax, frac, orthoRange)
 
     def boundingRect(self):
-        # the pen is one cosmetic pixel wide and the view clips its children: the data's rect is enough
-        return self._rect if self._finite else super().boundingRect()
+        if not self._finite:
+            return super().boundingRect()
+        # drawn by its layer: nothing of its own to index or paint (no geometry change per curve and frame); else the
+        # data's rect is enough (the pen is one cosmetic pixel wide and the view clips its children)
+        return QRectF() if self._drawn_by_layer else self._rect
 
     #: the view's CurveLayer that draws it while finite; None: it draws itself, one polyline per paint
     layer = None
 
     def paint(self, painter, option, widget):
-        if not self._finite:
-            super().paint(painter, option, widget)
+        if not self._finite or (self.layer is None and isinstance(widget, GraphicsViewGLWidget)):
+            super().paint(painter, option, widget)      # pyqtgraph's path, or its OpenGL line strip
         elif self.layer is None:
             painter.setPen(self.opts["pen"])
             painter.drawPolyline(pg.functions.arrayToQPolygonF(self.xData, self.yData))
@@ -333,13 +377,29 @@ class CurveLayer(pg.GraphicsObject):
         drawing.setTransform(to_device, True)
         pixel_s = 1.0 / to_device.m11()     # one device column, s
         for low, high in spans:
+            cuts: dict[int, tuple[int, int]] = {}     # id(times) -> vertices of the span: curves of a stream share them
+            pieces = []                                # (curve, first vertex, end vertex) drawn in this span
             for curve in curves:
                 times = curve.xData
-                first = max(int(np.searchsorted(times, low - pixel_s, side="left")) - 1, 0)
-                last = min(int(np.searchsorted(times, high + pixel_s, side="right")) + 1, len(times))
-                if last - first >= 2:
-                    drawing.setPen(curve.opts["pen"])
-                    drawing.drawPolyline(pg.functions.arrayToQPolygonF(times[first:last], curve.yData[first:last]))
+                cut = cuts.get(id(times))
+                if cut is None:
+                    cut = cuts[id(times)] = (max(int(np.searchsorted(times, low - pixel_s, side="left")) - 1, 0),
+                                             min(int(np.searchsorted(times, high + pixel_s, side="right")) + 1,
+                                                 len(times)))
+                if cut[1] - cut[0] >= 2:
+                    pieces.append((curve, *cut))
+            if not pieces:
+                continue
+            # every piece's vertices in one polygon, each drawn as its own part of it: one array hand-over to Qt per
+            # span instead of one per curve (pyqtgraph's arrayToQPolygonF costs tens of microseconds, however short)
+            polygon = pg.functions.arrayToQPolygonF(
+                np.concatenate([curve.xData[first:last] for curve, first, last in pieces]),
+                np.concatenate([curve.yData[first:last] for curve, first, last in pieces]))
+            offset = 0
+            for curve, first, last in pieces:
+                drawing.setPen(curve.opts["pen"])
+                drawing.drawPolyline(polygon.mid(offset, last - first))
+                offset += last - first
         drawing.end()
         for curve in curves:
             curve.changed = (-np.inf, np.inf)
@@ -373,6 +433,24 @@ class TimeAxis(pg.AxisItem):
     def __init__(self, *args, **kwargs):
         super().__init__("bottom", *args, **kwargs)
         self._labels: dict[tuple[str, str], tuple[QStaticText, QRectF]] = {}
+
+    def tickValues(self, minVal, maxVal, size):  # noqa: N802, N803 (pyqtgraph's names)
+        """pyqtgraph's tick values, level by level (:meth:`AxisItem.tickValues`), with a finer level's ticks that
+        coincide with a coarser one's dropped by a plain distance test: pyqtgraph's ``np.isclose`` at ``rtol=0`` is the
+        same test (``|a - b| <= atol``) at about 25 times the cost, paid at every frame by a scrolling axis."""
+        if self.logMode:
+            return super().tickValues(minVal, maxVal, size)
+        low, high = sorted((minVal * self.scale, maxVal * self.scale))
+        ticks, seen = [], np.empty(0)
+        for spacing, offset in self.tickSpacing(low, high, size):
+            start = math.ceil((low - offset) / spacing) * spacing + offset
+            values = (np.arange(int((high - start) / spacing) + 1) * spacing + start) / self.scale
+            # a tick within a hundredth of this level's spacing of a coarser level's is that tick (pyqtgraph's rule)
+            close = (np.abs(seen - values[:, np.newaxis]) <= spacing / self.scale * 0.01).any(axis=-1)
+            values = values[~close]
+            seen = np.concatenate([seen, values])
+            ticks.append((spacing / self.scale, values.tolist()))
+        return ticks
 
     def _label(self, painter, text: str) -> tuple[QStaticText, QRectF]:
         """The label laid out, and its box as pyqtgraph measures it (its width decides crowding and the edges)."""
@@ -488,6 +566,8 @@ class PlotPanel:
         self.layers = {id(plot.vb): CurveLayer(plot.vb)}
         self.layers[id(plot.vb)].stackBefore(self.legend)
         self.autoscale = True
+        #: stream -> (times, values) of the window its curves were handed last (what the next one is checked against)
+        self._previous: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         plot.enableAutoRange(axis="y", enable=False)
         self.measured_view: pg.ViewBox | None = None
         if spec.measured_units is not None:
@@ -503,6 +583,31 @@ class PlotPanel:
             self.measured_view.enableAutoRange(axis="y", enable=False)
             plot.vb.sigResized.connect(self._follow_geometry)
             self.layers[id(self.measured_view)] = CurveLayer(self.measured_view)
+
+    def set_time_span(self, low: float, high: float) -> None:
+        """Show ``[low, high]`` s in this panel's views, as one direct change of their x range per frame.
+
+        ``setXRange`` would re-derive padding and limits, emit the range signals (whose slots here are the x-linked
+        measured view, which recomputes its geometry and sets its range the same way, the linked time axis, and a
+        do-nothing slot of every curve) and copy the range to the other plots' views (:meth:`_sync_x`, which a frame
+        does not need: it sets them all). The views hold only :class:`WindowCurve` items and layers, which need none of
+        those signals; the state signal still tells the context menu and the auto-range button."""
+        views = (self.plot.vb,) if self.measured_view is None else (self.plot.vb, self.measured_view)
+        if self.plot.vb.state["viewRange"][0] == [low, high]:
+            return
+        for view in views:
+            state = view.state
+            if state["autoRange"][0] is not False:     # a user's "auto" on the x axis: the scrolling span wins
+                view.enableAutoRange(x=False)
+            state["targetRange"][0] = [low, high]
+            state["viewRange"][0] = [low, high]
+            view._viewPixelSizeCache = None
+            view._matrixNeedsUpdate = True
+            view.update()
+            view.sigStateChanged.emit(view)
+        axis = self.plot.getAxis("bottom")
+        if axis.linkedView() is self.plot.vb:
+            axis.linkedViewChanged(self.plot.vb)
 
     def _follow_geometry(self) -> None:
         # the main view's own rect, not its sceneBoundingRect (half a pixel wider, for its border): the same width,
@@ -581,6 +686,7 @@ class PlotPanel:
         high (n,), finite (n,))), as :func:`stream_windows` returns them."""
         extremes: dict[int, list[float]] = {}   # id(view) -> [low, high] of the visible data
         columns = {key: {name: i for i, name in enumerate(window[2])} for key, window in windows.items()}
+        steps: dict[str, tuple[float, float] | None] = {}   # stream -> what changed, for all its columns at once
         for spec, curve in self.curves.values():
             if not curve.isVisible():
                 continue
@@ -591,12 +697,20 @@ class PlotPanel:
                     curve.setData([], [])
                 continue
             low, high, finite = (extreme[column] for extreme in window[3])   # once per stream (stream_windows)
-            curve.set_window(window[0], window[1][:, column], low, high, bool(finite))
+            step = UNCHECKED
+            previous = self._previous.get(spec.stream)
+            if previous is not None and curve.xData is previous[0]:     # it holds the stream's previous window
+                if spec.stream not in steps:
+                    steps[spec.stream] = scrolled_span(previous[0], previous[1], window[0], window[1])
+                step = steps[spec.stream]
+            curve.set_window(window[0], window[1][:, column], low, high, bool(finite), step)
             if self.autoscale:
                 if low <= high:
                     low_high = extremes.setdefault(id(curve.getViewBox()), [np.inf, -np.inf])
                     low_high[0] = min(low_high[0], float(low))
                     low_high[1] = max(low_high[1], float(high))
+        self._previous = {key: windows[key][:2] for key in {spec.stream for spec, _curve in self.curves.values()}
+                          if key in windows}
         if self.autoscale:
             for view in (self.plot.vb, self.measured_view):
                 if view is not None and id(view) in extremes:

@@ -441,15 +441,11 @@ class DashboardWindow(QMainWindow):
         # Each view's span ends at the first whole pixel at or after the newest sample (within one pixel of it), so
         # that from frame to frame its curves move by whole pixels: their layers (gui.plots.CurveLayer) then move
         # the image drawn before and draw only the new columns. Views of different widths end up to a pixel apart.
-        self._x_syncing = True
-        try:
-            for panel in self.panels.values():
-                width_px = panel.plot.vb.width()
-                pixel_s = window_s / width_px if width_px >= 1 else 0.0
-                end = math.ceil(t_end / pixel_s) * pixel_s if pixel_s > 0 else t_end
-                panel.plot.setXRange(end - window_s, end, padding=0)
-        finally:
-            self._x_syncing = False
+        for panel in self.panels.values():
+            width_px = panel.plot.vb.width()
+            pixel_s = window_s / width_px if width_px >= 1 else 0.0
+            end = math.ceil(t_end / pixel_s) * pixel_s if pixel_s > 0 else t_end
+            panel.set_time_span(end - window_s, end)
         for panel in self.panels.values():
             panel.update(windows)
         # pyqtgraph moves its views to the new range lazily, when the scene is about to paint; the move marks every

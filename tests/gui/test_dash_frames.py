@@ -304,3 +304,49 @@ def test_a_scrolled_curve_image_equals_the_image_drawn_whole(qtbot, make_window)
             assert (one & ~near).sum() == 0, "a pixel of the curve is drawn where the whole image has none nearby"
         assert (in_scrolled != in_whole).sum() < 0.02 * in_whole.sum()  # differences only at the seams
     assert drawn > 1000
+
+
+def test_the_time_axis_tick_values_are_pyqtgraphs(qtbot):
+    """TimeAxis.tickValues drops a finer level's ticks that coincide with a coarser one's by a plain distance test
+    instead of pyqtgraph's np.isclose: the same levels and values as AxisItem.tickValues over scrolled, zoomed and
+    resized spans, and across ranges where ticks of two levels fall a hair apart (floating point)."""
+    ours, reference = TimeAxis(), pg.AxisItem("bottom")
+    rng = np.random.default_rng(21)
+    spans = [(t, t + WINDOW_S, 1289.0) for t in np.arange(0.0, 40.0, 0.0173)]
+    spans += [(low, low + width, size) for low, width, size in zip(rng.uniform(-1e4, 1e4, 500),
+                                                                   10.0 ** rng.uniform(-4, 5, 500),
+                                                                   rng.uniform(50, 3000, 500))]
+    for low, high, size in spans:
+        assert ours.tickValues(low, high, size) == reference.tickValues(low, high, size), (low, high, size)
+
+
+def test_hiding_a_curve_while_paused_repaints_the_plot_without_it(qtbot, make_window):
+    """A curve its layer draws has no contents of its own for Qt (gui.plots.WindowCurve): hiding it must still repaint
+    its view, paused too (no frame follows), and the layer must leave its pixels out."""
+    window = make_window(window_s=WINDOW_S)
+    window.frame_timer.stop()
+    panel = window.panels["torque"]
+    qtbot.waitUntil(lambda: panel.plot.vb.width() > 100, timeout=DEADLINE_MS)
+    values = spiky_signal(int(WINDOW_S * RATE_HZ), seed=17)
+    window.on_batch(torque_batch(np.arange(len(values)) / RATE_HZ, values))
+    panel.plot.showGrid(x=False, y=False)
+    panel.legend.setVisible(False)              # its samples carry the curves' colours
+    window.refresh_plots()
+    settle(window.paint_counter)
+    hidden = next(item for spec, item in panel.curves.values() if spec.channel == "stroke_l")
+    colour = np.array(hidden.opts["pen"].color().getRgb()[:3])
+
+    def pixels_of_hidden() -> int:
+        return int((np.abs(viewport_pixels(window).astype(int) - colour).sum(axis=2) <= 3).sum())
+
+    assert pixels_of_hidden() > 500
+    window.set_paused(True)
+    paints = window.paint_counter.paints
+    window.set_channel_visible("torque:sim.tau:stroke_l", False)
+    settle(window.paint_counter)
+    assert window.paint_counter.paints > paints, "hiding a curve did not repaint its view"
+    assert pixels_of_hidden() == 0
+    window.set_channel_visible("torque:sim.tau:stroke_l", True)
+    window.set_paused(False)                    # resuming draws a frame: the curve is back
+    settle(window.paint_counter)
+    assert pixels_of_hidden() > 500
