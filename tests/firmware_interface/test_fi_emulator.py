@@ -198,6 +198,55 @@ def test_servo_dynamics_deadband_and_kinematic_sensors():
         link.close()
 
 
+#: the interpolation test's setpoints: a frame every INTERVAL_S (s), the right stroke servo at FROM_RAD, then at
+#: TO_RAD: a change the interpolating device ramps over 40 ms (2.5 rad/s), where the servo's 10 ms lag alone,
+#: stepped, starts at 9.5 rad/s (the C firmware's 25 rad/s output limit: 4 ms, about as fast)
+INTERVAL_S, FROM_RAD, TO_RAD = 0.04, 0.1, 0.2
+#: the interpolated drive's fastest servo speed against the stepped one's, at most (measured: ~0.3)
+SLOWER = 0.5
+
+
+def fastest_change(rig, device: list[str]) -> tuple[float, float]:
+    """The servo's fastest speed (rad/s, consecutive samples) after the setpoints change from FROM_RAD to TO_RAD,
+    and where it ends (rad), on ``rig`` behind a real pty (``device``: as :func:`make_emulator`)."""
+    servo = rig.servos[0]
+    emulator = FirmwareEmulator(rig, Path(device[1])) if device else Emulator(rig)
+    thread = threading.Thread(target=emulator.run, daemon=True)
+    thread.start()
+    try:
+        link = DeviceLink(emulator.slave_path, rig.baud)
+        assert link.request(p.Hello(), p.DeviceInfo, timeout_s=10) is not None
+        angle = [FROM_RAD]
+        send = lambda: link.send(p.Setpoints((servo.to_raw(angle[0]), rig.servos[1].neutral_raw)))  # noqa: E731
+        collect(link, 10 * INTERVAL_S, every=send, period_s=INTERVAL_S)
+        angle[0] = TO_RAD
+        samples = telemetry_of(collect(link, 8 * INTERVAL_S, every=send, period_s=INTERVAL_S))
+        link.close()
+    finally:
+        emulator.stop()
+        thread.join(timeout=10)
+    t_us = np.array([s.t_us for s in samples])
+    angles = np.array([servo.to_rad(s.servo[0]) for s in samples])
+    consecutive = np.diff(t_us) == 1_000_000 // rig.telemetry_hz
+    speeds = np.abs(np.diff(angles))[consecutive] * rig.telemetry_hz
+    assert consecutive.mean() > 0.9
+    return float(speeds.max()), float(angles[-1])
+
+
+def test_an_interpolating_device_ramps_to_new_setpoints_over_the_setpoint_interval(device):
+    """On a real pty, both device logics, the flapper rig with ``[rates] setpoints`` stepped and interpolated: the
+    same change of setpoints, frames every 40 ms; interpolated, the device ramps over the measured interval and the
+    servo moves at most half as fast as stepped (the step's speed is the servo's lag's, or the C firmware's rate
+    limit); both end at the new setpoint."""
+    import dataclasses
+
+    rig = load_rig(FLAPPER)
+    stepped, stepped_end = fastest_change(dataclasses.replace(rig, setpoints="step"), device)
+    ramped, ramped_end = fastest_change(dataclasses.replace(rig, setpoints="interpolate"), device)
+    assert ramped < SLOWER * stepped, (ramped, stepped)
+    assert abs(stepped_end - TO_RAD) < 1e-3 and abs(ramped_end - TO_RAD) < 1e-3
+
+
 def test_watchdog_sends_servos_to_neutral_and_reports_it(device):
     rig = load_rig(RAYBOT)
     servo = rig.servos[0]
