@@ -21,8 +21,9 @@ driver's tracking stretch less its first second and last 0.2 s:
 - the comparison of ``report/closed_loop.json``: closed / open ratios and gains on vx, vz, wy, the server's misses.
 
 ``--live N``: N alternating pairs of 10 s demo runs, ``step`` then ``interpolate``, each with the worktree's
-configs copied and its flapper rig's ``setpoints`` set (the copy first on PYTHONPATH: ``mms demo`` runs the shipped
-rigs only), the load average before and after each; then every run's figures and the means of each kind.
+configs copied and its flapper rig's ``setpoints`` set (the copy's folder the demo's working folder and first on
+PYTHONPATH, so that ``import configs`` finds it: ``mms demo`` runs the shipped rigs only), the load average before
+and after each; then every run's figures and the means of each kind.
 ``--captive``: hil.experiment.closed_loop.captive_loop with ``stroke="rig"``, exact sensors, 8 s, for both kinds
 (deterministic). ``RUN_DIR ...``: the figures of existing run folders (their kind from the rig they name).
 
@@ -199,7 +200,7 @@ def live(pairs: int, out: Path) -> list[dict]:
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bases[kind]), str(ROOT)])}
                 before = _load()
                 result = subprocess.run([sys.executable, "-m", "hil.cli", "demo", "--closed-loop", "--duration",
-                                         f"{DEMO_DURATION_S:g}", "--out", str(run_dir)], env=env, cwd=ROOT,
+                                         f"{DEMO_DURATION_S:g}", "--out", str(run_dir)], env=env, cwd=bases[kind],
                                         capture_output=True, text=True)
                 (out / f"{kind}{pair + 1}.log").write_text(result.stdout + result.stderr)
                 after = _load()
