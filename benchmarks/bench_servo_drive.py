@@ -6,7 +6,9 @@ Figures of one run folder of ``mms demo --closed-loop`` (its ``run.mcap``, ``rep
 driver's tracking stretch less its first second and last 0.2 s:
 
 - the servo acceleration: the second difference of the telemetry's servo angles on consecutive 1 kHz samples,
-  |a| p50 and p99 over both servos, rad/s^2 (the 5 Hz stroke alone: ~440 at p50);
+  |a| p50 and p99 over both servos, rad/s^2 (the 5 Hz stroke alone: ~440 at p50), and the right servo's RMS at
+  40-60 Hz (where the wings ring) and at 100-500 Hz (the steps' own band), rad/s^2 (the tracking stretch has no gap
+  in the device's samples: ``sample_gaps``);
 - the model's error ``m - m_hat`` on ``fx``: the recorded telemetry re-run through the model's twin as the loop
   runs it (hil.feedback.loop.ModelTwin, the run's robot file, tared over ``tare_s``), its RMS at 40-60 Hz (the
   wings' ringing) and at 4-21 Hz, uN;
@@ -54,6 +56,8 @@ KINDS = ("step", "interpolate")
 SKIP_START_S, SKIP_END_S = 1.0, 0.2
 #: Hz: the wings' ringing and the stroke's kept harmonics (5-20 Hz, with a margin)
 RINGING_BAND, STROKE_BAND = (40.0, 60.0), (4.0, 21.0)
+#: Hz: what 500 Hz setpoint steps on 1 kHz samples put into the servo motion
+STEP_BAND = (100.0, 500.0)
 DEMO_DURATION_S = 10.0
 
 
@@ -115,6 +119,9 @@ def analyse(run_dir: Path, rig_path: Path) -> dict:
     figures["servo_acceleration_p50"] = float(np.percentile(acceleration, 50))
     figures["servo_acceleration_p99"] = float(np.percentile(acceleration, 99))
     figures["sample_gaps"] = int(np.sum(du[keep[1:]] != round(sample_s * US_PER_S)))
+    stretch = np.diff(samples["servo"][keep, 0], 2) / sample_s ** 2    # the right servo, rad/s^2
+    figures["servo_acceleration_40_60_hz"] = _band_rms(stretch, sample_s, RINGING_BAND)
+    figures["servo_acceleration_100_500_hz"] = _band_rms(stretch, sample_s, STEP_BAND)
 
     # the model's error, through the twin as the loop steps it, tared
     dt = max(config["simulation"]["dt"], sample_s)
@@ -236,7 +243,8 @@ def captive() -> None:
 
 
 def summary(results: list[dict]) -> None:
-    keys = ("servo_acceleration_p50", "servo_acceleration_p99", "error_fx_ringing_uN", "error_fx_stroke_band_uN",
+    keys = ("servo_acceleration_p50", "servo_acceleration_p99", "servo_acceleration_40_60_hz",
+            "servo_acceleration_100_500_hz", "error_fx_ringing_uN", "error_fx_stroke_band_uN",
             "table_fx_noise_uN", "table_fx_rms_uN", "servo_lag_ms", "vx_ratio", "vz_ratio", "wy_ratio", "vx_gain",
             "misses_pct")
     for kind in KINDS:
