@@ -27,9 +27,10 @@ configs copied and its flapper rig's ``setpoints`` set (the copy's folder the de
 PYTHONPATH, so that ``import configs`` finds it: ``mms demo`` runs the shipped rigs only), the load average before
 and after each; then every run's figures and the means of each kind.
 ``--captive``: hil.experiment.closed_loop.captive_loop with ``stroke="rig"``, exact sensors, 8 s, for both kinds
-(deterministic). ``RUN_DIR ...``: the figures of existing run folders (their kind from the rig they name).
+(deterministic). ``--lag``: the Python device alone, frames of a 5 Hz stroke every 2 ms arriving 0-1, 0-2, 0-4 ms late
+(uniform): its target's first-harmonic lag, step and interpolate (deterministic). ``RUN_DIR ...``: the figures of existing run folders (their kind from the rig they name).
 
-    python benchmarks/bench_servo_drive.py [--live N] [--captive] [--out DIR] [RUN_DIR ...]
+    python benchmarks/bench_servo_drive.py [--live N] [--captive] [--lag] [--out DIR] [RUN_DIR ...]
 """
 from __future__ import annotations
 
@@ -242,6 +243,37 @@ def captive() -> None:
                   + f"; error fx at 40-60 Hz {ringing:.1f} uN", flush=True)
 
 
+def device_lag(mode: str, jitter_us: int, frames: int = 2000, seed: int = 1) -> float:
+    """The Python device's servo target's first-harmonic lag (ms) behind a 5 Hz stroke whose setpoint for the driver's
+    tick k (every 2 ms) arrives 0..``jitter_us`` late (uniform, seeded), ``mode`` ``[rates] setpoints``."""
+    import dataclasses
+
+    from firmware_interface import protocol as p
+    from firmware_interface.emulator import Device
+    from firmware_interface.plant import KinematicPlant
+    from firmware_interface.rigs.mcu import load_rig
+
+    rig = dataclasses.replace(load_rig(ROOT / "configs" / "rigs" / "flapper_rig.toml"), setpoints=mode)
+    device, servo = Device(rig, KinematicPlant(rig), np.random.default_rng(0)), rig.servos[0]
+    device.receive(p.encode(p.Hello(), 0), 0.0)
+    rng, omega = np.random.default_rng(seed), 2.0 * np.pi * 5.0
+    times, targets, sample_us = [], [], 0
+    for k in range(1, frames):
+        tick_us = 2000 * k
+        arrival_us = tick_us + int(rng.integers(0, jitter_us + 1))
+        while sample_us <= arrival_us:
+            device.tick(sample_us / 1e6)
+            times.append(sample_us / 1e6)
+            targets.append(device.target[0])
+            sample_us += 1000
+        setpoint = servo.to_raw(0.6 * np.sin(omega * tick_us / 1e6))
+        device.receive(p.encode(p.Setpoints((setpoint, rig.servos[1].neutral_raw)), k), arrival_us / 1e6)
+    t, y = np.array(times), np.array(targets)
+    keep = t > 0.5
+    return 1e3 * float(np.angle(_first_harmonic(t[keep], 0.6 * np.sin(omega * t[keep]), omega)
+                                / _first_harmonic(t[keep], y[keep], omega))) / omega
+
+
 def summary(results: list[dict]) -> None:
     keys = ("servo_acceleration_p50", "servo_acceleration_p99", "servo_acceleration_40_60_hz",
             "servo_acceleration_100_500_hz", "error_fx_ringing_uN", "error_fx_stroke_band_uN",
@@ -265,6 +297,8 @@ def main() -> None:
                         help="the rig file the existing runs ran with (default: the shipped flapper rig)")
     parser.add_argument("--live", type=int, default=0, metavar="N", help="N alternating pairs of demo runs")
     parser.add_argument("--captive", action="store_true", help="captive_loop, stroke through the rig, both kinds")
+    parser.add_argument("--lag", action="store_true",
+                        help="the Python device's lag behind a jittered 500 Hz stroke, step and interpolate")
     parser.add_argument("--out", type=Path, default=Path("servo-drive-runs"), help="folder of the live runs")
     args = parser.parse_args()
     results = []
@@ -272,6 +306,10 @@ def main() -> None:
         figures = analyse(run_dir, args.rig)
         results.append(figures)
         print(json.dumps(figures), flush=True)
+    if args.lag:
+        for jitter_us in (0, 1000, 2000, 4000):
+            print(f"arrivals 0-{jitter_us} us late: the target's lag behind the stroke, step "
+                  f"{device_lag('step', jitter_us):.2f} ms, interpolate {device_lag('interpolate', jitter_us):.2f} ms")
     if args.captive:
         captive()
     if args.live:

@@ -202,8 +202,9 @@ def test_servo_dynamics_deadband_and_kinematic_sensors():
 #: TO_RAD: a change the interpolating device ramps over 40 ms (2.5 rad/s), where the servo's 10 ms lag alone,
 #: stepped, starts at 9.5 rad/s (the C firmware's 25 rad/s output limit and the lag: 8.2 rad/s)
 INTERVAL_S, FROM_RAD, TO_RAD = 0.04, 0.1, 0.2
-#: the interpolated drive's fastest servo speed against the stepped one's, at most (measured: 0.30-0.54 with the
-#: rig's 100 ms watchdog, whose timeout a late frame on a busy machine exceeded: a step; with WATCHDOG_MS: MEASURED)
+#: the interpolated drive's fastest servo speed against the stepped one's, at most (measured at load 10-14: 0.24
+#: Python, 0.30 C; 0.54 once with the rig's 100 ms watchdog, whose timeout a late frame on the busy machine exceeded,
+#: and the device stepped to it: hence WATCHDOG_MS)
 SLOWER = 0.5
 #: ms: the device's watchdog for this test (CONFIGURE): a frame this late is stepped to (no interval to ramp over)
 WATCHDOG_MS = 1000
