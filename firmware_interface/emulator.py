@@ -82,6 +82,8 @@ class SetpointRamp:
         self.end = self.start.copy()                  # (n,) the newest frame's values
         self.arrived_us = 0                           # device clock of its arrival, µs
         self.interval_us = 0.0                        # the measured setpoint interval, µs; 0: none (a step)
+        self.span = np.zeros_like(self.start)         # (n,) end - start
+        self.low, self.high = self.start.copy(), self.start.copy()   # (n,) the ramp's bounds
 
     def set(self, values: np.ndarray, now_us: int, continuing: bool) -> None:
         """A frame's ``values`` (n,) applied at ``now_us`` (µs); ``continuing``: setpoints were in force up to it."""
@@ -93,14 +95,18 @@ class SetpointRamp:
         else:
             self.start, self.interval_us = np.array(values, dtype=float), 0.0
         self.end, self.arrived_us = np.array(values, dtype=float), now_us
+        # the ramp's span and bounds, once per frame (the device reads the ramp at every sample)
+        self.span = self.end - self.start
+        self.low, self.high = np.minimum(self.start, self.end), np.maximum(self.start, self.end)
 
     def at(self, t_us: int) -> np.ndarray:
         """The target (n,) at the device time ``t_us`` (µs)."""
-        if self.interval_us <= 0.0:
+        fraction = (t_us - self.arrived_us) / self.interval_us if self.interval_us > 0.0 else 1.0
+        if fraction >= 1.0:
             return self.end.copy()
-        fraction = min(max((t_us - self.arrived_us) / self.interval_us, 0.0), 1.0)
-        return np.clip(self.start + (self.end - self.start) * fraction, np.minimum(self.start, self.end),
-                       np.maximum(self.start, self.end))
+        if fraction <= 0.0:
+            return self.start.copy()
+        return np.minimum(np.maximum(self.start + self.span * fraction, self.low), self.high)
 
     @property
     def delay_intervals(self) -> float:
