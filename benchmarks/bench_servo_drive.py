@@ -28,9 +28,12 @@ PYTHONPATH, so that ``import configs`` finds it: ``mms demo`` runs the shipped r
 and after each; then every run's figures and the means of each kind.
 ``--captive``: hil.experiment.closed_loop.captive_loop with ``stroke="rig"``, exact sensors, 8 s, for both kinds
 (deterministic). ``--lag``: the Python device alone, frames of a 5 Hz stroke every 2 ms arriving 0-1, 0-2, 0-4 ms late
-(uniform): its target's first-harmonic lag, step and interpolate (deterministic). ``RUN_DIR ...``: the figures of existing run folders (their kind from the rig they name).
+(uniform): its target's first-harmonic lag, step and interpolate (deterministic). ``--replay RUN_DIR ...``: a run's
+setpoint frames through the Python device and its servos offline, both kinds, as sent, on a regular grid, and with
+the stroke's harmonics only (``replay_drive``). ``RUN_DIR ...``: the figures of existing run folders (their kind from the rig they name).
 
-    python benchmarks/bench_servo_drive.py [--live N] [--captive] [--lag] [--out DIR] [RUN_DIR ...]
+    python benchmarks/bench_servo_drive.py [--live N] [--captive] [--lag] [--replay RUN_DIR ...] [--out DIR]
+        [RUN_DIR ...]
 """
 from __future__ import annotations
 
@@ -274,6 +277,55 @@ def device_lag(mode: str, jitter_us: int, frames: int = 2000, seed: int = 1) -> 
                                 / _first_harmonic(t[keep], y[keep], omega))) / omega
 
 
+def replay_drive(run_dir: Path) -> None:
+    """A run's setpoint frames (hw/command: the right servo's values and their send stamps) replayed through the
+    Python device and its emulated servos offline, held and interpolated, arriving as sent and on a regular 2 ms grid
+    (the same values), and on the grid with the values' fit of the stroke's first four harmonics: the servo
+    acceleration's RMS at 40-60 Hz and 100-500 Hz, rad/s^2. What the frames' timing, and what their values beyond
+    the stroke, put into the servo motion."""
+    import dataclasses
+
+    from firmware_interface import protocol as p
+    from firmware_interface.emulator import Device
+    from firmware_interface.plant import KinematicPlant
+    from firmware_interface.rigs.mcu import load_rig
+    from hil.recording.mcap_io import read_recording
+
+    raw = read_recording(run_dir / "run.mcap", topics={TOPIC_HW_COMMAND})
+    commands = [m for m in _messages(raw, TOPIC_HW_COMMAND) if m.get("mode") == "track"]
+    sent_s = np.array([m["stamp_ns"] for m in commands]) * 1e-9
+    values = np.array([m["setpoint_rad"][0] for m in commands])
+    keep = (sent_s > sent_s[0] + SKIP_START_S) & (sent_s < sent_s[-1] - SKIP_END_S)
+    sent_us = np.rint((sent_s[keep] - sent_s[keep][0]) * 1e6).astype(np.int64) + 1000
+    values = values[keep]
+    period_us = round(np.median(np.diff(sent_us)))
+    regular_us = 1000 + period_us * np.arange(sent_us.size)
+    # the stroke's first four harmonics fitted to the values as sent: the values without what is not the stroke's
+    omega = 2.0 * np.pi * 5.0
+    basis = lambda t_us: np.column_stack([np.ones(t_us.size)] + [f(k * omega * t_us * 1e-6)  # noqa: E731
+                                                                 for k in range(1, 5) for f in (np.cos, np.sin)])
+    smooth = basis(regular_us) @ np.linalg.lstsq(basis(sent_us), values, rcond=None)[0]
+    rig0 = load_rig(ROOT / "configs" / "rigs" / "flapper_rig.toml")
+    for mode in KINDS:
+        rig = dataclasses.replace(rig0, setpoints=mode)
+        for timing, arrivals, stream in (("as sent", sent_us, values), ("regular", regular_us, values),
+                                         ("regular, the stroke's harmonics only", regular_us, smooth)):
+            device, servo = Device(rig, KinematicPlant(rig), np.random.default_rng(0)), rig.servos[0]
+            device.receive(p.encode(p.Hello(), 0), 0.0)
+            angles, sample_us = [], 0
+            for k, (arrival_us, value) in enumerate(zip(arrivals, stream)):
+                while sample_us <= arrival_us:
+                    device.tick(sample_us / 1e6)
+                    angles.append(device.servos.angle[0])
+                    sample_us += 1000
+                device.receive(p.encode(p.Setpoints((servo.to_raw(value), rig.servos[1].neutral_raw)), k + 1),
+                               int(arrival_us) / 1e6)
+            acceleration = np.diff(np.array(angles[1000:]), 2) * 1e6
+            print(f"{run_dir.name}, {mode}, frames {timing}: servo acceleration at 40-60 Hz "
+                  f"{_band_rms(acceleration, 1e-3, RINGING_BAND):.0f}, at 100-500 Hz "
+                  f"{_band_rms(acceleration, 1e-3, STEP_BAND):.0f} rad/s^2 RMS", flush=True)
+
+
 def summary(results: list[dict]) -> None:
     keys = ("servo_acceleration_p50", "servo_acceleration_p99", "servo_acceleration_40_60_hz",
             "servo_acceleration_100_500_hz", "error_fx_ringing_uN", "error_fx_stroke_band_uN",
@@ -299,6 +351,8 @@ def main() -> None:
     parser.add_argument("--captive", action="store_true", help="captive_loop, stroke through the rig, both kinds")
     parser.add_argument("--lag", action="store_true",
                         help="the Python device's lag behind a jittered 500 Hz stroke, step and interpolate")
+    parser.add_argument("--replay", type=Path, nargs="*", default=[], metavar="RUN_DIR",
+                        help="replay runs' setpoint frames through the device offline, as sent and regular")
     parser.add_argument("--out", type=Path, default=Path("servo-drive-runs"), help="folder of the live runs")
     args = parser.parse_args()
     results = []
@@ -310,6 +364,8 @@ def main() -> None:
         for jitter_us in (0, 1000, 2000, 4000):
             print(f"arrivals 0-{jitter_us} us late: the target's lag behind the stroke, step "
                   f"{device_lag('step', jitter_us):.2f} ms, interpolate {device_lag('interpolate', jitter_us):.2f} ms")
+    for run_dir in args.replay:
+        replay_drive(run_dir)
     if args.captive:
         captive()
     if args.live:
