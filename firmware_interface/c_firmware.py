@@ -99,9 +99,11 @@ def host_program(path: Path | None) -> Path:
 
 def config_table(rig: Rig) -> dict:
     """The firmware's table from the rig file: per servo channel (frame order) the raw limits, neutral and rate
-    limit (``max_rate_rad_s`` at the horn times ``|gain|`` raw units per rad), and the power-up rates."""
+    limit (``max_rate_rad_s`` at the horn times ``|gain|`` raw units per rad), the power-up rates and whether the
+    servo target is interpolated between setpoint frames (``[rates] setpoints``)."""
     return {"name": rig.name, "n_servo": len(rig.servos), "n_strain": len(rig.strain), "n_load": len(rig.load),
             "sample_rate_hz": rig.telemetry_hz, "samples_per_frame": rig.samples_per_frame,
+            "interpolate": int(rig.setpoints == "interpolate"),
             "watchdog_us": round(rig.watchdog_timeout_s * US_PER_S),
             "heartbeat_period_us": round(US_PER_S / rig.heartbeat_hz),
             "min_raw": [s.min_raw for s in rig.servos], "max_raw": [s.max_raw for s in rig.servos],
@@ -114,8 +116,8 @@ def init_record(rig: Rig) -> bytes:
     t = config_table(rig)
     name = t["name"].encode()
     n = t["n_servo"]
-    payload = struct.pack("<4BHBxII32s", n, t["n_strain"], t["n_load"], len(name), t["sample_rate_hz"],
-                          t["samples_per_frame"], t["watchdog_us"], t["heartbeat_period_us"], name)
+    payload = struct.pack("<4BHBBII32s", n, t["n_strain"], t["n_load"], len(name), t["sample_rate_hz"],
+                          t["samples_per_frame"], t["interpolate"], t["watchdog_us"], t["heartbeat_period_us"], name)
     for key in ("min_raw", "max_raw", "neutral_raw", "max_rate_raw_per_s"):
         payload += struct.pack(f"<{n}f", *t[key])
     return RECORD_HEAD.pack(ord("I"), len(payload)) + payload
@@ -134,7 +136,8 @@ def config_c_source(rig: Rig) -> str:
             '#include "rig_fw.h"\n\n'
             "const rig_config rig_table = {\n"
             f'    "{escaped}", {len(name)}, {t["n_servo"]}, {t["n_strain"]}, {t["n_load"]},\n'
-            f'    {t["sample_rate_hz"]}, {t["samples_per_frame"]}, {t["watchdog_us"]}u, {t["heartbeat_period_us"]}u,\n'
+            f'    {t["sample_rate_hz"]}, {t["samples_per_frame"]}, {t["interpolate"]}, {t["watchdog_us"]}u, '
+            f'{t["heartbeat_period_us"]}u,\n'
             f'    {floats("min_raw")},\n    {floats("max_raw")},\n    {floats("neutral_raw")},\n'
             f'    {floats("max_rate_raw_per_s")}\n}};\n\n'
             f'const uint32_t rig_baud = {rig.baud}u;   /* bit/s */\n')

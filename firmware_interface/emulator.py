@@ -6,8 +6,10 @@ the rig's microcontroller does (docs/protocol.md, docs/rigs.md):
 
 * receives frames at most as fast as the configured baud allows and answers them (hello, setpoints, configure,
   heartbeat, e-stop, e-stop reset, link statistics), NACKing bad requests;
-* samples at the telemetry rate on its own clock (streamed once a host has said HELLO): servo dynamics (deadband, first-order lag, rate limit) and
-  the sensors (plant, then gain, offset, drift, noise, quantisation, saturation), batched into telemetry frames;
+* samples at the telemetry rate on its own clock (streamed once a host has said HELLO): the servo target (each
+  setpoint frame held, or interpolated from the previous one over the measured setpoint interval: the rig file's
+  ``[rates] setpoints``, :class:`SetpointRamp`), servo dynamics (deadband, first-order lag, rate limit) and the
+  sensors (plant, then gain, offset, drift, noise, quantisation, saturation), batched into telemetry frames;
 * keeps the rig safe: a device watchdog (no valid setpoints for the timeout -> servos to neutral, flagged and
   reported) and a latched e-stop (host command, or the "button": SIGUSR1 presses and holds it, SIGUSR2 releases
   it) released only by ESTOP_RESET, which is refused (NACK "e-stop latched") while the button is held;
@@ -49,6 +51,68 @@ ESTOP_NACK_INTERVAL_S = 0.1
 #: NACK reasons a SETPOINTS frame can be refused with, as named in the applied log.
 SETPOINT_REFUSALS = {p.NACK_ESTOP_LATCHED: "estop_latched", p.NACK_CHANNEL_COUNT: "channel_count",
                      p.NACK_OUT_OF_RANGE: "out_of_range"}
+#: The measured setpoint interval is a running mean: each new interval moves it by 1/this of the difference (a
+#: frame late by a millisecond shifts the ramps after it by an eighth of that; RIG_INTERVAL_AVERAGE in rig_fw.h).
+INTERVAL_AVERAGE = 8
+US_PER_S = 1_000_000
+
+
+class SetpointRamp:
+    """The servo target between setpoint frames, ``[rates] setpoints`` of the rig file (docs/rigs.md):
+
+    - ``"step"``: each frame's values, from the sample after it arrived until the next frame;
+    - ``"interpolate"``: a frame arriving at ``a_k`` starts a straight ramp from the target at ``a_k`` (where the
+      previous ramp had got to) to its values, reached ``T`` later, ``T`` the setpoint interval measured so far
+      (a running mean of the frames' arrival intervals, :data:`INTERVAL_AVERAGE`); the device reads the ramp at its
+      samples. For frames every ``T`` the target is the host's setpoints linearly interpolated, one interval late:
+      ``target(t) = s_(k-1) + (s_k - s_(k-1)) (t - a_k) / T`` on ``[a_k, a_k + T]``. A host's setpoints, which arrive
+      asynchronously to the samples (500 Hz frames on 1 kHz samples: steps of one or of two samples' motion at
+      once), then move the servos by the same amount every sample instead of in steps that ring a flexible load.
+
+    The first frame after none was in force (power-up, an e-stop reset, a watchdog trip), and one arriving later
+    than the watchdog timeout after the previous, is stepped to: there is no interval to interpolate over. Each
+    target lies between the ramp's two ends (clipped there, against rounding), so between values the device
+    accepted: within the rig's limits. Values ``(n,)`` in one unit (here rad at the horn; the C firmware: raw).
+    """
+
+    def __init__(self, start: np.ndarray, interpolate: bool, watchdog_us: int):
+        self.interpolate = interpolate
+        self.watchdog_us = watchdog_us
+        self.start = np.array(start, dtype=float)     # (n,) the target when the newest frame arrived
+        self.end = self.start.copy()                  # (n,) the newest frame's values
+        self.arrived_us = 0                           # device clock of its arrival, µs
+        self.interval_us = 0.0                        # the measured setpoint interval, µs; 0: none (a step)
+        self.span = np.zeros_like(self.start)         # (n,) end - start
+        self.low, self.high = self.start.copy(), self.start.copy()   # (n,) the ramp's bounds
+
+    def set(self, values: np.ndarray, now_us: int, continuing: bool) -> None:
+        """A frame's ``values`` (n,) applied at ``now_us`` (µs); ``continuing``: setpoints were in force up to it."""
+        measured = now_us - self.arrived_us
+        if self.interpolate and continuing and measured <= self.watchdog_us:
+            self.start = self.at(now_us)
+            self.interval_us = float(measured) if self.interval_us == 0.0 else \
+                self.interval_us + (measured - self.interval_us) / INTERVAL_AVERAGE
+        else:
+            self.start, self.interval_us = np.array(values, dtype=float), 0.0
+        self.end, self.arrived_us = np.array(values, dtype=float), now_us
+        # the ramp's span and bounds, once per frame (the device reads the ramp at every sample)
+        self.span = self.end - self.start
+        self.low, self.high = np.minimum(self.start, self.end), np.maximum(self.start, self.end)
+
+    def at(self, t_us: int) -> np.ndarray:
+        """The target (n,) at the device time ``t_us`` (µs)."""
+        fraction = (t_us - self.arrived_us) / self.interval_us if self.interval_us > 0.0 else 1.0
+        if fraction >= 1.0:
+            return self.end.copy()
+        if fraction <= 0.0:
+            return self.start.copy()
+        return np.minimum(np.maximum(self.start + self.span * fraction, self.low), self.high)
+
+    @property
+    def delay_intervals(self) -> float:
+        """How late the target follows a host's setpoints sent every interval, in intervals (the transport's delay
+        apart): a step holds each half an interval late on average, the ramp reaches each one interval late."""
+        return 1.0 if self.interpolate else 0.5
 
 
 @dataclass
@@ -125,6 +189,10 @@ class Device:
         self.n_servo, self.n_strain, self.n_load = len(rig.servos), len(rig.strain), len(rig.load)
         self.neutral = np.array([s.neutral_rad for s in rig.servos])       # (n_servo,) rad
         self.command = self.neutral.copy()                                 # (n_servo,) rad, last valid setpoints
+        #: the servo target between setpoint frames (rad), the rig file's [rates] setpoints
+        self.ramp = SetpointRamp(self.neutral, rig.setpoints == "interpolate",
+                                 round(rig.watchdog_timeout_s * US_PER_S))
+        self.target = self.neutral.copy()                                  # (n_servo,) rad, driven at the last sample
         self.min_raw = np.array([s.min_raw for s in rig.servos])
         self.max_raw = np.array([s.max_raw for s in rig.servos])
         self.decoder = p.StreamDecoder()
@@ -162,6 +230,11 @@ class Device:
     @staticmethod
     def _us(t: float) -> int:
         return int(round(t * 1e6)) % p.TIME_MODULUS
+
+    @staticmethod
+    def _device_us(t: float) -> int:
+        """The device clock ``t`` (s) in whole µs, unwrapped (the C firmware's clock ticks in µs)."""
+        return int(round(t * US_PER_S))
 
     @property
     def flags(self) -> int:
@@ -219,6 +292,7 @@ class Device:
                 return p.Nack(type_id, seq, p.NACK_BAD_CONFIG)
             self._set_rate(m.sample_rate_hz, m.samples_per_frame, now)
             self.watchdog_s = m.watchdog_ms / 1000.0
+            self.ramp.watchdog_us = m.watchdog_ms * 1000
             self.configured = True
             return p.Ack(type_id, seq)
         if isinstance(m, p.GetLinkStats):
@@ -241,6 +315,7 @@ class Device:
             self._note_setpoints(m, seq, now, p.NACK_OUT_OF_RANGE)
             return p.Nack(type_id, seq, p.NACK_OUT_OF_RANGE)
         self.command = np.array([s.to_rad(r) for s, r in zip(self.rig.servos, raw)])
+        self.ramp.set(self.command, self._device_us(now), continuing=not self.watchdog_tripped)
         self.last_setpoint_s = now
         self.watchdog_tripped = False
         self._note_setpoints(m, seq, now, None)
@@ -285,9 +360,9 @@ class Device:
                 self.watchdog_trips += 1
                 if self.streaming:
                     out.append(self._frame(p.Heartbeat(self.flags, self._uptime_ms(t)), t))
-            target = self.neutral if (self.estop or self.watchdog_tripped) else self.command
+            self.target = self.neutral if (self.estop or self.watchdog_tripped) else self.ramp.at(self._device_us(t))
             before = self.servos.angle
-            self.servos.step(target, dt)
+            self.servos.step(self.target, dt)
             truth = self.plant.sense(self.servos.angle, (self.servos.angle - before) / dt, t)
             raw = tuple(float(s.to_raw(a)) for s, a in zip(self.rig.servos, self.servos.angle))
             counts = self.sensors.sample(truth, t)

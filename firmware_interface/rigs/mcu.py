@@ -15,7 +15,7 @@ from sim.config import ConfigError, load_toml, require
 from sim.integrator_names import INTEGRATORS
 
 from firmware_interface.protocol import MAX_NAME_BYTES, PROTOCOL_VERSION, max_samples_per_frame
-from firmware_interface.rigs.schema import DEFAULT_HEARTBEAT_HZ, check_mcu_rig
+from firmware_interface.rigs.schema import DEFAULT_HEARTBEAT_HZ, DEFAULT_SETPOINTS, SETPOINT_MODES, check_mcu_rig
 
 _positive = (lambda v: v > 0, "a positive number")
 _non_negative = (lambda v: v >= 0, "a number >= 0")
@@ -172,6 +172,9 @@ class Rig:
     strain: list[SensorChannel]
     load: list[SensorChannel]
     emulator: EmulatorConfig
+    #: the servo target between setpoint frames, [rates] setpoints: "step" or "interpolate"
+    #: (firmware_interface.emulator.SetpointRamp, docs/rigs.md)
+    setpoints: str = DEFAULT_SETPOINTS
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
@@ -282,6 +285,8 @@ def load_rig(path: str | Path) -> Rig:
     command_hz = _num(rates, "command_hz", path, "rates", _positive)
     telemetry_hz = require(rates, "telemetry_hz", int, path=path, prefix="rates")
     heartbeat_hz = _num(rates, "heartbeat_hz", path, "rates", default=DEFAULT_HEARTBEAT_HZ)
+    setpoints = require(rates, "setpoints", str, path=path, prefix="rates", default=DEFAULT_SETPOINTS,
+                        check=lambda v: v in SETPOINT_MODES, expected=" or ".join(f'"{m}"' for m in SETPOINT_MODES))
     watchdog_t = require(doc, "watchdog", dict, path=path)
     watchdog_s = _num(watchdog_t, "timeout_s", path, "watchdog",
                       (lambda v: 0.001 <= v <= 65.535, "a timeout from 0.001 to 65.535 s"))
@@ -320,7 +325,7 @@ def load_rig(path: str | Path) -> Rig:
     return Rig(path=path, name=name, protocol_version=version, port=port, baud=baud, command_hz=command_hz,
                telemetry_hz=telemetry_hz, samples_per_frame=samples_per_frame, heartbeat_hz=heartbeat_hz,
                watchdog_timeout_s=watchdog_s, servos=servos, joints=joints, strain=strain, load=load,
-               emulator=emulator, raw=doc)
+               emulator=emulator, setpoints=setpoints, raw=doc)
 
 
 def _emulator(doc: dict, path: Path, servos: list[ServoChannel], sensors: list[SensorChannel]) -> EmulatorConfig:

@@ -38,6 +38,10 @@ MAX_LINK_LOSS_S = 0.5
 MIN_HEARTBEAT_HZ = HEARTBEATS_TO_LINK_LOSS / MAX_LINK_LOSS_S
 #: Heartbeat rate of a rig file that names none, Hz.
 DEFAULT_HEARTBEAT_HZ = 10.0
+#: How the firmware moves the servo target between setpoint frames (`[rates] setpoints`, docs/rigs.md): each
+#: frame held until the next, or interpolated from the previous over the measured setpoint interval.
+SETPOINT_MODES = ("step", "interpolate")
+DEFAULT_SETPOINTS = "step"
 #: Setpoint frames per watchdog timeout, at least: one lost frame must not trip the device's watchdog.
 SETPOINTS_PER_WATCHDOG = 2
 #: Fastest servo rate limit, rad/s: twice the no-load speed of the fastest hobby and smart servos (~50 rad/s);
@@ -139,6 +143,7 @@ def mcu_schema(doc: dict[str, Any]) -> dict[str, Any]:
             "telemetry_hz": integer(1, MAX_SAMPLE_RATE_HZ, expected=f"an integer from 1 to {MAX_SAMPLE_RATE_HZ} "
                                                                     "Hz (the firmware's highest sample rate)"),
             "samples_per_frame": integer(1, 255),
+            "setpoints": one_of(*SETPOINT_MODES),
             "heartbeat_hz": number(MIN_HEARTBEAT_HZ, MAX_SAMPLE_RATE_HZ, expected=(
                 f"a rate in [{MIN_HEARTBEAT_HZ:g}, {MAX_SAMPLE_RATE_HZ}] Hz ({HEARTBEATS_TO_LINK_LOSS} missed "
                 f"heartbeats must show a lost link within {MAX_LINK_LOSS_S:g} s)"))},

@@ -241,9 +241,10 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     step on the telemetry grid, the error ``m - m_hat`` (the rig's sensor model on ``m``, seeded) tared and put
     through the rig's ``[feedback]`` compensation (its PhaseTable) onto the free model ``robot``, one publish
     period at a time. ``stroke``: what drives the plant and the twin: ``"model"`` the simulation's stroke itself,
-    ``"rig"`` that stroke through the rig's command rate and emulated servos (``[emulator.servo]``: lag, rate
-    limit, deadband), the table then reading each sample the servos' first-harmonic lag earlier."""
-    from firmware_interface.emulator import SensorBank, ServoBank
+    ``"rig"`` that stroke through the rig's command rate, the device's setpoint target (``[rates] setpoints``: held
+    or interpolated, the frames arriving on samples) and emulated servos (``[emulator.servo]``: lag, rate limit,
+    deadband), the table then reading each sample the servos' first-harmonic lag earlier."""
+    from firmware_interface.emulator import US_PER_S, SensorBank, ServoBank, SetpointRamp
     from firmware_interface.plant import SimulatorCore
     from hil.feedback.loop import ModelTwin, attitude, fed_channels, load_feedback, phase_table
     from sim.measured_wrench import MeasuredWrench
@@ -273,11 +274,12 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     columns = [names.index(name) for name in spec.channels]
     to_units = np.array([s.gain for s in rig.sensors])[columns]
     zero = np.array([s.offset_counts for s in rig.sensors])[columns]
+    ramp = SetpointRamp(commanded(0.0), rig.setpoints == "interpolate", round(rig.watchdog_timeout_s * US_PER_S))
     lag_s = 0.0
     if stroke == "rig":
         omega = 2.0 * np.pi / spec.period_s
         tau = float(np.mean(servos.tau))
-        lag_s = np.arctan(omega * tau) / omega + 0.5 / rig.command_hz + 0.5 * sample_s
+        lag_s = np.arctan(omega * tau) / omega + ramp.delay_intervals / rig.command_hz + 0.5 * sample_s
     lag_s += lag_error_s + spec.sensor_delay_samples * sample_s
     table = phase_table(spec, sample_s)
     fed = fed_channels(spec)
@@ -318,7 +320,13 @@ def captive_loop(robot: Path, rig_path: Path, duration_s: float, stroke: str = "
     twists, errors, closing = np.empty((n, 6)), np.zeros((n, 6)), None
     for k in range(1, n + 1):
         t = k * sample_s
-        command = commanded(np.floor(t * rig.command_hz) / rig.command_hz if stroke == "rig" else t)
+        if stroke == "rig":              # a setpoint frame at each command tick, on the sample it falls on
+            tick = np.floor(t * rig.command_hz) / rig.command_hz
+            if round(tick * US_PER_S) != ramp.arrived_us or k == 1:
+                ramp.set(commanded(tick), round(tick * US_PER_S), continuing=k > 1)
+            command = ramp.at(round(t * US_PER_S))
+        else:
+            command = commanded(t)
         errors[k - 1] = fed * (sample(t + taring * sample_s, command) - tare)
         table.add(t - lag_s, errors[k - 1])
         periodic = spec.compensation == "periodic"

@@ -7,6 +7,7 @@ import contextlib
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cobs import cobs
 
@@ -90,3 +91,72 @@ def test_a_firmware_that_is_not_a_program_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0] == f"mms emulate: error: --firmware: {tmp_path / 'none'} is not an executable file (a built rig_host)"
+
+
+FLAPPER = Path(__file__).resolve().parents[2] / "configs" / "rigs" / "flapper_rig.toml"
+#: µs of raw pulse width: float32's resolution near 2000 us is 1.2e-4 us; the C ramp's few float32 operations
+#: (and the Python device's float64 ones in rad) stay within this of each other
+RAW_AGREEMENT_US = 1e-3
+#: the setpoint script's stroke: amplitude (rad), frequency (Hz): at most 9.4 rad/s, below the rig's 25 rad/s limit,
+#: which the C firmware applies to its outputs and the Python device leaves to the servos' own dynamics
+STROKE_RAD, STROKE_HZ = 0.3, 5.0
+#: the fraction of samples at which the interpolated outputs stand still, at most (measured: 1 of 119)
+STILL = 0.25
+
+
+def test_the_c_firmware_and_the_python_device_interpolate_setpoints_alike(program):
+    """The same frames at the same device times, in lockstep (the C firmware's host port on its pipes, the Python
+    device logic on its explicit clock): a 5 Hz stroke's setpoints every 2 ms with up to 1.5 ms of arrival jitter, an
+    e-stop mid-ramp and its reset, a silence that trips the watchdog, and the stroke again. Every servo output the C
+    firmware did not rate limit equals the Python device's interpolated target, to float32 rounding; the rate limit
+    acted only on the steps to the first setpoints (from neutral) and the return to neutral after the e-stop."""
+    import dataclasses
+
+    from firmware_interface.c_firmware import FirmwareProcess
+    from firmware_interface.emulator import Device
+    from firmware_interface.plant import KinematicPlant
+
+    rig = dataclasses.replace(load_rig(FLAPPER), setpoints="interpolate")
+    c_outputs = []
+
+    def sample(t_us, dt_us, out_raw):
+        c_outputs.append(out_raw)
+        return list(out_raw), [0] * len(rig.sensors)
+    firmware = FirmwareProcess(program, rig, sample)
+    device = Device(rig, KinematicPlant(rig), np.random.default_rng(0))
+    python_targets = []
+    rng = np.random.default_rng(20261128)
+    stroke = lambda t_us: tuple(s.to_raw(STROKE_RAD * np.sin(2e-6 * np.pi * STROKE_HZ * t_us)) for s in rig.servos)  # noqa: E731
+    events = {0: p.encode(p.Hello(), 0)}
+    seq = iter(range(1, 100_000))
+    for start_us, end_us in ((10_000, 150_000), (160_000, 300_000), (420_000, 600_000)):
+        for frame_us in range(start_us, end_us, 2000):
+            t_us = frame_us + int(rng.integers(0, 1500))
+            events[t_us] = events.get(t_us, b"") + p.encode(p.Setpoints(stroke(t_us)), next(seq))
+    events[151_100] = events.get(151_100, b"") + p.encode(p.EStop(p.ESTOP_HOST), next(seq))
+    events[155_000] = p.encode(p.EStopReset(), next(seq))
+    try:
+        for t_us in sorted(set(events) | set(range(0, 600_001, 1000))):
+            data = events.get(t_us, b"")
+            firmware.tick(t_us, data, False, 1 << 20)
+            if data:
+                device.receive(data, t_us / 1e6)
+            before = device.sample_index
+            device.tick(t_us / 1e6)
+            if device.sample_index > before:
+                python_targets.append([s.to_raw(a) for s, a in zip(rig.servos, device.target)])
+    finally:
+        firmware.close()
+    c_raw, python_raw = np.array(c_outputs, dtype=float), np.array(python_targets)
+    assert c_raw.shape == python_raw.shape == (601, 2)
+    limit = np.array([s.max_rate_rad_s * abs(s.gain) for s in rig.servos]) * 1e-3      # raw per 1 ms sample
+    free = np.vstack([np.ones((1, 2), dtype=bool), np.abs(np.diff(c_raw, axis=0)) < 0.99 * limit])
+    assert np.abs(c_raw - python_raw)[free].max() < RAW_AGREEMENT_US
+    limited_ms = np.flatnonzero(~free.all(axis=1))
+    # the rate limit acted on the steps to the first setpoints (10 ms, after the reset at 155 ms and after the trip at
+    # ~400 ms) and the return to neutral after the e-stop (151.1 ms) only
+    assert limited_ms.size and all(10 <= t < 20 or 152 <= t < 175 or 420 <= t < 440 for t in limited_ms), limited_ms
+    assert device.watchdog_trips == firmware.done["watchdog_trips"] == 1
+    # the outputs ramped between frames: they stood still only where a frame came later than the interval measured
+    # (held, they stand still at every other sample of a 500 Hz host on 1 kHz samples)
+    assert np.mean(np.diff(c_raw[20:140, 0]) == 0.0) < STILL

@@ -1,6 +1,7 @@
 """The rig firmware core in C (firmware_interface/firmware/rig/rig_fw.c) under AddressSanitizer and
 UndefinedBehaviorSanitizer: its unit tests on a fake HAL (tests/firmware/test_rig_fw.c: fake clock, watchdog
-timing, e-stop latch and button, raw limits and rate limits, frame corruption, the 32-bit clock's wrap), the
+timing, e-stop latch and button, raw limits and rate limits, frame corruption, the 32-bit clock's wrap,
+interpolated setpoints and the interpolation's bounds), the
 protocol vectors shared with Python, and a seeded random fuzz run over its receiver for a bounded count.
 Compiled with gcc (all CI has) into a temporary folder."""
 from __future__ import annotations
@@ -80,8 +81,8 @@ def test_every_protocol_vector_is_received_and_answered_as_the_protocol_says(pro
 
 def test_fuzzing_the_firmware_receiver_under_sanitizers_finds_nothing(program):
     """Random bytes, random chunking, requests with payloads of random size, a bit flipped or another version,
-    clock steps (and stalls), the button toggled: no sanitizer report, every frame sent decodes, the servo
-    outputs never leave their raw limits (checked in the harness after every input)."""
+    clock steps (and stalls), the button toggled, setpoints interpolated: no sanitizer report, every frame sent
+    decodes, the servo outputs never leave their raw limits (checked in the harness after every input)."""
     result = subprocess.run([str(program), "fuzz", str(FUZZ_SEED), str(FUZZ_ITERATIONS)], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]

@@ -67,6 +67,9 @@ static void f_seen(void *c, uint16_t seq, uint32_t t_us, const float *raw, uint8
     if (nack < 9) f->seen_nack[nack]++;
 }
 
+/* The setpoint handling of test_config's rig: 0 each frame held, 1 interpolated ([rates] setpoints). */
+static uint8_t interpolate_setpoints;
+
 /* A rig like the RayBot rig: 1 servo, 2 strain, 1 load, 500 Hz, 10 per frame, 100 ms watchdog, 10 Hz heartbeat. */
 static rig_config test_config(void) {
     rig_config c;
@@ -76,6 +79,7 @@ static rig_config test_config(void) {
     c.n_servo = 2; c.n_strain = 2; c.n_load = 1;
     c.sample_rate_hz = 500; c.samples_per_frame = 10;
     c.watchdog_us = 100000; c.heartbeat_period_us = 100000;
+    c.interpolate = interpolate_setpoints;
     for (int k = 0; k < 2; k++) {
         c.min_raw[k] = 800.0f; c.max_raw[k] = 2200.0f; c.neutral_raw[k] = 1500.0f;
         c.max_rate_raw_per_s[k] = 15000.0f;    /* 30 raw per 2 ms sample */
@@ -135,6 +139,9 @@ static const mms_packet *last_of(uint8_t type, size_t from, int *count) {
     if (count) *count = k;
     return found;
 }
+
+static uint64_t rng_state;
+static uint32_t rnd(void);
 
 /* -- unit tests ------------------------------------------------------------------------------------------------- */
 static void test_hello_and_telemetry_framing(void) {
@@ -371,6 +378,89 @@ static void test_frame_corruption(void) {
     CHECK(!hw.bad_frame);
 }
 
+/* Interpolated setpoints: the first frame after none is stepped to; each next one starts a ramp from where the
+ * target is to its values over the measured setpoint interval (the first interval, then a running mean moving by
+ * 1/8 of each difference), read at the sampling instants; the e-stop and the watchdog still hold the outputs at
+ * neutral, and the first frame after them is stepped to again. A rate limit that never binds here (2000 raw per
+ * 2 ms sample) leaves the outputs equal to the target. */
+static void test_interpolated_setpoints(void) {
+    interpolate_setpoints = 1;
+    power_up(0);
+    interpolate_setpoints = 0;
+    for (int k = 0; k < 2; k++) cfg.max_rate_raw_per_s[k] = 1.0e6f;
+    send_empty(MMS_HELLO);
+    run_to(9000);                                   /* samples every 2 ms: 0, ..., 8 ms */
+    send_setpoints(2, 1600.0f, 1400.0f);            /* at 9 ms: stepped to */
+    CHECK(fw.interval_us == 0.0f);
+    run_to(10000);
+    CHECK(hw.servo[0] == 1600.0f && hw.servo[1] == 1400.0f);
+    run_to(13000);
+    send_setpoints(2, 1700.0f, 1300.0f);            /* at 13 ms: a ramp over 4 ms from (1600, 1400) */
+    CHECK(fw.interval_us == 4000.0f);
+    run_to(14000);                                  /* the 14 ms sample: a quarter of the way */
+    CHECK(fabsf(hw.servo[0] - 1625.0f) < 1e-3f && fabsf(hw.servo[1] - 1375.0f) < 1e-3f);
+    run_to(16000);                                  /* 16 ms: three quarters */
+    CHECK(fabsf(hw.servo[0] - 1675.0f) < 1e-3f && fabsf(hw.servo[1] - 1325.0f) < 1e-3f);
+    run_to(18000);                                  /* 18 ms: reached, held there */
+    CHECK(hw.servo[0] == 1700.0f && hw.servo[1] == 1300.0f);
+    run_to(19000);
+    send_setpoints(2, 1800.0f, 1300.0f);            /* 6 ms later: the interval 4000 + (6000 - 4000) / 8 */
+    CHECK(fabsf(fw.interval_us - 4250.0f) < 1e-3f);
+    run_to(21000);                                  /* 20 ms: 1 ms of 4.25 */
+    CHECK(fabsf(hw.servo[0] - (1700.0f + 100.0f / 4.25f)) < 1e-3f && hw.servo[1] == 1300.0f);
+    send_setpoints(2, 1600.0f, 1300.0f);            /* at 21 ms, mid-ramp: the next ramp starts where it got to */
+    const float from = 1700.0f + 100.0f * 2000.0f / 4250.0f;
+    const float interval = 4250.0f + (2000.0f - 4250.0f) / 8.0f;
+    CHECK(fabsf(fw.ramp_from[0] - from) < 1e-3f && fabsf(fw.interval_us - interval) < 1e-3f);
+    run_to(22000);
+    CHECK(fabsf(hw.servo[0] - (from + (1600.0f - from) * 1000.0f / interval)) < 1e-3f);
+    /* the e-stop mid-ramp: neutral at the next sample */
+    send_setpoints(2, 1900.0f, 1100.0f);
+    send_empty(MMS_ESTOP);
+    run_to(24000);
+    CHECK(hw.servo[0] == 1500.0f && hw.servo[1] == 1500.0f);
+    send_empty(MMS_ESTOP_RESET);
+    run_to(26000);
+    send_setpoints(2, 1650.0f, 1350.0f);            /* the first frame after the reset: stepped to */
+    CHECK(fw.interval_us == 0.0f);
+    run_to(28000);
+    CHECK(hw.servo[0] == 1650.0f && hw.servo[1] == 1350.0f);
+    run_to(30000);
+    send_setpoints(2, 1750.0f, 1250.0f);            /* a ramp again, then silence: the watchdog trips mid-way */
+    run_to(32000);
+    CHECK(hw.servo[0] > 1650.0f && hw.servo[0] < 1750.0f);
+    run_to(132000);                                 /* the first sample more than 100 ms after 30 ms */
+    CHECK((rig_flags(&fw) & RIG_FLAG_WATCHDOG) && hw.servo[0] == 1500.0f && hw.servo[1] == 1500.0f);
+    send_setpoints(2, 1550.0f, 1450.0f);            /* after the trip: stepped to */
+    CHECK(fw.interval_us == 0.0f);
+    run_to(134000);
+    CHECK(hw.servo[0] == 1550.0f && hw.servo[1] == 1450.0f);
+    /* a frame later than the watchdog timeout after the previous one, before the trip is seen: stepped to */
+    hw.now_us = 234500;
+    send_setpoints(2, 1560.0f, 1440.0f);
+    CHECK(fw.interval_us == 0.0f);
+}
+
+/* Between two values within the limits, the interpolation stays within them: at every fraction, those out of
+ * [0, 1] and NaN included, and for ends a rounding apart, the result lies between the two ends. */
+static void test_interpolation_stays_between_its_ends(void) {
+    rng_state = 20261128u;
+    int between = 1, ends = 1;
+    for (int i = 0; i < 200000; i++) {
+        const float a = 800.0f + (float)(rnd() % 1400001u) * 1e-3f, b = (rnd() % 4) ? 800.0f + (float)(rnd() % 1400001u) * 1e-3f
+                                                                                     : nextafterf(a, (rnd() % 2) ? 3000.0f : 0.0f);
+        const float fractions[] = {(float)rnd() / 4294967296.0f, nextafterf(1.0f, 0.0f), nextafterf(0.0f, 1.0f),
+                                   -0.5f, 1.5f, NAN, INFINITY, -INFINITY};
+        for (size_t j = 0; j < sizeof fractions / sizeof *fractions; j++) {
+            const float v = rig_interpolate(a, b, fractions[j]);
+            if (!(v >= fminf(a, b) && v <= fmaxf(a, b))) between = 0;
+        }
+        if (rig_interpolate(a, b, 0.0f) != a || rig_interpolate(a, b, 1.0f) != b) ends = 0;
+    }
+    CHECK(between);
+    CHECK(ends);
+}
+
 static void test_clock_wrap(void) {
     /* power-up 30 ms before the 32-bit µs clock wraps: sampling and the watchdog run on across it */
     test_watchdog_timing(0xFFFFFFFFu - 30000u);
@@ -384,6 +474,8 @@ static int units(void) {
     test_limits_and_rate_limits();
     test_frame_corruption();
     test_clock_wrap();
+    test_interpolated_setpoints();
+    test_interpolation_stays_between_its_ends();
     printf("{\"checks\": %d, \"failed\": %d}\n", checks, failed);
     return failed != 0;
 }
@@ -416,7 +508,6 @@ static int vectors(void) {
 }
 
 /* -- fuzz: random bytes, random chunking, mutated good frames, random clock steps and button ------------------ */
-static uint64_t rng_state;
 static uint32_t rnd(void) {                         /* xorshift64*: seeded, the same sequence on every machine */
     rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
     return (uint32_t)((rng_state * 2685821657736338717ull) >> 32);
@@ -424,6 +515,7 @@ static uint32_t rnd(void) {                         /* xorshift64*: seeded, the 
 
 static int fuzz(unsigned long seed, unsigned long iterations) {
     rng_state = seed * 2654435761u + 1;
+    interpolate_setpoints = 1;                      /* the ramps between setpoints too stay within the limits */
     power_up(rnd());
     uint8_t buf[1200];
     unsigned long sent = 0;

@@ -126,3 +126,102 @@ def test_the_pty_never_sends_faster_than_the_uart():
     t_end, received = arrivals[-1]
     assert received >= 0.7 * rate * t_end                   # and it does keep the line busy
     assert emulator.device.tx_dropped > 0
+
+
+FLAPPER = ROOT / "configs" / "rigs" / "flapper_rig.toml"
+#: the host's setpoint interval (the flapper rig's 500 Hz) and the frames' arrival offset from the device's 1 kHz
+#: samples, µs: frames land between samples, as a host's do
+FRAME_US, ARRIVAL_US = 2000, 300
+#: rad: the resolution of a setpoint on the wire (a float32 pulse width near 2000 us, 1.2e-4 us, over the flapper
+#: servos' 636.62 us/rad is 1.9e-7 rad; the interpolated target carries two of them)
+WIRE_RAD = 1e-6
+
+
+def flapper_device(setpoints: str) -> tuple[Device, object]:
+    import dataclasses
+
+    rig = dataclasses.replace(load_rig(FLAPPER), setpoints=setpoints)
+    return Device(rig, KinematicPlant(rig), np.random.default_rng(0)), rig
+
+
+def targets_of_a_constant_speed_stroke(setpoints: str, speed: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sample times (n,) µs and the targets (n,) rad of the right stroke servo for setpoints moving at ``speed``
+    rad/s, one frame every FRAME_US arriving ARRIVAL_US after a sample. Device times are µs / 1e6: the device's
+    sample k is at k / rate, which ``k * 1e-3`` can fall short of by a rounding (the sample then runs a tick late)."""
+    dev, rig = flapper_device(setpoints)
+    servo = rig.servos[0]
+    times, targets, seq = [], [], iter(range(1, 10_000))
+    dev.receive(p.encode(p.Hello(), 0), 0.0)
+    for k in range(200):
+        arrival = k * FRAME_US + ARRIVAL_US
+        angle = speed * arrival * 1e-6
+        dev.receive(p.encode(p.Setpoints((servo.to_raw(angle), rig.servos[1].neutral_raw)), next(seq)), arrival / 1e6)
+        for t_us in range(arrival - ARRIVAL_US + 1000, arrival - ARRIVAL_US + FRAME_US + 1, 1000):
+            dev.tick(t_us / 1e6)
+            times.append(t_us)
+            targets.append(dev.target[0])
+    return np.array(times), np.array(targets)
+
+
+def test_interpolated_setpoints_move_the_servo_target_the_same_amount_every_sample():
+    """A host's setpoints at a constant speed, one frame per 2 ms landing 0.3 ms after a 1 kHz sample: held, the
+    target moves by nothing or by two samples' motion at once (the steps that ring the flapper's wings); interpolated,
+    by one sample's motion every sample: the setpoint v t_k sent at t_k, one interval (2 ms) late, v (t - 2 ms)."""
+    speed = 2.0                                              # rad/s: 0.8 rad after the 200 frames
+    per_sample = speed * 1e-3                                # rad per 1 ms sample
+    times, held = targets_of_a_constant_speed_stroke("step", speed)
+    samples = np.diff(held) / per_sample
+    nothing, two = np.isclose(samples, 0.0, atol=WIRE_RAD / per_sample), np.isclose(samples, 2.0, atol=WIRE_RAD / per_sample)
+    assert np.all(nothing | two) and nothing.sum() > 90 and two.sum() > 90
+    times, ramped = targets_of_a_constant_speed_stroke("interpolate", speed)
+    settled = times > 2 * FRAME_US                           # the first frame is stepped to, the second starts a ramp
+    assert np.allclose(np.diff(ramped)[settled[1:]], per_sample, rtol=0.0, atol=WIRE_RAD)
+    assert np.allclose(ramped[settled], speed * (times[settled] - FRAME_US) * 1e-6, rtol=0.0, atol=WIRE_RAD)
+
+
+def test_the_estop_and_the_watchdog_hold_an_interpolating_device_at_neutral():
+    """Mid-ramp, the e-stop sends the target to neutral at the next sample; after its reset the first setpoints are
+    stepped to (no interval to ramp over); a silence trips the watchdog mid-ramp to neutral as well."""
+    dev, rig = flapper_device("interpolate")
+    raw = lambda a: (rig.servos[0].to_raw(a), rig.servos[1].to_raw(-a))      # noqa: E731 - one-line local
+    dev.receive(p.encode(p.Hello(), 0), 0.0)
+    dev.receive(p.encode(p.Setpoints(raw(0.1)), 1), 0.0003)
+    dev.receive(p.encode(p.Setpoints(raw(0.2)), 2), 0.0023)
+    dev.tick(0.003)
+    assert 0.1 < dev.target[0] < 0.2                         # mid-ramp
+    dev.receive(p.encode(p.EStop(p.ESTOP_HOST), 3), 0.0031)
+    dev.tick(0.004)
+    assert np.array_equal(dev.target, dev.neutral)
+    dev.receive(p.encode(p.EStopReset(), 4), 0.0041)
+    dev.receive(p.encode(p.Setpoints(raw(0.3)), 5), 0.0043)
+    dev.tick(0.005)
+    assert np.allclose(dev.target, [0.3, -0.3], rtol=0.0, atol=1e-6)   # float32 pulse widths on the wire
+    dev.receive(p.encode(p.Setpoints(raw(0.4)), 6), 0.0063)
+    dev.tick(0.007)
+    assert 0.3 < dev.target[0] < 0.4
+    trip = 0.0063 + rig.watchdog_timeout_s
+    dev.tick(trip + 1e-3)
+    assert dev.watchdog_tripped and np.array_equal(dev.target, dev.neutral)
+
+
+def test_an_interpolation_between_setpoints_within_the_limits_stays_within_them():
+    """Setpoints at the servos' raw limits and anywhere between, arriving at random times (often a few within one
+    sample, often later than the last ramp's end): every target lies within the rad values of the raw limits, exactly
+    (each target is between the two ends of its ramp, which are setpoints the device accepted or earlier targets)."""
+    dev, rig = flapper_device("interpolate")
+    rng = np.random.default_rng(20261128)
+    bounds = [sorted((s.to_rad(s.min_raw), s.to_rad(s.max_raw))) for s in rig.servos]
+    dev.receive(p.encode(p.Hello(), 0), 0.0)
+    t_us, sample_us, seen = 0, 0, 0
+    for seq in range(1, 3000):
+        t_us += int(rng.choice([0, 1, 300, 999, 2000, 2001, 5000]))
+        while sample_us <= t_us:                             # every sample before the frame, one at a time
+            dev.tick(sample_us / 1e6)
+            seen += 1
+            for target, (lo, hi) in zip(dev.target, bounds):
+                assert lo <= target <= hi
+            sample_us += 1000
+        values = tuple(float(rng.choice([s.min_raw, s.max_raw, rng.uniform(s.min_raw, s.max_raw)]))
+                       for s in rig.servos)
+        dev.receive(p.encode(p.Setpoints(values), seq), t_us / 1e6)
+    assert seen > 1000 and dev.sample_index == seen and not dev.watchdog_tripped

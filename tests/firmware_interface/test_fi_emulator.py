@@ -198,6 +198,70 @@ def test_servo_dynamics_deadband_and_kinematic_sensors():
         link.close()
 
 
+#: the interpolation test's setpoints: a frame every INTERVAL_S (s), the right stroke servo at FROM_RAD, then at
+#: TO_RAD: a change the interpolating device ramps over 40 ms (2.5 rad/s), where the servo's 10 ms lag alone,
+#: stepped, starts at 9.5 rad/s (the C firmware's 25 rad/s output limit and the lag: 8.2 rad/s)
+INTERVAL_S, FROM_RAD, TO_RAD = 0.04, 0.1, 0.2
+#: the interpolated drive's fastest servo speed against the stepped one's, at most (measured at load 10-14: 0.24
+#: Python, 0.30 C; 0.54 once with the rig's 100 ms watchdog, whose timeout a late frame on the busy machine exceeded,
+#: and the device stepped to it: hence WATCHDOG_MS)
+SLOWER = 0.5
+#: ms: the device's watchdog for this test (CONFIGURE): a frame this late is stepped to (no interval to ramp over)
+WATCHDOG_MS = 1000
+#: samples the servo must stay at a setpoint (within its deadband) before the next phase
+SETTLED_SAMPLES = 200
+
+
+def fastest_change(rig, device: list[str]) -> tuple[float, float]:
+    """The servo's fastest speed (rad/s, consecutive samples) after the setpoints change from FROM_RAD to TO_RAD,
+    and where it ends (rad), on ``rig`` behind a real pty (``device``: the C firmware's program, or none). Each
+    phase lasts until the telemetry shows the servo settled, within a deadline: a busy machine delays the stream."""
+    servo, deadband = rig.servos[0], rig.emulator.servo[rig.servos[0].name].deadband_rad
+    emulator = FirmwareEmulator(rig, Path(device[1])) if device else Emulator(rig)
+    thread = threading.Thread(target=emulator.run, daemon=True)
+    thread.start()
+    try:
+        link = DeviceLink(emulator.slave_path, rig.baud)
+        assert link.request(p.Hello(), p.DeviceInfo, timeout_s=10) is not None
+        reply = link.request(p.Configure(rig.telemetry_hz, rig.samples_per_frame, WATCHDOG_MS), (p.Ack, p.Nack),
+                             timeout_s=10)
+        assert isinstance(reply.message, p.Ack)
+        phases = []
+        for angle in (FROM_RAD, TO_RAD):
+            send = lambda: link.send(p.Setpoints((servo.to_raw(angle), rig.servos[1].neutral_raw)))  # noqa: E731
+            samples, deadline = [], time.monotonic() + START_TIMEOUT_S
+            while time.monotonic() < deadline:
+                samples += telemetry_of(collect(link, INTERVAL_S, every=send, period_s=INTERVAL_S))
+                if len(samples) > SETTLED_SAMPLES and all(abs(servo.to_rad(s.servo[0]) - angle) <= deadband
+                                                          for s in samples[-SETTLED_SAMPLES:]):
+                    break
+            phases.append(samples)
+        link.close()
+    finally:
+        emulator.stop()
+        thread.join(timeout=10)
+    t_us = np.array([s.t_us for s in phases[1]])
+    angles = np.array([servo.to_rad(s.servo[0]) for s in phases[1]])
+    consecutive = np.diff(t_us) == 1_000_000 // rig.telemetry_hz
+    assert consecutive.mean() > 0.9
+    return float((np.abs(np.diff(angles)) * rig.telemetry_hz)[consecutive].max()), float(angles[-1])
+
+
+def test_an_interpolating_device_ramps_to_new_setpoints_over_the_setpoint_interval(device):
+    """On a real pty, both device logics, the flapper rig with ``[rates] setpoints`` stepped and interpolated: the
+    same change of setpoints, frames every 40 ms; interpolated, the device ramps over the measured interval and the
+    servo moves at most half as fast as stepped (the step's speed is the servo's lag's, or the C firmware's rate
+    limit's); both settle at the new setpoint (within the servo's deadband)."""
+    import dataclasses
+
+    rig = load_rig(FLAPPER)
+    stepped, stepped_end = fastest_change(dataclasses.replace(rig, setpoints="step"), device)
+    ramped, ramped_end = fastest_change(dataclasses.replace(rig, setpoints="interpolate"), device)
+    assert ramped < SLOWER * stepped, (ramped, stepped)
+    deadband = rig.emulator.servo["stroke_right"].deadband_rad
+    assert abs(stepped_end - TO_RAD) <= deadband and abs(ramped_end - TO_RAD) <= deadband
+
+
 def test_watchdog_sends_servos_to_neutral_and_reports_it(device):
     rig = load_rig(RAYBOT)
     servo = rig.servos[0]

@@ -62,6 +62,7 @@ BAD = [
     ("plant = \"kinematic\"", "plant = \"magic\"", "emulator.plant"),
     ("servos = { stroke_left = 1e-4 }", "servos = { stroke_centre = 1e-4 }", "emulator.kinematic.root_bend_l"),
     ("timeout_s = 0.1", "timeout_s = -1.0", "watchdog.timeout_s"),
+    ("setpoints = \"interpolate\"", "setpoints = \"smooth\"", "rates.setpoints"),
     ("[[servos]]\nname = \"stroke_left\"", "[[servos]]\nname = \"stroke_right\"", "servos[1].name"),
 ]
 

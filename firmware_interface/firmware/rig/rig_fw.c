@@ -37,7 +37,7 @@ int rig_init(rig_fw *fw, const rig_config *cfg, const rig_hal *hal) {
         || cfg->name_len > MMS_MAX_NAME_BYTES || cfg->sample_rate_hz == 0
         || cfg->sample_rate_hz > RIG_MAX_SAMPLE_RATE_HZ || cfg->samples_per_frame == 0
         || cfg->samples_per_frame > max_samples_per_frame(cfg) || cfg->watchdog_us == 0
-        || cfg->heartbeat_period_us == 0)
+        || cfg->heartbeat_period_us == 0 || cfg->interpolate > 1)
         return -1;
     for (uint8_t k = 0; k < cfg->n_servo; k++)
         if (!(cfg->min_raw[k] <= cfg->neutral_raw[k] && cfg->neutral_raw[k] <= cfg->max_raw[k])
@@ -115,6 +115,21 @@ static void device_info(rig_fw *fw) {
     send(fw, MMS_DEVICE_INFO, fw->now_us);
 }
 
+float rig_interpolate(float from, float to, float fraction) {
+    if (!(fraction > 0.0f)) return from;   /* NaN included */
+    if (fraction >= 1.0f) return to;
+    const float v = from + (to - from) * fraction;
+    const float lo = from < to ? from : to, hi = from < to ? to : from;
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* Channel k's setpoint target at device time t_us: the last setpoints, or the ramp toward them
+ * (docs/firmware.md, "Interpolated setpoints"). */
+static float target(const rig_fw *fw, uint8_t k, uint32_t t_us) {
+    if (!(fw->interval_us > 0.0f)) return fw->command[k];
+    return rig_interpolate(fw->ramp_from[k], fw->command[k], (float)after(t_us, fw->last_setpoint_us) / fw->interval_us);
+}
+
 static void seen(rig_fw *fw, uint8_t nack) {
     if (fw->hal->setpoints_seen)
         fw->hal->setpoints_seen(fw->hal->ctx, fw->in.seq, fw->now_us, fw->in.m.setpoints.raw,
@@ -145,6 +160,16 @@ static void setpoints(rig_fw *fw) {
             send_nack(fw, MMS_SETPOINTS, fw->in.seq, RIG_NACK_OUT_OF_RANGE);
             return;
         }
+    }
+    const int32_t interval = after(fw->now_us, fw->last_setpoint_us);
+    if (c->interpolate && fw->have_setpoint && !fw->watchdog_tripped && interval <= (int32_t)fw->watchdog_us) {
+        /* the new ramp starts where the target is now, over the running mean of the arrival intervals */
+        for (uint8_t k = 0; k < n; k++) fw->ramp_from[k] = target(fw, k, fw->now_us);
+        fw->interval_us = fw->interval_us > 0.0f
+            ? fw->interval_us + ((float)interval - fw->interval_us) / RIG_INTERVAL_AVERAGE : (float)interval;
+    } else {                               /* the first setpoints in force, or a step by configuration */
+        memcpy(fw->ramp_from, raw, n * sizeof *raw);
+        fw->interval_us = 0.0f;
     }
     memcpy(fw->command, raw, n * sizeof *raw);
     fw->have_setpoint = 1;                 /* only applied setpoints feed the watchdog */
@@ -279,15 +304,16 @@ void rig_button(rig_fw *fw, int held) {
     }
 }
 
-/* The servo outputs one sampling period on: toward the target (neutral while the e-stop or the watchdog holds)
+/* The servo outputs one sampling period on, at the sampling instant t_us: toward the target (neutral while the
+ * e-stop or the watchdog holds; the last setpoints, or the ramp toward them with interpolation)
  * no faster than the rate limit, and within the raw limits as the last step before the hardware. */
-static void drive_servos(rig_fw *fw) {
+static void drive_servos(rig_fw *fw, uint32_t t_us) {
     const rig_config *c = fw->cfg;
-    const float *target = (fw->estop || fw->watchdog_tripped) ? c->neutral_raw : fw->command;
+    const int hold = fw->estop || fw->watchdog_tripped;
     const float period_s = (float)fw->period_us * 1e-6f;
     for (uint8_t k = 0; k < c->n_servo; k++) {
         const float limit = c->max_rate_raw_per_s[k] * period_s;
-        float step = target[k] - fw->output[k];
+        float step = (hold ? c->neutral_raw[k] : target(fw, k, t_us)) - fw->output[k];
         if (step > limit) step = limit;
         if (step < -limit) step = -limit;
         float v = fw->output[k] + step;
@@ -338,7 +364,7 @@ void rig_tick(rig_fw *fw) {
             fw->watchdog_trips++;
             if (fw->streaming) send_heartbeat(fw, t);
         }
-        drive_servos(fw);
+        drive_servos(fw, t);
         take_sample(fw, t);
         if (!fw->streaming) fw->n_pending = 0;
         else if (fw->n_pending >= fw->samples_per_frame) send_telemetry(fw, t);

@@ -27,6 +27,9 @@
 #define RIG_ESTOP_NACK_INTERVAL_US 100000u
 /* Further behind its sampling clock than this, µs, the loop skips ahead (and counts an overrun). */
 #define RIG_MAX_CATCH_UP_US 500000u
+/* Interpolated setpoints: each new arrival interval moves the measured setpoint interval by 1/this of the
+ * difference (INTERVAL_AVERAGE in firmware_interface/emulator.py). */
+#define RIG_INTERVAL_AVERAGE 8.0f
 
 /* The rig's table: generated from its rig file (firmware_interface/c_firmware.py: a C file for a board, an
  * init record for the host port). Arrays are per servo channel, in frame order, in the channel's raw unit. */
@@ -36,6 +39,7 @@ typedef struct {
     uint8_t n_servo, n_strain, n_load;
     uint16_t sample_rate_hz;           /* power-up telemetry rate (CONFIGURE changes it) */
     uint8_t samples_per_frame;
+    uint8_t interpolate;               /* 1: the servo target ramps between setpoint frames ([rates] setpoints) */
     uint32_t watchdog_us;              /* power-up watchdog timeout */
     uint32_t heartbeat_period_us;
     float min_raw[RIG_MAX_SERVOS];     /* setpoints outside [min_raw, max_raw] are refused */
@@ -91,6 +95,10 @@ typedef struct {
     uint8_t samples_per_frame, n_pending;
     uint32_t period_us, next_sample_us;
     float command[RIG_MAX_SERVOS];     /* the last applied setpoints */
+    /* interpolation: the target ramps from ramp_from (the target when the last setpoints arrived, at
+     * last_setpoint_us) to command over interval_us, the measured setpoint interval (0: none, a step) */
+    float ramp_from[RIG_MAX_SERVOS];
+    float interval_us;
     float output[RIG_MAX_SERVOS];      /* what the servos are driven with (rate limited toward the target) */
     mms_word pending[MMS_MAX_TELEMETRY_WORDS];  /* samples not yet sent, in telemetry word order */
     mms_packet in, out;                /* scratch: the packet being handled, the one being sent */
@@ -112,6 +120,9 @@ uint8_t rig_flags(const rig_fw *fw);
 uint32_t rig_wait_us(const rig_fw *fw);
 /* LINK_STATS's nine counters. */
 void rig_link_stats(const rig_fw *fw, uint32_t counters[9]);
+/* The point a fraction (clamped to [0, 1]) of the way from `from` to `to`, never outside [min, max] of the two
+ * (rounding included): between two values within the servo's limits, within them. */
+float rig_interpolate(float from, float to, float fraction);
 
 #define RIG_FLAG_ESTOP 0x01
 #define RIG_FLAG_WATCHDOG 0x02

@@ -107,7 +107,7 @@ static void h_setpoints_seen(void *ctx, uint16_t seq, uint32_t t_us, const float
     put(REC_SEEN, head, sizeof head, raw, n * sizeof *raw);
 }
 
-/* INIT: u8 n_servo, n_strain, n_load, name_len; u16 sample_rate_hz; u8 samples_per_frame, 0;
+/* INIT: u8 n_servo, n_strain, n_load, name_len; u16 sample_rate_hz; u8 samples_per_frame, interpolate (0 or 1);
  * u32 watchdog_us, heartbeat_period_us; char name[32]; f32 min_raw[n], max_raw[n], neutral_raw[n],
  * max_rate_raw_per_s[n] */
 static int read_config(const uint8_t *b, size_t n, rig_config *c) {
@@ -116,6 +116,8 @@ static int read_config(const uint8_t *b, size_t n, rig_config *c) {
     c->n_servo = b[0]; c->n_strain = b[1]; c->n_load = b[2]; c->name_len = b[3];
     memcpy(&c->sample_rate_hz, b + 4, 2);
     c->samples_per_frame = b[6];
+    if (b[7] > 1) return -1;
+    c->interpolate = b[7];
     memcpy(&c->watchdog_us, b + 8, 4);
     memcpy(&c->heartbeat_period_us, b + 12, 4);
     if (c->n_servo > RIG_MAX_SERVOS || c->name_len > MMS_MAX_NAME_BYTES || n != 48u + 16u * c->n_servo) return -1;
