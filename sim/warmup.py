@@ -43,8 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: 223 s (CI's clean clone, 2026-11-27), 233 s (the same, the day before) and 236 s (load 1.3-3.5) measured on the
 #: 2-core machine since the modal wings and the Cosserat rods joined it (docs/sim-core.md "Warm start").
 COMPILE_ESTIMATE_S = 240
-#: The same in the two processes of :func:`compile_workers` (to be measured).
-PARALLEL_COMPILE_ESTIMATE_S = 150
+#: The same in the two processes of :func:`compile_workers`, estimated from CPU times, since no idle machine was to be
+#: had (2026-11-28, fresh NUMBA_CACHE_DIR, load 9-15 from other programs, 1837 s wall): the kernels compiled at
+#: import, before the two processes start, 30 s CPU; then 129 s and 139 s CPU side by side (233 signatures in all,
+#: 2-3 compiled by both); the critical path 169 s CPU of the 282 s CPU one process took at the same load
+#: (docs/sim-core.md), 0.60 of the 223-239 s wall measured idle in one process.
+PARALLEL_COMPILE_ESTIMATE_S = 140
 
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
