@@ -25,6 +25,9 @@ process compiled anything (a kernel that numba cannot cache, e.g. one closing ov
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
+import os
 import subprocess
 import sys
 import time
@@ -40,6 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: 223 s (CI's clean clone, 2026-11-27), 233 s (the same, the day before) and 236 s (load 1.3-3.5) measured on the
 #: 2-core machine since the modal wings and the Cosserat rods joined it (docs/sim-core.md "Warm start").
 COMPILE_ESTIMATE_S = 240
+#: The same in the two processes of :func:`compile_workers`, estimated from CPU times, since no idle machine was to be
+#: had (2026-11-28, fresh NUMBA_CACHE_DIR, load 9-15 from other programs, 1837 s wall): the kernels compiled at
+#: import, before the two processes start, 30 s CPU; then 129 s and 139 s CPU side by side (233 signatures in all,
+#: 2-3 compiled by both); the critical path 169 s CPU of the 282 s CPU one process took at the same load
+#: (docs/sim-core.md), 0.60 of the 223-239 s wall measured idle in one process.
+PARALLEL_COMPILE_ESTIMATE_S = 140
 
 #: Kernels that Python calls directly (the others are compiled into them): when every one of these has cache
 #: entries for the current sources, the product paths start without compiling.
@@ -81,6 +90,11 @@ CASES = (
 
 #: The Cosserat robots (robot kind ``cosserat``, sim/cosserat/kernels.py): `mms sim` runs them on the compiled path.
 COSSERAT_ROBOTS = ("earthworm", "inchworm", "snake2d", "snake3d")
+
+#: The steps (:func:`steps`) that a cold warm-up compiles in a second process while the first compiles the others
+#: (:func:`compile_workers`): the fused stepper of the modal wings is about half of the whole compile
+#: (docs/sim-core.md "Warm start").
+SECOND_PROCESS = ("flapper, modal wings",)
 
 
 def _merge(base: dict, overrides: dict) -> dict:
@@ -201,27 +215,138 @@ def kernels_compiled() -> bool:
     return True
 
 
+def steps(cases=CASES) -> list[tuple[str, object]]:
+    """(label, callable) of every warm-up step, in the order one process runs them: the ``cases``, the Cosserat
+    robots, the passive rod."""
+    return ([(case.label, functools.partial(_exercise_case, case)) for case in cases]
+            + [(f"{robot} (Cosserat rod)", functools.partial(exercise_cosserat, robot)) for robot in COSSERAT_ROBOTS]
+            + [("passive rod (clamped, free head)", exercise_passive_rod)])
+
+
+def parts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The step labels of a cold warm-up's two processes: every step but :data:`SECOND_PROCESS`, and those."""
+    return tuple(label for label, _ in steps() if label not in SECOND_PROCESS), SECOND_PROCESS
+
+
+def _exercise_case(case: Case) -> None:
+    exercise(*build_case(case))
+
+
+def run_steps(labels=None, cases=CASES) -> list[tuple[str, float]]:
+    """Run the warm-up steps named in ``labels`` (None: all) in this process; [(label, wall time s)]."""
+    times = []
+    for label, step in steps(cases):
+        if labels is None or label in labels:
+            start = time.perf_counter()
+            step()
+            times.append((label, time.perf_counter() - start))
+    return times
+
+
+def _numba_cache_file():
+    """numba's cache file class when its writes can be serialized here (:func:`serialize_cache_writes`), else None."""
+    try:
+        import fcntl  # noqa: F401
+        from numba.core.caching import IndexDataCacheFile
+    except ImportError:
+        return None
+    methods = ("save", "_load_index", "_save_index", "_save_data", "_data_name")
+    return IndexDataCacheFile if all(hasattr(IndexDataCacheFile, name) for name in methods) else None
+
+
+def serialize_cache_writes() -> bool:
+    """Make numba's cache writes in this process safe beside another process compiling into the same cache.
+
+    numba saves a new signature unlocked (``IndexDataCacheFile.save``: read the function's index, add the key,
+    write the index back, then the code file it names): two processes compiling signatures of one function at once
+    can drop each other's index entry, or both take the same code file name, so that one key names the other's
+    code. This wraps it in an exclusive ``flock`` on the cache folder, re-reads the index inside the lock, and writes
+    the code before the index entry that names it (a process reading the index meanwhile finds either no entry or
+    complete code). Returns False, changing nothing, where that cannot be done (no ``fcntl``; a numba whose cache
+    file lacks the methods used)."""
+    cache_file = _numba_cache_file()
+    if cache_file is None:
+        return False
+    import fcntl
+
+    def save(self, key, data):
+        folder = os.open(self._cache_path, os.O_RDONLY)
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+            overloads = self._load_index()
+            name = overloads.get(key)
+            if name is None:
+                taken = set(overloads.values())
+                name = next(n for n in map(self._data_name, itertools.count(1)) if n not in taken)
+                self._save_data(name, data)
+                overloads[key] = name
+                self._save_index(overloads)
+            else:
+                self._save_data(name, data)
+        finally:
+            os.close(folder)        # releases the lock
+
+    cache_file.save = save
+    return True
+
+
+def _compile_part(labels: tuple[str, ...]) -> tuple[list[tuple[str, float]], int, float]:
+    """A worker process's share of a cold warm-up: ([(label, wall s)], signatures compiled, CPU s)."""
+    if not serialize_cache_writes():
+        raise RuntimeError("numba's cache writes cannot be serialized here")
+    cpu = time.process_time()
+    times = run_steps(labels)
+    return times, sum(compiled_here().values()), time.process_time() - cpu
+
+
+def compile_workers() -> int:
+    """How many processes a cold warm-up compiles in: two (:func:`parts`) where this process may run on two CPUs or
+    more and numba's cache writes can be serialized (:func:`serialize_cache_writes`), else one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:      # not on Linux
+        cpus = os.cpu_count() or 1
+    return 2 if cpus >= 2 and _numba_cache_file() is not None else 1
+
+
+def _compile_in_parts(workers: int, say) -> int:
+    """Compile the warm-up's :func:`parts` in ``workers`` new processes; returns the signatures they compiled
+    (a signature that two parts need is compiled in each)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    compiled = 0
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_compile_part, part): index for index, part in enumerate(parts())}
+        for future in as_completed(futures):
+            times, signatures, cpu = future.result()
+            compiled += signatures
+            for label, seconds in times:
+                say(f"  {label}: {seconds:.1f} s")
+            say(f"  (process {futures[future] + 1} of {workers}: {sum(s for _, s in times):.1f} s, "
+                f"{cpu:.1f} s CPU, {signatures} kernel signatures)")
+    return compiled
+
+
 def warm_up(cases=CASES, *, out=sys.stdout) -> float:
     """Compile (or load) every kernel the ``cases`` use; returns the wall time (s). Says what it does on ``out``
-    (None: silent)."""
+    (None: silent). With a cold cache and all of :data:`CASES`, the compile runs in :func:`parts`, in parallel
+    processes (:func:`compile_workers`); this process then steps every case once more, which loads all from the
+    cache (and compiles whatever a part did not leave there)."""
     say = (lambda text: print(text, file=out, flush=True)) if out is not None else (lambda text: None)
     cold = not kernels_compiled()
+    workers = compile_workers() if cold and cases == CASES else 1
     if cold:
-        say(f"compiling simulation kernels (once, about {COMPILE_ESTIMATE_S / 60:.0f} min)")
+        estimate = COMPILE_ESTIMATE_S if workers == 1 else PARALLEL_COMPILE_ESTIMATE_S
+        say(f"compiling simulation kernels (once, about {estimate / 60:.0f} min"
+            + (f", in {workers} processes)" if workers > 1 else ")"))
     start = time.perf_counter()
-    for case in cases:
-        case_start = time.perf_counter()
-        exercise(*build_case(case))
-        say(f"  {case.label}: {time.perf_counter() - case_start:.1f} s")
-    for robot in COSSERAT_ROBOTS:
-        case_start = time.perf_counter()
-        exercise_cosserat(robot)
-        say(f"  {robot} (Cosserat rod): {time.perf_counter() - case_start:.1f} s")
-    case_start = time.perf_counter()
-    exercise_passive_rod()
-    say(f"  passive rod (clamped, free head): {time.perf_counter() - case_start:.1f} s")
+    compiled = _compile_in_parts(workers, say) if workers > 1 else 0
+    for label, seconds in run_steps(cases=cases):
+        if workers == 1:
+            say(f"  {label}: {seconds:.1f} s")
     wall = time.perf_counter() - start
-    compiled = sum(compiled_here().values())
+    compiled += sum(compiled_here().values())
     if compiled:
         say(f"simulation kernels compiled in {wall:.1f} s ({compiled} kernel signatures, cached for later runs)")
     else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def load_comparison():
     """The test module: its runs are the figure's, so the figure shows exactly what the tests assert."""
     path = ROOT / "tests" / "cosserat" / "test_passive_rod_vs_pyelastica.py"
+    sys.path.insert(0, str(ROOT))           # it imports PyElastica's side from tests/cosserat/pyelastica_rod.py
     spec = importlib.util.spec_from_file_location("pyelastica_comparison", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -104,3 +104,57 @@ def test_a_realtime_warm_up_freezes_the_start_up_heap_out_of_the_collector():
     assert done.returncode == 0, done.stderr
     before, after, t = done.stdout.split()
     assert int(before) == 0 and int(after) > 10_000 and float(t) == 0.0    # frozen, and the simulation reset
+
+
+def test_a_cold_warm_up_splits_every_step_into_exactly_one_of_its_two_processes():
+    from sim.warmup import SECOND_PROCESS, parts, steps
+
+    first, second = parts()
+    labels = [label for label, _ in steps()]
+    assert sorted(first + second) == sorted(labels) and len(set(labels)) == len(labels)
+    assert set(second) == set(SECOND_PROCESS) and not set(first) & set(second)
+
+
+#: entries each of the two writing processes saves into the one cache index
+CACHE_ENTRIES_PER_PROCESS = 100
+
+
+def _save_entries_concurrently(folder: Path, serialize: bool) -> dict:
+    """Two processes, started together, each saving CACHE_ENTRIES_PER_PROCESS entries into one numba cache index
+    (numba's IndexDataCacheFile, as a compile saves a new signature), with or without
+    sim.warmup.serialize_cache_writes; the index they leave ({key: data file name})."""
+    from numba.core.caching import IndexDataCacheFile
+
+    code = f"""
+import sys, time
+from pathlib import Path
+from numba.core.caching import IndexDataCacheFile
+from sim.warmup import serialize_cache_writes
+
+folder, name, serialize = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+if serialize:
+    assert serialize_cache_writes()
+cache = IndexDataCacheFile(str(folder), "kernel", "source stamp")
+(folder / f"ready-{{name}}").touch()
+deadline = time.monotonic() + 30          # both start saving together
+while len(list(folder.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+    time.sleep(1e-3)
+for k in range({CACHE_ENTRIES_PER_PROCESS}):
+    cache.save((name, k), f"{{name}}-{{k}}")
+"""
+    writers = [subprocess.Popen([sys.executable, "-c", code, str(folder), name, "1" if serialize else "0"], cwd=ROOT)
+               for name in "ab"]
+    assert [writer.wait(120) for writer in writers] == [0, 0]
+    cache = IndexDataCacheFile(str(folder), "kernel", "source stamp")
+    return {key: cache.load(key) for key in cache._load_index()}
+
+
+def test_serialized_cache_writes_keep_every_entry_of_two_processes_writing_at_once(tmp_path):
+    """What lets a cold warm-up compile in two processes into one cache (sim.warmup.serialize_cache_writes): every
+    entry both saved is in the index and names its own data. numba's unlocked save, in the same race, loses
+    entries (a second run below, which shows the race happened)."""
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "unlocked").mkdir()
+    expected = {(name, k): f"{name}-{k}" for name in "ab" for k in range(CACHE_ENTRIES_PER_PROCESS)}
+    assert _save_entries_concurrently(tmp_path / "locked", serialize=True) == expected
+    assert len(_save_entries_concurrently(tmp_path / "unlocked", serialize=False)) < len(expected)
