@@ -7,7 +7,8 @@ import time
 
 import zmq
 
-from tests.feedback.conftest import ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, RIG_RT_PRIORITY, STALE_S, rig_text
+from tests.feedback.conftest import (ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, RIG_RT_PRIORITY, SAMPLES_PER_FRAME, STALE_S,
+                                     rig_text)
 from hil.cli import main
 from hil.testing import Collector, endpoints, wait_for
 from sim.config import shipped_config
@@ -46,7 +47,7 @@ def test_stale_measurements_hold_the_simulation_and_leave_the_driver_to_its_watc
     sim = Collector(fake.endpoints.sim_pub, topics=("sim/",))
     try:
         wait_for(lambda: _running_closed(sim, 0.3), 120, what="the loop closed", logs=[server.log_path])
-        fake.paused.set()                              # the rig's telemetry stops
+        fake.pause()                              # the rig's telemetry stops
         held = wait_for(lambda: _held(sim, "feedback stale"), 10, what="the stale hold", logs=[server.log_path])
         assert held["feedback"]["holds"] >= 1 and held["feedback"]["trips"] == 0
         assert held["feedback"]["age_s"] > STALE_S
@@ -103,15 +104,18 @@ def test_lockstep_advances_one_period_per_usable_measurement(closed_loop):
     sim = Collector(fake.endpoints.sim_pub, topics=("sim/",))
     try:
         wait_for(lambda: _running_closed(sim, 0.2), 120, what="the loop closed", logs=[server.log_path])
-        fake.paused.set()
+        fake.pause()
 
         def caught_up():
-            used = server.ctl("get", what="status")["status"]["feedback"]["used"]
+            feedback = server.ctl("get", what="status")["status"]["feedback"]
             state = sim.last("sim/state")
-            return (state, used) if state["seq"] == used else None
+            received = feedback["samples"] == fake.frames * SAMPLES_PER_FRAME
+            return (state, feedback["used"]) if received and state["seq"] == feedback["used"] else None
 
         # state 0 at start, then one per usable sample: the simulation advanced exactly with the measurements (on a
-        # busy machine the server steps behind the telemetry, and catches up once it stops)
+        # busy machine the server steps behind the telemetry, and catches up once it stops). Caught up once every
+        # sample the rig sent was received: a starved server answered between its reads with frames still on
+        # their way, and stepped on them inside the window below
         state, used = wait_for(caught_up, 30, what="one state per usable measurement", logs=[server.log_path])
         assert used > 200 and abs(state["t"] - used * 1e-3) < 1e-9
         time.sleep(0.3)                                          # the window of the claim
