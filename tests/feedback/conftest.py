@@ -88,7 +88,8 @@ class FakeRig:
     of its own under SCHED_FIFO at RIG_RT_PRIORITY (when allowed); every load channel 0 but ``my = gain * qd_elbow``
     of the newest sim/state (N m per rad/s). The servo reads 0 (the model's twin holds its shoulder still: the
     prediction is constant and the tare takes it away). ``age_s`` back-dates the frames; :meth:`pause` stops them.
-    Its driver control socket answers requests, kept in :attr:`requests`.
+    Its driver control socket answers requests, kept in :attr:`requests`. Its first frame goes out once the server
+    has subscribed: :attr:`frames` counts the frames the server was sent, each of SAMPLES_PER_FRAME samples.
 
     Why a process: a rig's telemetry does not stall with its host's load. A thread of the test's process, even under
     SCHED_FIFO, needs the interpreter lock, which the test's own threads (the sim/ collectors, the polls) hold
@@ -146,7 +147,7 @@ def _rig_process(ends, shared, requests, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     set_realtime_priority(RIG_RT_PRIORITY, "feedback test rig")
     context = zmq.Context()
-    pub = context.socket(zmq.PUB)
+    pub = context.socket(zmq.XPUB)         # it sees the server subscribe: no frame is sent before anyone listens
     pub.bind(ends.driver_pub)
     control = context.socket(zmq.REP)
     control.bind(ends.driver_control)
@@ -155,7 +156,7 @@ def _rig_process(ends, shared, requests, parent_pid: int) -> None:
     states.connect(ends.sim_pub)
     requests.send("bound")
     period = SAMPLES_PER_FRAME / SAMPLE_HZ
-    device_us, seq, next_at, qd_elbow = 0, 0, time.monotonic(), 0.0
+    device_us, seq, next_at, qd_elbow, subscribed = 0, 0, time.monotonic(), 0.0, False
     while not shared[STOP]:
         next_at += period
         time.sleep(max(0.0, next_at - time.monotonic()))
@@ -165,7 +166,9 @@ def _rig_process(ends, shared, requests, parent_pid: int) -> None:
         if control.poll(0):
             requests.send(msgpack.unpackb(control.recv(), raw=False))
             control.send(msgpack.packb({"ok": True, "latched": True}))
-        if shared[PAUSED]:
+        while pub.poll(0):
+            subscribed = subscribed or pub.recv()[:1] == b"\x01"
+        if shared[PAUSED] or not subscribed:
             continue
         samples = list(range(device_us, device_us + SAMPLES_PER_FRAME * 1000, 1000))
         device_us += SAMPLES_PER_FRAME * 1000

@@ -114,8 +114,8 @@ def test_lockstep_advances_one_period_per_usable_measurement(closed_loop):
 
         # state 0 at start, then one per usable sample: the simulation advanced exactly with the measurements (on a
         # busy machine the server steps behind the telemetry, and catches up once it stops). Caught up once every
-        # sample the rig sent was received: a starved server answered between its reads with frames still on
-        # their way, and stepped on them inside the window below
+        # sample the rig sent was received too: a frame still on its way would step the simulation inside the
+        # window below
         state, used = wait_for(caught_up, 30, what="one state per usable measurement", logs=[server.log_path])
         assert used > 200 and abs(state["t"] - used * 1e-3) < 1e-9
         time.sleep(0.3)                                          # the window of the claim
