@@ -74,6 +74,9 @@ gain = 1e-9
 {default if feedback is None else feedback}"""
 
 
+#: sim/state messages the fake rig reads per frame at most (the newest's elbow rate sets its moment): 8 at the
+#: servers' 1 kHz; unbounded, a lockstep server stepping through its backlog kept the rig reading, never stopping
+MAX_STATES_PER_FRAME = 64
 #: the fake rig's settings and counters shared with its process: slots of :attr:`FakeRig.shared` (float64)
 GAIN, AGE_S, ELBOW_STRAIN, PAUSED, STOP, FRAMES = range(6)
 
@@ -160,14 +163,16 @@ def _rig_process(ends, shared, requests, parent_pid: int) -> None:
     while not shared[STOP]:
         next_at += period
         time.sleep(max(0.0, next_at - time.monotonic()))
-        while states.poll(0):
+        for _ in range(MAX_STATES_PER_FRAME):       # a lockstep server catching up publishes faster than this reads
+            if not states.poll(0):
+                break
             _, state = decode(states.recv_multipart())
             qd_elbow = float(state["qd"][1])
         if control.poll(0):
             requests.send(msgpack.unpackb(control.recv(), raw=False))
             control.send(msgpack.packb({"ok": True, "latched": True}))
         while pub.poll(0):
-            subscribed = subscribed or pub.recv()[:1] == b"\x01"
+            subscribed = pub.recv()[:1] == b"\x01" or subscribed
         if shared[PAUSED] or not subscribed:
             continue
         samples = list(range(device_us, device_us + SAMPLES_PER_FRAME * 1000, 1000))
