@@ -32,17 +32,17 @@ def track_commands(drv) -> list[dict]:
 #: s: how long the driver and its emulator may take to start (their imports; the C firmware's build): at load 15
 #: the driver had printed nothing yet after 20 s, twice in three runs
 STARTUP_S = 120.0
-#: SCHED_FIFO priority of the emulated device (`mms emulate --rt-priority`): it stands in for the rig's
-#: microcontroller, whose servos move in real time whatever the host runs. Under the normal scheduler at load 12-15
-#: the emulator went a second without running: the driver's exit ramp was sent, the servos measured still at the
-#: tracked posture (0.7, -0.6 rad) when the driver's wait for them ended, and the test's check of them failed
-DEVICE_RT_PRIORITY = 1
+#: SCHED_FIFO options of the emulated device where the test claims the servos' measured motion (`mms emulate
+#: --rt-priority`): it stands in for the rig's microcontroller, whose servos move in real time whatever the host
+#: runs. Under the normal scheduler at load 12-15 the emulator stood still through the driver's whole exit wait (the
+#: ramp's time and 1 s): the ramp was sent, the servos measured still at the tracked posture (0.7, -0.6 rad). Not in
+#: every test: beside a real-time emulator, the sim/state publisher of this process starved (4 states in the ramp)
+DEVICE_REAL_TIME = ["--rt-priority", "1"]
 
 
-def emulator_args(device: list[str] = ()) -> list[str]:
-    """`mms drive --emulate` options giving its emulator child the ``device`` options (tests/conftest.py), under
-    SCHED_FIFO at DEVICE_RT_PRIORITY."""
-    return ["--emulator-args", " ".join([*device, "--rt-priority", str(DEVICE_RT_PRIORITY)])]
+def emulator_args(device: list[str]) -> list[str]:
+    """`mms drive --emulate` options giving its emulator child the ``device`` options (tests/conftest.py)."""
+    return ["--emulator-args", " ".join(device)] if device else []
 
 
 def start_tracking(stack, q=(0.5, -0.4), *extra, device: list[str] = ()):
@@ -105,7 +105,7 @@ def test_killed_simulator_leads_to_neutral(stack):
     rig = load_rig(stack.flapper_rig)
     neutral = np.array([s.neutral_rad for s in rig.servos])
     serve = stack.serve("flapper.toml")
-    drv = stack.driver("--emulate", *emulator_args(), "--autostart")
+    drv = stack.driver("--emulate", "--autostart")
     stack.wait_for(lambda: len(track_commands(drv)) > 50, what="tracking mms serve", timeout_s=90)
     os.killpg(serve.proc.pid, signal.SIGKILL)
     killed_ns = time.time_ns()
@@ -159,7 +159,7 @@ def test_emulator_killed_and_restarted_reconnects_without_stale_setpoints(stack,
 def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack, emulate_device):
     rig = load_rig(stack.flapper_rig)
     neutral = np.array([s.neutral_rad for s in rig.servos])
-    sim, drv = start_tracking(stack, (0.7, -0.6), "--allow-remote-reset", device=emulate_device)
+    sim, drv = start_tracking(stack, (0.7, -0.6), "--allow-remote-reset", device=[*emulate_device, *DEVICE_REAL_TIME])
     reply = drv.ctl("estop")
     assert reply["ok"] and reply["latched"] and reply["device_told"]
     stopped_ns = time.time_ns()
@@ -205,7 +205,7 @@ def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack, emulate_dev
 def test_control_socket_lifecycle_bad_requests_unmapped_joints_and_sigint(stack):
     # the simulator has no stroke_l: nothing is tracked, and the status says why
     stack.sim(["stroke_r", "elbow"], lambda t: [0.2, 0.2])
-    drv = stack.driver("--emulate", *emulator_args())
+    drv = stack.driver("--emulate")
     drv.wait_status(lambda s: s["link"]["state"] == "up" and s["lifecycle"] == "inactive", "the link up")
     ctx = zmq.Context.instance()
     for frames in ([b"\xc1garbage"], [msgpack.packb([1, 2])], [msgpack.packb({"cmd": 3})],
