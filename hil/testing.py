@@ -257,8 +257,9 @@ def process_alive(pid: int) -> bool:
 
 def how_the_servos_were_left(commands: list[dict], statuses: list[dict], neutral: list[float],
                              tolerance_rad: float) -> str | None:
-    """How a driver's run left the servos at ``neutral`` (rad per channel), from its hw/command and hw/status
-    messages in order (docs/driver.md, "Lifecycle" and "Heartbeats"), or None when it did not:
+    """How a driver's run on a microcontroller rig left the servos at ``neutral`` (rad per channel), from its
+    hw/command and hw/status messages in order (docs/driver.md, "Lifecycle" and "Heartbeats"), or None when it did
+    not (a Dynamixel bus's watchdog holds its servos where they are instead: docs/dynamixel.md):
 
     - "ramped": its last setpoint is neutral within ``tolerance_rad`` (it ramped them there and, measured there,
       exited);
