@@ -74,8 +74,9 @@ gain = 1e-9
 {default if feedback is None else feedback}"""
 
 
-#: sim/state messages the fake rig reads per frame at most (the newest's elbow rate sets its moment): 8 at the
-#: servers' 1 kHz; unbounded, a lockstep server stepping through its backlog kept the rig reading, never stopping
+#: sim/state messages the fake rig reads per frame at most (the last one read sets its moment): 8 at the servers'
+#: 1 kHz; bounded, so that a server publishing faster than the rig reads (a lockstep server stepping through a
+#: backlog of thousands of samples) cannot hold the rig's loop off its period
 MAX_STATES_PER_FRAME = 64
 #: the fake rig's settings and counters shared with its process: slots of :attr:`FakeRig.shared` (float64)
 GAIN, AGE_S, ELBOW_STRAIN, PAUSED, STOP, FRAMES = range(6)
