@@ -255,6 +255,27 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def how_the_servos_were_left(commands: list[dict], statuses: list[dict], neutral: list[float],
+                             tolerance_rad: float) -> str | None:
+    """How a driver's run on a microcontroller rig left the servos at ``neutral`` (rad per channel), from its
+    hw/command and hw/status messages in order (docs/driver.md, "Lifecycle" and "Heartbeats"), or None when it did
+    not (a Dynamixel bus's watchdog holds its servos where they are instead: docs/dynamixel.md):
+
+    - "ramped": its last setpoint is neutral within ``tolerance_rad`` (it ramped them there and, measured there,
+      exited);
+    - "device watchdog": a status after that setpoint says the link to the device was down. The driver can send
+      nothing more then and exits (with ``--emulate`` it has stopped the emulator: the emulated unplug); the
+      device's own watchdog takes the servos to neutral ``[watchdog] timeout_s`` after the last setpoint it got,
+      which no host sees while the link is down. A busy machine that starves the device's stand-in takes this way.
+    """
+    last = commands[-1]
+    if all(abs(angle - rest) < tolerance_rad for angle, rest in zip(last["setpoint_rad"], neutral, strict=True)):
+        return "ramped"
+    if any(s["stamp_ns"] > last["stamp_ns"] and s["link"]["state"] != "up" for s in statuses):
+        return "device watchdog"
+    return None
+
+
 def sine(amplitude: float, freq_hz: float, phase: float = 0.0):
     return lambda t: amplitude * math.sin(2 * math.pi * freq_hz * t + phase)
 

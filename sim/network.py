@@ -12,7 +12,6 @@ Every process opens its sockets through :func:`open_socket`, the one place where
 """
 from __future__ import annotations
 
-import difflib
 import os
 import socket
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from sim.config import ConfigError, load_toml, refuse_other_kind, shipped_config
+from sim.config import EXPECTED, ConfigError, check_schema, load_toml, refuse_other_kind, shipped_config
 
 DEFAULT_NETWORK_CONFIG = shipped_config("network", "network")
 #: transports that never leave the host
@@ -38,7 +37,8 @@ OBSERVER_COMMANDS = frozenset({"status", "get", "help"})
 #: the length of a Z85-encoded CURVE key (32 bytes)
 Z85_KEY_LENGTH = 40
 
-_ENDPOINT = {"type": "string", "pattern": "^(tcp|ipc|inproc)://.+$"}
+_ENDPOINT = {"type": "string", "pattern": "^(tcp|ipc|inproc)://.+$",
+             EXPECTED: "an endpoint string tcp://HOST:PORT, ipc://PATH or inproc://NAME"}
 NETWORK_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "properties": {
@@ -123,27 +123,6 @@ def _load_text_toml(path: Path) -> dict[str, Any]:
     except OSError:
         pass    # load_toml names a missing file or a directory
     return load_toml(path)
-
-
-def check_schema(table: dict[str, Any], schema: dict[str, Any], path: str | Path) -> None:
-    """Raise a one-line ConfigError for the first violation of ``schema``; an unknown key gets a did-you-mean."""
-    import jsonschema   # at the first validation (sim.config._validator_class says why)
-
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(table))
-    if error is None:
-        return
-    where = ".".join(str(part) for part in error.absolute_path) or None
-    if error.validator == "additionalProperties":
-        known = list(error.schema.get("properties", {}))
-        unknown = sorted(set(error.instance) - set(known))
-        key = f"{where}.{unknown[0]}" if where else unknown[0]
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(path, key, f"unknown key; {hint}expected one of {', '.join(known)}")
-    if error.validator == "required":
-        missing = next(name for name in error.validator_value if name not in error.instance)
-        raise ConfigError(path, f"{where}.{missing}" if where else missing, "missing")
-    raise ConfigError(path, where, f"got {error.instance!r}: {error.message}")
 
 
 def _check_port(endpoint: str, path: Path, key: str) -> None:

@@ -577,7 +577,13 @@ class FeedbackLoop:
             self.pending.append((sampled, int(device_us[k]), servo[k], load[k], angles[k]))
 
     def _step_twin(self, most: int) -> None:
-        """The oldest ``most`` queued samples through the twin into the residual track."""
+        """The oldest ``most`` queued samples through the twin into the residual track. A sample that grew older than
+        ``max_age_s`` while queued is dropped first, as on arrival: the queue holds a frame's backlog (realtime), so a
+        sample young enough on arrival could otherwise reach the twin up to a frame's period past the limit."""
+        while self.pending and self.clock() - self.pending[0][0] > self.spec.max_age_s:
+            self.pending.popleft()                    # the oldest first: the queue is in sampling order
+            self.refused["telemetry:too_old"] += 1
+            most -= 1                                 # counted in the call's share: the backlog left is the caller's
         for _ in range(min(most, len(self.pending))):
             sampled, device_us, servo, load, angles = self.pending.popleft()
             t_twin = (device_us - self.t_device0) * 1e-6

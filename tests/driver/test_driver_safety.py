@@ -29,6 +29,17 @@ def track_commands(drv) -> list[dict]:
     return [c for c in drv.collector.get("hw/command") if c["mode"] == "track"]
 
 
+#: s: how long the driver and its emulator may take to start (their imports; the C firmware's build): at load 15
+#: the driver had printed nothing yet after 20 s, twice in three runs
+STARTUP_S = 120.0
+#: SCHED_FIFO options of the emulated device where the test claims the servos' measured motion (`mms emulate
+#: --rt-priority`): it stands in for the rig's microcontroller, whose servos move in real time whatever the host
+#: runs. Under the normal scheduler at load 12-15 the emulator stood still through the driver's whole exit wait (the
+#: ramp's time and 1 s): the ramp was sent, the servos measured still at the tracked posture (0.7, -0.6 rad). Not in
+#: every test: beside a real-time emulator, the sim/state publisher of this process starved (4 states in the ramp)
+DEVICE_REAL_TIME = ["--rt-priority", "1"]
+
+
 def emulator_args(device: list[str]) -> list[str]:
     """`mms drive --emulate` options giving its emulator child the ``device`` options (tests/conftest.py)."""
     return ["--emulator-args", " ".join(device)] if device else []
@@ -37,7 +48,7 @@ def emulator_args(device: list[str]) -> list[str]:
 def start_tracking(stack, q=(0.5, -0.4), *extra, device: list[str] = ()):
     sim = stack.sim(["stroke_r", "stroke_l"], lambda t: list(q))
     drv = stack.driver("--emulate", *emulator_args(device), *extra)
-    drv.wait_status(lambda s: s["lifecycle"] == "inactive" and s["link"]["state"] == "up", "the link up")
+    drv.wait_status(lambda s: s["lifecycle"] == "inactive" and s["link"]["state"] == "up", "the link up", STARTUP_S)
     assert drv.ctl("activate")["ok"]
     stack.wait_for(lambda: len(track_commands(drv)) > 50, what="tracking")
     return sim, drv
@@ -148,7 +159,7 @@ def test_emulator_killed_and_restarted_reconnects_without_stale_setpoints(stack,
 def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack, emulate_device):
     rig = load_rig(stack.flapper_rig)
     neutral = np.array([s.neutral_rad for s in rig.servos])
-    sim, drv = start_tracking(stack, (0.7, -0.6), "--allow-remote-reset", device=emulate_device)
+    sim, drv = start_tracking(stack, (0.7, -0.6), "--allow-remote-reset", device=[*emulate_device, *DEVICE_REAL_TIME])
     reply = drv.ctl("estop")
     assert reply["ok"] and reply["latched"] and reply["device_told"]
     stopped_ns = time.time_ns()

@@ -7,7 +7,8 @@ import time
 
 import zmq
 
-from tests.feedback.conftest import ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, RIG_RT_PRIORITY, STALE_S, rig_text
+from tests.feedback.conftest import (ELBOW_GAUGE_SCALE, LOADS, MAX_AGE_S, RIG_RT_PRIORITY, SAMPLES_PER_FRAME, STALE_S,
+                                     rig_text)
 from hil.cli import main
 from hil.testing import Collector, endpoints, wait_for
 from sim.config import shipped_config
@@ -25,6 +26,13 @@ ELBOW_DAMPING = 0.05
 STABLE_GAIN, UNSTABLE_GAIN = 0.2 * ELBOW_DAMPING, 20 * ELBOW_DAMPING
 #: s: how long a stable loop is watched
 WATCH_S = 2.0
+#: usable samples the lockstep server takes before the rig stops
+LOCKSTEP_USED = 200
+
+
+def _feedback(server) -> dict:
+    """The server's feedback status, asked on its control socket."""
+    return server.ctl("get", what="status")["status"]["feedback"]
 
 
 def _status(sim: Collector) -> dict | None:
@@ -46,7 +54,7 @@ def test_stale_measurements_hold_the_simulation_and_leave_the_driver_to_its_watc
     sim = Collector(fake.endpoints.sim_pub, topics=("sim/",))
     try:
         wait_for(lambda: _running_closed(sim, 0.3), 120, what="the loop closed", logs=[server.log_path])
-        fake.paused.set()                              # the rig's telemetry stops
+        fake.pause()                              # the rig's telemetry stops
         held = wait_for(lambda: _held(sim, "feedback stale"), 10, what="the stale hold", logs=[server.log_path])
         assert held["feedback"]["holds"] >= 1 and held["feedback"]["trips"] == 0
         assert held["feedback"]["age_s"] > STALE_S
@@ -102,18 +110,26 @@ def test_lockstep_advances_one_period_per_usable_measurement(closed_loop):
     server, fake = closed_loop(None, *STEP, "--mode", "lockstep")
     sim = Collector(fake.endpoints.sim_pub, topics=("sim/",))
     try:
-        wait_for(lambda: _running_closed(sim, 0.2), 120, what="the loop closed", logs=[server.log_path])
-        fake.paused.set()
+        # the rig stops once the server has used LOCKSTEP_USED samples, wherever the simulation is then: under the
+        # normal scheduler the server steps behind a rig that keeps real time on a busy machine, and its work after
+        # the stop is then bounded by what arrived until the stop (waiting for the simulation to reach 0.2 s let the
+        # rig send 6000 samples ahead of it at load 13-17, more than the 30 s below could step)
+        wait_for(lambda: _running_closed(sim, 0.0), 120, what="the loop closed", logs=[server.log_path])
+        wait_for(lambda: _feedback(server)["used"] > LOCKSTEP_USED, 30, what=f"{LOCKSTEP_USED} samples used",
+                 logs=[server.log_path])
+        fake.pause()
 
         def caught_up():
-            used = server.ctl("get", what="status")["status"]["feedback"]["used"]
-            state = sim.last("sim/state")
-            return (state, used) if state["seq"] == used else None
+            feedback, state = _feedback(server), sim.last("sim/state")
+            received = feedback["samples"] == fake.frames * SAMPLES_PER_FRAME
+            return (state, feedback["used"]) if received and state["seq"] == feedback["used"] else None
 
         # state 0 at start, then one per usable sample: the simulation advanced exactly with the measurements (on a
-        # busy machine the server steps behind the telemetry, and catches up once it stops)
+        # busy machine the server steps behind the telemetry, and catches up once it stops). Caught up once every
+        # sample the rig sent was received too: a frame still on its way would step the simulation inside the
+        # window below
         state, used = wait_for(caught_up, 30, what="one state per usable measurement", logs=[server.log_path])
-        assert used > 200 and abs(state["t"] - used * 1e-3) < 1e-9
+        assert used > LOCKSTEP_USED and abs(state["t"] - used * 1e-3) < 1e-9
         time.sleep(0.3)                                          # the window of the claim
         assert sim.last("sim/state")["seq"] == state["seq"]      # no measurement, no step
     finally:
