@@ -105,25 +105,53 @@ def current_slice_ns() -> int | None:
 MAX_RT_PRIORITY = 99
 
 
-def set_realtime_priority(priority: int, command: str) -> bool:
+def set_realtime_priority(priority: int, command: str, rtf: float | None = None) -> bool:
     """``priority`` 1-99: SCHED_FIFO at that priority for this thread and every thread and process it starts
     afterwards (ZeroMQ's I/O thread, which sends what the loop publishes: call it before the first socket).
-    0: the normal scheduler, dropping a class inherited from the parent (``mms drive`` starts its emulator, which
-    applies its own ``--rt-priority``). The callers' loops sleep between their deadlines and never spin, and
-    Linux caps the real-time class at 95 % of the CPU time (``/proc/sys/kernel/sched_rt_runtime_us``), so the
-    machine cannot be starved. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
-    /etc/security/limits.conf): one line on stderr, and go on under the normal scheduler. Returns whether the
-    real-time class was taken."""
+    0: the normal scheduler, dropping a class inherited from the parent. Returns whether the real-time class was
+    taken; :func:`realtime_refusal` says why not."""
+    return priority != 0 and realtime_refusal(priority, command, rtf) is None
+
+
+def realtime_refusal(priority: int, command: str, rtf: float | None = None) -> str | None:
+    """Ask for SCHED_FIFO at ``priority`` (1-99; 0: the normal scheduler, asked, and None returned) for this thread
+    and the threads and processes it starts afterwards; why it was not taken (one line on stderr too, and the
+    normal scheduler), or None.
+
+    The callers' loops sleep between their deadlines and never spin, and Linux caps the real-time class at 95 % of
+    the CPU time (``/proc/sys/kernel/sched_rt_runtime_us``), so the machine cannot be starved; a model slower than
+    real time (``rtf``, its warm-up's real-time factor, below 1) would never sleep, and gains nothing from the class:
+    it is not asked for then. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
+    /etc/security/limits.conf), as ros2_control's controller manager does, one line and the normal scheduler."""
     if priority == 0:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))     # lowering needs no permission
-        return False
+        return None
+    if rtf is not None and rtf < 1.0:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        reason = f"the model runs at {rtf:.2f}x real time, slower than the clock it is paced to"
+        print(f"{command}: not asking for SCHED_FIFO priority {priority}: {reason} (the loop would never sleep "
+              "and hold a core); running under the normal scheduler", file=sys.stderr, flush=True)
+        return reason
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except OSError as exc:
+        reason = f"no permission ({exc.strerror or exc})"
         print(f"{command}: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); running under the "
               "normal scheduler (docs/headroom.md says how to allow it)", file=sys.stderr, flush=True)
-        return False
-    return True
+        return reason
+    return None
+
+
+def leave_realtime_class(command: str, why: str) -> None:
+    """Put every thread of this process (the loop and ZeroMQ's I/O thread) back under the normal scheduler, with
+    one line on stderr: a loop that falls behind real time under SCHED_FIFO never sleeps, and would hold a core at
+    the top of the machine's priorities while gaining nothing."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+        except OSError:         # a thread that ended meanwhile
+            continue
+    print(f"{command}: leaving SCHED_FIFO: {why}; running under the normal scheduler", file=sys.stderr, flush=True)
 
 
 def freeze_startup_heap() -> None:

@@ -86,3 +86,26 @@ def test_the_sensor_device_of_a_two_device_rig_is_checked_too(tmp_path):
                                                                       sensor_port=str(tmp_path / "none")))
     assert connect_rig(RIGS / "flapper_dynamixel_rig.toml",
                        DeviceOptions(port="/dev/null", sensor_port="/dev/null")).port == "/dev/null"
+
+
+def test_the_emulator_children_take_the_drivers_real_time_priority_unless_their_arguments_name_one():
+    """The emulated firmware and its plant stand in for the rig's hardware and physics: they run at the driver's
+    `--rt-priority` (by default one below the server's), `mms drive --rt-priority 0` turns the class off for them
+    too, and an emulator argument of its own wins."""
+    import argparse
+
+    from hil.drive.driver import add_arguments
+    from hil.drive.options import options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def device(*argv: str) -> DeviceOptions:
+        return options_from_args(parser.parse_args(["--rig", "flapper", "--emulate", *argv]))[1]
+
+    assert device().emulator_args == ("--rt-priority", "9")
+    assert device("--rt-priority", "0", "--emulator-args", "--plant physics").emulator_args == \
+        ("--plant", "physics", "--rt-priority", "0")
+    assert device("--emulator-args", "--rt-priority 3").emulator_args == ("--rt-priority", "3")
+    assert device("--sensor-emulator-args", "--plant physics").sensor_emulator_args == \
+        ("--plant", "physics", "--rt-priority", "9")
