@@ -39,6 +39,16 @@ class DeviceOptions:
     emulator_args: tuple[str, ...] = ()
     sensor_port: str | None = None
     sensor_emulator_args: tuple[str, ...] = ()
+    #: the emulators' SCHED_FIFO priority where their arguments name none (the driver's own; None: theirs)
+    emulator_rt_priority: int | None = None
+
+    def emulator_argv(self, emulator_args: tuple[str, ...]) -> tuple[str, ...]:
+        """An emulator child's arguments with ``emulator_rt_priority`` unless they name a ``--rt-priority``: the
+        emulated firmware and its plant stand in for the rig's hardware and physics, which a busy host never
+        delays, and ``mms drive --rt-priority 0`` turns the class off for them too."""
+        if self.emulator_rt_priority is None or "--rt-priority" in emulator_args:
+            return emulator_args
+        return (*emulator_args, "--rt-priority", str(self.emulator_rt_priority))
 
 
 def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOptions]:
@@ -58,18 +68,9 @@ def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOp
                            max_state_age_s=args.max_state_age, link_timeout_s=args.link_timeout,
                            status_hz=args.status_hz, allow_remote_reset=args.allow_remote_reset,
                            rt_priority=args.rt_priority, state_lead_s=args.state_lead)
-    device = DeviceOptions(port=args.port, emulate=args.emulate,
-                           emulator_args=emulator_priority(shlex.split(args.emulator_args), args.rt_priority),
+    device = DeviceOptions(port=args.port, emulate=args.emulate, emulator_args=tuple(shlex.split(args.emulator_args)),
                            sensor_port=args.sensor_port,
-                           sensor_emulator_args=emulator_priority(shlex.split(args.sensor_emulator_args),
-                                                                  args.rt_priority))
+                           sensor_emulator_args=tuple(shlex.split(args.sensor_emulator_args)),
+                           emulator_rt_priority=args.rt_priority)
     return driver, device
 
-
-def emulator_priority(emulator_args: list[str], rt_priority: int) -> tuple[str, ...]:
-    """An emulator child's arguments with the driver's own ``--rt-priority`` unless they name one: the emulated
-    firmware and its plant stand in for the rig's hardware and physics, which a busy host never delays, and
-    ``mms drive --rt-priority 0`` turns the class off for all of them."""
-    if "--rt-priority" in emulator_args:
-        return tuple(emulator_args)
-    return (*emulator_args, "--rt-priority", str(rt_priority))
