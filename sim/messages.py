@@ -71,7 +71,7 @@ SCHEMAS: dict[str, dict] = {
          "states": _int, "window_misses": _int, "late_max_s": _num, "stalls": _int, "stall_s": _num,
          "recent_stalls": {"type": "array", "items": _object({"t": _num, "stamp_ns": _int, "length_s": _num},
                                                              ["t", "stamp_ns", "length_s"])},
-         "warmup": _object({"first_call_s": _num, "rtf": _num}, ["first_call_s", "rtf"]),
+         "warmup": _object({"first_call_s": _num, "rtf": _num, "rtf_cpu": _num}, ["first_call_s", "rtf"]),
          "rt_priority": _int, "scheduler_note": _str,
          "feedback": _object({"rig": _str, "ready": _bool, "samples": _int, "used": _int,
                               "refused": {"type": "object", "additionalProperties": _int}, "age_s": _num,

@@ -120,15 +120,16 @@ def realtime_refusal(priority: int, command: str, rtf: float | None = None) -> s
 
     The callers' loops sleep between their deadlines and never spin, and Linux caps the real-time class at 95 % of
     the CPU time (``/proc/sys/kernel/sched_rt_runtime_us``), so the machine cannot be starved; a model slower than
-    real time (``rtf``, its warm-up's real-time factor, below 1) would never sleep, and gains nothing from the class:
-    it is not asked for then. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
+    real time (``rtf``, its warm-up's simulated time per CPU second of the loop's thread, below 1: a busy machine does
+    not lower that figure, only the model's own cost does) would never sleep, and gains nothing from the class: it is
+    not asked for then. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
     /etc/security/limits.conf), as ros2_control's controller manager does, one line and the normal scheduler."""
     if priority == 0:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))     # lowering needs no permission
         return None
     if rtf is not None and rtf < 1.0:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        reason = f"the model runs at {rtf:.2f}x real time, slower than the clock it is paced to"
+        reason = f"the model runs at {rtf:.2f}x real time per CPU second, slower than the clock it is paced to"
         print(f"{command}: not asking for SCHED_FIFO priority {priority}: {reason} (the loop would never sleep "
               "and hold a core); running under the normal scheduler", file=sys.stderr, flush=True)
         return reason

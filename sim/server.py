@@ -324,9 +324,9 @@ class SimulationServer:
         """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
         model = self._build(config)
         simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
-        rtf = warm_up(simulation, self.period, self.log)["rtf"]
+        rtf = warm_up(simulation, self.period, self.log)["rtf_cpu"]
         if rtf < 1.0:
-            self._leave_realtime_class(f"the new model runs at {rtf:.2f}x real time")
+            self._leave_realtime_class(f"the new model runs at {rtf:.2f}x real time per CPU second")
         previous = (self.config, self.model, self.simulation)
         self.config, self.model, self.simulation = config, model, simulation
         try:
@@ -684,6 +684,8 @@ class SimulationServer:
             return                           # look again: the state may have changed, the head may be due
         head = queue[0]
         due = self._due(head)
+        if self.feedback is not None:
+            self.feedback.digest(due)        # the measurements' twin in the wait, off the path to the next state
         if not self._wait_until(due) or not queue or queue[0] is not head or self.state != RUNNING:
             return                           # a request came first (it may have changed the state): look again
         self._send_next()
@@ -716,7 +718,7 @@ class SimulationServer:
         """After :meth:`warm_up`, before the sockets (their I/O thread inherits it): SCHED_FIFO at ``priority``
         unless the model is slower than real time or the permission is missing (then the fair scheduler's slice
         ``slice_s``, 0: the kernel's); the outcome goes into sim/status (``rt_priority``, ``scheduler_note``)."""
-        refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf"])
+        refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf_cpu"])
         self.rt_priority = priority if priority and refusal is None else 0
         self.scheduler_note = None if refusal is None else f"SCHED_FIFO priority {priority} not taken: {refusal}"
         if self.rt_priority == 0 and slice_s > 0:
