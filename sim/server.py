@@ -202,6 +202,7 @@ class SimulationServer:
         #: the SCHED_FIFO priority the loop runs at (0: the normal scheduler), and why not at the one asked for
         self.rt_priority = 0
         self.scheduler_note: str | None = None
+        self.slice_s = 0.0                              # the fair scheduler's slice asked for outside the class, s
         self.robot_name = self._robot_name()
         self.state = IDLE
         self.reason: str | None = None
@@ -711,7 +712,8 @@ class SimulationServer:
         if self.rt_priority == 0:
             return
         leave_realtime_class("mms serve", why)
-        request_slice(SHORT_SLICE_S)
+        if self.slice_s > 0:
+            request_slice(self.slice_s)
         self.rt_priority, self.scheduler_note = 0, f"left SCHED_FIFO: {why}"
 
     def take_scheduler(self, priority: int, slice_s: float) -> None:
@@ -721,6 +723,7 @@ class SimulationServer:
         refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf_cpu"])
         self.rt_priority = priority if priority and refusal is None else 0
         self.scheduler_note = None if refusal is None else f"SCHED_FIFO priority {priority} not taken: {refusal}"
+        self.slice_s = slice_s
         if self.rt_priority == 0 and slice_s > 0:
             request_slice(slice_s)
 

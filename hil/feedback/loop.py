@@ -289,7 +289,8 @@ class FeedbackLoop:
     """The feedback of one ``mms serve``: its hw/telemetry subscriber, the model's twin, the compensation and the
     guards. The server calls :meth:`install` on every model it builds, :meth:`start` on every simulation,
     :meth:`open` once its context exists, :meth:`ready` and :meth:`update` before each period (a hold reason or
-    None), :meth:`digest` while it waits to publish in realtime, :meth:`wait_fresh` in lockstep, :meth:`status` for sim/status, and :meth:`close`."""
+    None), :meth:`digest` while it waits to publish in realtime, :meth:`wait_fresh` in lockstep, :meth:`status` for
+    sim/status, and :meth:`close`."""
 
     def __init__(self, rig_path: Path, robot_path: Path, log: Callable[[str], None], lockstep: bool = False,
                  clock=time.perf_counter):
