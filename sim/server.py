@@ -50,8 +50,8 @@ from sim.cli_options import (SERVER_RT_PRIORITY, add_integrator, add_network, ad
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
-from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, fine_timer_slack, leave_realtime_class,
-                           realtime_refusal, request_slice)
+from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, ZMQ_THREAD_PREFIX, fine_timer_slack,
+                           leave_realtime_class, realtime_refusal, request_slice, threads_named)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -713,19 +713,21 @@ class SimulationServer:
             return
         leave_realtime_class("mms serve", why)
         if self.slice_s > 0:
-            request_slice(self.slice_s)
+            request_slice(self.slice_s, threads_named(ZMQ_THREAD_PREFIX))
         self.rt_priority, self.scheduler_note = 0, f"left SCHED_FIFO: {why}"
 
     def take_scheduler(self, priority: int, slice_s: float) -> None:
-        """After :meth:`warm_up`, before the sockets (their I/O thread inherits it): SCHED_FIFO at ``priority``
-        unless the model is slower than real time or the permission is missing (then the fair scheduler's slice
-        ``slice_s``, 0: the kernel's); the outcome goes into sim/status (``rt_priority``, ``scheduler_note``)."""
-        refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf_cpu"])
+        """After :meth:`warm_up`, for the loop's thread and ZeroMQ's threads (the I/O thread sends what the loop
+        publishes): SCHED_FIFO at ``priority`` unless the model is slower than real time or the permission is
+        missing (then the fair scheduler's slice ``slice_s``, 0: the kernel's); the outcome goes into sim/status
+        (``rt_priority``, ``scheduler_note``)."""
+        zmq_threads = threads_named(ZMQ_THREAD_PREFIX)
+        refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf_cpu"], zmq_threads)
         self.rt_priority = priority if priority and refusal is None else 0
         self.scheduler_note = None if refusal is None else f"SCHED_FIFO priority {priority} not taken: {refusal}"
         self.slice_s = slice_s
         if self.rt_priority == 0 and slice_s > 0:
-            request_slice(slice_s)
+            request_slice(slice_s, zmq_threads)
 
     def warm_up(self) -> None:
         """Compile (or load) the kernels and measure the model's speed: before the scheduler is chosen and before
@@ -865,15 +867,15 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
                               log=_log, feedback=feedback, lookahead_s=lookahead)
     if args.rig is not None:
         check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
-    server.warm_up()        # the compile never under SCHED_FIFO, and the model's speed known before the class is asked
-    server.take_scheduler(args.rt_priority, args.slice)   # before the context: its I/O thread inherits it
-    fine_timer_slack()
     context = zmq.Context()
     previous_handlers = {}
     try:
-        server.open(pub_endpoint, control_endpoint, context, endpoints.curve)
+        server.open(pub_endpoint, control_endpoint, context, endpoints.curve)     # a bad endpoint: its line alone
         if feedback is not None:
             feedback.open(context, endpoints)
+        server.warm_up()    # the compile never under SCHED_FIFO, and the model's speed known before it is asked
+        server.take_scheduler(args.rt_priority, args.slice)
+        fine_timer_slack()
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous_handlers[signum] = signal.signal(
                 signum, lambda number, frame: server.request_stop(signal.Signals(number).name))
