@@ -14,10 +14,11 @@ the driver restarts it) -> `mms record`, for ``--minutes``. Then, from the recor
 
 The server's deadline misses are printed by reason (sim/status ``deadline_miss_reasons``: ``not_ready``, the
 integration fell behind; ``published_late``, the process was not scheduled at the due time). By default every
-process runs as a user starting them by hand would (the normal scheduler, each session at nice 0);
-``--background-nice N`` puts the recorder's and the driver's sessions (the driver starts the emulator in its own) at
-nice N, as `mms demo --background-nice N` does; ``--rt-priority N`` launches them as `mms demo` does (the server at
-SCHED_FIFO N, the driver, the emulator and its plant one below; docs/headroom.md).
+process runs as a user starting them by hand would (their own defaults: the server at SCHED_FIFO 10, the driver,
+the emulator and its plant one below, where the permission allows; each session at nice 0); ``--background-nice N``
+puts the recorder's and the driver's sessions (the driver starts the emulator in its own) at nice N, as
+`mms demo --background-nice N` does; ``--rt-priority N`` launches them at N and one below, as `mms demo
+--rt-priority N` does (0: the normal scheduler; docs/headroom.md).
 
 Not a test: it takes minutes. Usage: python benchmarks/bench_soak.py [--minutes 10] [--unplug 60] [--rt-priority N]
 [--background-nice N]
@@ -38,9 +39,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from hil.experiment.demo import RIGS, below_server_priority, write_demo_robot  # noqa: E402
+from hil.experiment.demo import RIGS, write_demo_robot  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
-from sim.cli_options import add_background_nice, add_rt_priority  # noqa: E402
+from sim.cli_options import add_background_nice, add_rt_priority, below_server_priority  # noqa: E402
 from sim.network import write_loopback_network  # noqa: E402
 
 #: fault injection: a 190-byte telemetry frame has 1 520 bits; one flipped bit per frame with this probability is
@@ -92,7 +93,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the soak (default 10)")
     parser.add_argument("--unplug", type=float, default=60.0, help="seconds between emulated unplugs (default 60)")
     parser.add_argument("--sample", type=float, default=5.0, help="RSS sampling period, s (default 5)")
-    add_rt_priority(parser)
+    add_rt_priority(parser, None, "each command's own")
     add_background_nice(parser)
     args = parser.parse_args()
     rig = RIGS["flapper"]
@@ -103,13 +104,14 @@ def main() -> int:
         robot = write_demo_robot(rig, run / "flapper.toml")
         recording = run / "soak.mcap"
         stats = run / "emulator-stats.json"
-        below = ("--rt-priority", str(below_server_priority(args.rt_priority)))
+        given = args.rt_priority is not None
+        server = ("--rt-priority", str(args.rt_priority)) if given else ()
+        below = ("--rt-priority", str(below_server_priority(args.rt_priority))) if given else ()
         emulator = (f"--plant kinematic --corrupt-rate {FRAME_CORRUPT_RATE} --rx-byte-error-rate "
                     f"{RX_BYTE_ERROR_RATE} --burst-rate {BURST_RATE} --disconnect-after {args.unplug} "
                     f"--stats {shlex.quote(str(stats))} {' '.join(below)}")
         supervisor = Supervisor(run / "logs", say=lambda text: print(f"[soak] {text}", flush=True))
-        supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), "--rt-priority",
-                                           str(args.rt_priority)))
+        supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network), *server))
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network), "--robot",
                                             str(robot), "--rig", str(rig.rig), "--quiet"),
                          session_nice=args.background_nice)
@@ -143,8 +145,12 @@ def print_miss_split(status_messages: list) -> None:
     states = max(status.get("states", 0), 1)
     reasons = status.get("deadline_miss_reasons", {})
     split = ", ".join(f"{reason.replace('_', ' ')} {count} ({count / states:.2%})" for reason, count in reasons.items())
+    priority = status.get("rt_priority")
+    scheduler = "unknown (a server before it was reported)" if priority is None else \
+        f"SCHED_FIFO {priority}" if priority else "the normal scheduler"
     print(f"  of {states} states: {split or 'no split (a server before the split)'}; lookahead "
-          f"{status.get('lookahead_states', 1)} states")
+          f"{status.get('lookahead_states', 1)} states; {scheduler}"
+          + (f" ({status['scheduler_note']})" if "scheduler_note" in status else ""))
 
 
 def report(recording: Path, memory: dict, stats: Path, args) -> None:

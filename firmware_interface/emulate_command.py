@@ -15,7 +15,7 @@ from firmware_interface.emulator import Emulator, Faults
 from firmware_interface.pty_device import add_applied_log_argument, open_applied_log, serve
 from firmware_interface.rigs.dynamixel import rig_kind
 from firmware_interface.rigs.mcu import PLANT_CLOCKS, load_rig
-from sim.cli_options import add_rig, add_rt_priority
+from sim.cli_options import SERVER_RT_PRIORITY, add_rig, add_rt_priority, below_server_priority
 from sim.processes import freeze_startup_heap, set_realtime_priority
 
 #: ``--firmware`` given without a program: build the C host port (firmware_interface.c_firmware.build)
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the rig's C firmware (firmware_interface/firmware/rig, docs/firmware.md) instead "
                         "of the Python device logic: PROGRAM is a built host port (rig_host); without it, gcc "
                         "builds one into ~/.cache/mms-hil")
-    add_rt_priority(parser)
+    add_rt_priority(parser, below_server_priority(SERVER_RT_PRIORITY))
     dxl = parser.add_argument_group('Dynamixel rigs ([rig] kind = "dynamixel") only')
     dxl.add_argument("--missing-ids", default="", metavar="ID,ID",
                      help="servo IDs that never answer (unplugged), comma-separated")

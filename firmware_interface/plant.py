@@ -322,10 +322,10 @@ def _plant_process(rig: Rig, shared, go, stop, sampled, stepped, messages, emula
         messages.put(("error", f"{type(exc).__name__}: {exc}"))
         return
     # compile (or load) the kernels now, not in the first slice: a compile there is a lag of the rig's truth
-    warm_up(core.simulation, PLANT_SLICE_S,
-            lambda text: print(f"mms emulate: physics plant {text}", file=sys.stderr, flush=True))
-    if rt_priority:
-        set_realtime_priority(rt_priority, "mms emulate (physics plant)")
+    warmed = warm_up(core.simulation, PLANT_SLICE_S,
+                     lambda text: print(f"mms emulate: physics plant {text}", file=sys.stderr, flush=True))
+    if rt_priority:     # not for a plant slower than real time: it would never sleep
+        set_realtime_priority(rt_priority, "mms emulate (physics plant)", warmed["rtf_cpu"])
     n, m = len(rig.servos), len(rig.sensors)
     a = shared.get_obj()
     angle = np.frombuffer(a, dtype=np.float64, count=n, offset=8 * _HEADER)

@@ -42,8 +42,8 @@ HELP: dict[str, str] = {
     "--base": "free (floating base, free flight) or tethered (base fixed, its wrench is an output)",
     "--autostart": "start at once, without waiting for a start request on the control socket",
     "--rt-priority": ("run the loop under the SCHED_FIFO real-time policy at priority N (1-99; needs CAP_SYS_NICE "
-                      "or an rtprio limit, else it says so and runs normally): a busy machine then delays it less; "
-                      "0: the normal scheduler"),
+                      "or an rtprio limit, else it says so and runs normally; not asked for when the model is slower "
+                      "than real time): a busy machine then delays it less; 0: the normal scheduler"),
     "--background-nice": ("the fair scheduler's nice value, 0-19, of the session of each process that can wait "
                           "(the recorder, the driver with its emulator and physics plant, the dashboard), so that the "
                           "model server preempts them when a state is due (no permission needed); experimental: 10 cut "
@@ -226,6 +226,22 @@ def _integer_in(text: str, low: int, high: int, expected: str) -> int:
     return value
 
 
+#: The SCHED_FIFO priority `mms serve` asks for by default in realtime mode (and `mms demo` for its server): the
+#: process with a deadline every period. The idle 10-minute soak (benchmarks/bench_soak.py) missed 2.64-2.75 % of
+#: its deadlines under the normal scheduler, 0.13-0.99 % with the class (docs/headroom.md); as ros2_control's
+#: controller manager does, the class is asked for by default and its absence said in one line.
+SERVER_RT_PRIORITY = 10
+
+
+def below_server_priority(priority: int) -> int:
+    """The real-time priority of the driver, the emulated firmware and its physics plant: one below the model
+    server's. At the server's own priority the driver's start-up (its first ~0.5 s) held the server off a core
+    twice for 0.110 s, and FIFO does not preempt an equal priority: every idle demo missed 1.3-1.5 % of the
+    server's deadlines, all in its first second (0.0 % with the driver one below, 2 runs). The stand-ins' longer
+    slices likewise never hold a core the server's next deadline needs. 0 stays 0 (the normal scheduler)."""
+    return max(priority - 1, 1) if priority else 0
+
+
 def rt_priority_type(text: str) -> int:
     """``--rt-priority`` value: an integer from 0 (off) to 99."""
     from sim.processes import MAX_RT_PRIORITY
@@ -233,11 +249,12 @@ def rt_priority_type(text: str) -> int:
     return _integer_in(text, 0, MAX_RT_PRIORITY, f"an integer from 0 (off) to {MAX_RT_PRIORITY}")
 
 
-def add_rt_priority(parser, default: int = 0) -> None:
-    """``--rt-priority N`` into ``args.rt_priority`` (0: the normal scheduler); apply it with
-    :func:`sim.processes.set_realtime_priority` before the command opens its sockets."""
+def add_rt_priority(parser, default: int | None, default_text: str | None = None) -> None:
+    """``--rt-priority N`` into ``args.rt_priority`` (0: the normal scheduler; ``default`` None: the command
+    resolves it, described by ``default_text``); apply it with :func:`sim.processes.realtime_refusal` before the
+    command opens its sockets."""
     parser.add_argument("--rt-priority", type=rt_priority_type, default=default, metavar="N",
-                        help=HELP["--rt-priority"] + f" (default {default})")
+                        help=HELP["--rt-priority"] + f" (default {default_text or default})")
 
 
 def background_nice_type(text: str) -> int:

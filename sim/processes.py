@@ -66,10 +66,27 @@ MIN_SLICE_S, MAX_SLICE_S = 1e-4, 0.1
 SHORT_SLICE_S = MIN_SLICE_S
 
 
-def request_slice(seconds: float) -> bool:
+#: the name (/proc/PID/task/TID/comm) of every thread ZeroMQ starts: its I/O thread, which sends what a loop
+#: publishes, and its reaper
+ZMQ_THREAD_PREFIX = "ZMQbg/"
+
+
+def threads_named(prefix: str) -> list[int]:
+    """The ids of this process's threads whose name starts with ``prefix`` (none where /proc does not say)."""
+    tids = []
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ():
+        try:
+            if open(f"/proc/self/task/{tid}/comm").read().startswith(prefix):
+                tids.append(int(tid))
+        except OSError:         # a thread that ended meanwhile
+            continue
+    return tids
+
+
+def request_slice(seconds: float, threads: list[int] | tuple[int, ...] = ()) -> bool:
     """Ask Linux's fair scheduler (EEVDF; a custom slice is honoured from kernel 6.12 on) for a slice of
-    ``seconds`` (0.1-100 ms; 0: the kernel's default) for this thread and the threads it starts afterwards
-    (ZeroMQ's I/O thread: call it before the first socket). No permission is needed, and the nice value and the
+    ``seconds`` (0.1-100 ms; 0: the kernel's default) for this thread, the ``threads`` given (ids: ZeroMQ's I/O
+    thread) and the threads it starts afterwards. No permission is needed, and the nice value and the
     normal policy stay: do not call it under SCHED_FIFO, which it would leave. Why: a thread that wakes up for a
     deadline with a short slice has an earlier virtual deadline than a busy thread with the default slice
     (0.75 ms x (1 + log2 CPUs), 1.4 ms on the 2-core machine), so it preempts it at once instead of waiting up to
@@ -85,6 +102,8 @@ def request_slice(seconds: float) -> bool:
                                        _SCHED_ATTR.size)
     if libc.syscall(number, 0, attr, 0) != 0:
         return False
+    for tid in threads:
+        libc.syscall(number, tid, attr, 0)
     return runtime_ns == 0 or current_slice_ns() == runtime_ns
 
 
@@ -105,25 +124,62 @@ def current_slice_ns() -> int | None:
 MAX_RT_PRIORITY = 99
 
 
-def set_realtime_priority(priority: int, command: str) -> bool:
+def set_realtime_priority(priority: int, command: str, rtf: float | None = None) -> bool:
     """``priority`` 1-99: SCHED_FIFO at that priority for this thread and every thread and process it starts
-    afterwards (ZeroMQ's I/O thread, which sends what the loop publishes: call it before the first socket).
-    0: the normal scheduler, dropping a class inherited from the parent (``mms drive`` starts its emulator, which
-    applies its own ``--rt-priority``). The callers' loops sleep between their deadlines and never spin, and
-    Linux caps the real-time class at 95 % of the CPU time (``/proc/sys/kernel/sched_rt_runtime_us``), so the
-    machine cannot be starved. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
-    /etc/security/limits.conf): one line on stderr, and go on under the normal scheduler. Returns whether the
-    real-time class was taken."""
+    afterwards (ZeroMQ's I/O thread, which sends what the loop publishes: call it before the first socket, or see
+    :func:`realtime_refusal`).
+    0: the normal scheduler, dropping a class inherited from the parent. Returns whether the real-time class was
+    taken; :func:`realtime_refusal` says why not."""
+    return priority != 0 and realtime_refusal(priority, command, rtf) is None
+
+
+def realtime_refusal(priority: int, command: str, rtf: float | None = None,
+                     threads: list[int] | tuple[int, ...] = ()) -> str | None:
+    """Ask for SCHED_FIFO at ``priority`` (1-99; 0: the normal scheduler, asked, and None returned) for this thread,
+    the ``threads`` given (ids: ZeroMQ's, started before) and the threads and processes it starts afterwards; why
+    it was not taken (one line on stderr too, and the normal scheduler), or None.
+
+    The callers' loops sleep between their deadlines and never spin, and Linux caps the real-time class at 95 % of
+    the CPU time (``/proc/sys/kernel/sched_rt_runtime_us``), so the machine cannot be starved; a model slower than
+    real time (``rtf``, its warm-up's simulated time per CPU second of the loop's thread, below 1: a busy machine does
+    not lower that figure, only the model's own cost does) would never sleep, and gains nothing from the class: it is
+    not asked for then. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
+    /etc/security/limits.conf), as ros2_control's controller manager does, one line and the normal scheduler."""
     if priority == 0:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))     # lowering needs no permission
-        return False
+        _set_policy([0, *threads], os.SCHED_OTHER, 0)     # lowering needs no permission
+        return None
+    if rtf is not None and rtf < 1.0:
+        _set_policy([0, *threads], os.SCHED_OTHER, 0)
+        reason = f"the model runs at {rtf:.2f}x real time per CPU second, slower than the clock it is paced to"
+        print(f"{command}: not asking for SCHED_FIFO priority {priority}: {reason} (the loop would never sleep "
+              "and hold a core); running under the normal scheduler", file=sys.stderr, flush=True)
+        return reason
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except OSError as exc:
+        reason = f"no permission ({exc.strerror or exc})"
         print(f"{command}: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); running under the "
               "normal scheduler (docs/headroom.md says how to allow it)", file=sys.stderr, flush=True)
-        return False
-    return True
+        return reason
+    _set_policy(threads, os.SCHED_FIFO, priority)
+    return None
+
+
+def _set_policy(tids, policy: int, priority: int) -> None:
+    """``policy`` at ``priority`` for each thread id (0: this one); a thread that ended meanwhile is skipped."""
+    for tid in tids:
+        try:
+            os.sched_setscheduler(tid, policy, os.sched_param(priority))
+        except ProcessLookupError:
+            continue
+
+
+def leave_realtime_class(command: str, why: str) -> None:
+    """Put every thread of this process (the loop and ZeroMQ's I/O thread) back under the normal scheduler, with
+    one line on stderr: a loop that falls behind real time under SCHED_FIFO never sleeps, and would hold a core at
+    the top of the machine's priorities while gaining nothing."""
+    _set_policy([int(tid) for tid in os.listdir("/proc/self/task")], os.SCHED_OTHER, 0)
+    print(f"{command}: leaving SCHED_FIFO: {why}; running under the normal scheduler", file=sys.stderr, flush=True)
 
 
 def freeze_startup_heap() -> None:

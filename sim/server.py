@@ -45,12 +45,13 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-from sim.cli_options import add_integrator, add_network, add_rig, add_robot, add_rt_priority, add_start
+from sim.cli_options import (SERVER_RT_PRIORITY, add_integrator, add_network, add_rig, add_robot, add_rt_priority,
+                              add_start)
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
-from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, fine_timer_slack, request_slice,
-                           set_realtime_priority)
+from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, ZMQ_THREAD_PREFIX, fine_timer_slack,
+                           leave_realtime_class, realtime_refusal, request_slice, threads_named)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -197,7 +198,11 @@ class SimulationServer:
         if feedback is not None:
             feedback.start(self.simulation)
         self.simulation.reset()
-        self.warmup: dict[str, float] | None = None     # set by serve() before anything is published
+        self.warmup: dict[str, float] | None = None     # set by warm_up() before anything is published
+        #: the SCHED_FIFO priority the loop runs at (0: the normal scheduler), and why not at the one asked for
+        self.rt_priority = 0
+        self.scheduler_note: str | None = None
+        self.slice_s = 0.0                              # the fair scheduler's slice asked for outside the class, s
         self.robot_name = self._robot_name()
         self.state = IDLE
         self.reason: str | None = None
@@ -320,7 +325,9 @@ class SimulationServer:
         """Rebuild the model and the simulation from ``config``; on any error the old ones are kept."""
         model = self._build(config)
         simulation = _new_simulation(model, config, self.config_path, self.integrator, self.dt_option)
-        warm_up(simulation, self.period, self.log)
+        rtf = warm_up(simulation, self.period, self.log)["rtf_cpu"]
+        if rtf < 1.0:
+            self._leave_realtime_class(f"the new model runs at {rtf:.2f}x real time per CPU second")
         previous = (self.config, self.model, self.simulation)
         self.config, self.model, self.simulation = config, model, simulation
         try:
@@ -410,6 +417,9 @@ class SimulationServer:
                    "recent_stalls": list(self.recent_stalls)}
         if self.warmup is not None:
             payload["warmup"] = dict(self.warmup)
+        payload["rt_priority"] = self.rt_priority
+        if self.scheduler_note is not None:
+            payload["scheduler_note"] = self.scheduler_note
         if self.feedback is not None:
             payload["feedback"] = self.feedback.status()
         if self.reason:
@@ -675,6 +685,8 @@ class SimulationServer:
             return                           # look again: the state may have changed, the head may be due
         head = queue[0]
         due = self._due(head)
+        if self.feedback is not None:
+            self.feedback.digest(due)        # the measurements' twin in the wait, off the path to the next state
         if not self._wait_until(due) or not queue or queue[0] is not head or self.state != RUNNING:
             return                           # a request came first (it may have changed the state): look again
         self._send_next()
@@ -689,9 +701,38 @@ class SimulationServer:
             if lateness > self.max_lag_s:
                 self.resyncs += 1
                 self.anchor = now - self.published_tick * self.period
+                self._leave_realtime_class(f"fell {lateness:.3f} s behind real time at t = {self.published_t:.6g} s")
                 if self.resyncs == 1:
                     self.log(f"fell {lateness:.3f} s behind real time at t = {self.published_t:.6g} s: schedule "
                              f"re-anchored (each time it happens again is counted in the next report)")
+
+    def _leave_realtime_class(self, why: str) -> None:
+        """Under SCHED_FIFO, a loop that cannot keep real time never sleeps and gains nothing from the class: back to
+        the normal scheduler (with the fair scheduler's short slice), said on stderr and in sim/status."""
+        if self.rt_priority == 0:
+            return
+        leave_realtime_class("mms serve", why)
+        if self.slice_s > 0:
+            request_slice(self.slice_s, threads_named(ZMQ_THREAD_PREFIX))
+        self.rt_priority, self.scheduler_note = 0, f"left SCHED_FIFO: {why}"
+
+    def take_scheduler(self, priority: int, slice_s: float) -> None:
+        """After :meth:`warm_up`, for the loop's thread and ZeroMQ's threads (the I/O thread sends what the loop
+        publishes): SCHED_FIFO at ``priority`` unless the model is slower than real time or the permission is
+        missing (then the fair scheduler's slice ``slice_s``, 0: the kernel's); the outcome goes into sim/status
+        (``rt_priority``, ``scheduler_note``)."""
+        zmq_threads = threads_named(ZMQ_THREAD_PREFIX)
+        refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf_cpu"], zmq_threads)
+        self.rt_priority = priority if priority and refusal is None else 0
+        self.scheduler_note = None if refusal is None else f"SCHED_FIFO priority {priority} not taken: {refusal}"
+        self.slice_s = slice_s
+        if self.rt_priority == 0 and slice_s > 0:
+            request_slice(slice_s, zmq_threads)
+
+    def warm_up(self) -> None:
+        """Compile (or load) the kernels and measure the model's speed: before the scheduler is chosen and before
+        anything is published (sim/realtime.py)."""
+        self.warmup = warm_up(self.simulation, self.period, self.log)
 
     def _due(self, prepared: Prepared) -> float:
         """The wall time (perf_counter s) at which a prepared state is due."""
@@ -704,7 +745,8 @@ class SimulationServer:
 
     def serve(self, autostart: bool) -> str:
         """Run until a shutdown command or a signal; return the reason."""
-        self.warmup = warm_up(self.simulation, self.period, self.log)
+        if self.warmup is None:
+            self.warm_up()
         gc.collect()
         gc.freeze()     # the long-lived objects of numba, numpy and the model stay out of the collector's passes
         if autostart:
@@ -770,7 +812,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_start(parser, idle_by_default=False, deprecated=("--paused",))
     add_rig(parser, extra="; checked before serving: each of its [[joints]] must be a joint of the robot, and "
                           "for a cosserat robot every segment joint must drive a servo")
-    add_rt_priority(parser)
+    add_rt_priority(parser, None, f"{SERVER_RT_PRIORITY} in realtime mode, else 0")
     parser.add_argument("--stall-timeout", type=float, default=2.0, metavar="S",
                         help="lockstep: report a stall after this long without a step request, s "
                              "(default: %(default)g)")
@@ -814,7 +856,9 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
     endpoints = load_endpoints(args.network)
     pub_endpoint = args.pub or endpoints.sim_pub
     control_endpoint = args.control or endpoints.sim_control
-    if args.rt_priority and args.mode != "realtime":
+    if args.rt_priority is None:
+        args.rt_priority = SERVER_RT_PRIORITY if args.mode == "realtime" else 0
+    elif args.rt_priority and args.mode != "realtime":
         raise ConfigError(None, "--rt-priority", f"applies to --mode realtime only (a {args.mode} run does not sleep "
                                                  "between states: under SCHED_FIFO it would hold a core)")
     feedback = None if feedback_factory is None else feedback_factory(_log)
@@ -823,16 +867,15 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
                               log=_log, feedback=feedback, lookahead_s=lookahead)
     if args.rig is not None:
         check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
-    # before the context: its I/O thread inherits both
-    if not set_realtime_priority(args.rt_priority, "mms serve") and args.slice > 0:
-        request_slice(args.slice)
-    fine_timer_slack()
     context = zmq.Context()
     previous_handlers = {}
     try:
-        server.open(pub_endpoint, control_endpoint, context, endpoints.curve)
+        server.open(pub_endpoint, control_endpoint, context, endpoints.curve)     # a bad endpoint: its line alone
         if feedback is not None:
             feedback.open(context, endpoints)
+        server.warm_up()    # the compile never under SCHED_FIFO, and the model's speed known before it is asked
+        server.take_scheduler(args.rt_priority, args.slice)
+        fine_timer_slack()
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous_handlers[signum] = signal.signal(
                 signum, lambda number, frame: server.request_stop(signal.Signals(number).name))

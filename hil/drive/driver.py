@@ -43,7 +43,7 @@ from hil.drive.mapping import servo_map_from_rig
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
 from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
 from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
-from sim.cli_options import add_network, add_rig, add_rt_priority, add_start
+from sim.cli_options import SERVER_RT_PRIORITY, add_network, add_rig, add_rt_priority, add_start, below_server_priority
 from sim.processes import freeze_startup_heap, set_realtime_priority
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
@@ -129,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "heartbeats) -> link lost, reconnect (default %(default)s s)")
     parser.add_argument("--status-hz", type=float, default=DEFAULT_STATUS_HZ,
                         help="hw/status rate (default %(default)s Hz)")
-    add_rt_priority(parser)
+    add_rt_priority(parser, below_server_priority(SERVER_RT_PRIORITY))
     parser.add_argument("--allow-remote-reset", action="store_true",
                         help="let `reset_estop` on the control socket release the e-stop (default: only SIGUSR1 "
                              "to this process, on this host, does; never while the rig's button is held)")

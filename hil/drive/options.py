@@ -39,6 +39,16 @@ class DeviceOptions:
     emulator_args: tuple[str, ...] = ()
     sensor_port: str | None = None
     sensor_emulator_args: tuple[str, ...] = ()
+    #: the emulators' SCHED_FIFO priority where their arguments name none (the driver's own; None: theirs)
+    emulator_rt_priority: int | None = None
+
+    def emulator_argv(self, emulator_args: tuple[str, ...]) -> tuple[str, ...]:
+        """An emulator child's arguments with ``emulator_rt_priority`` unless they name a ``--rt-priority``: the
+        emulated firmware and its plant stand in for the rig's hardware and physics, which a busy host never
+        delays, and ``mms drive --rt-priority 0`` turns the class off for them too."""
+        if self.emulator_rt_priority is None or "--rt-priority" in emulator_args:
+            return emulator_args
+        return (*emulator_args, "--rt-priority", str(self.emulator_rt_priority))
 
 
 def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOptions]:
@@ -60,5 +70,7 @@ def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOp
                            rt_priority=args.rt_priority, state_lead_s=args.state_lead)
     device = DeviceOptions(port=args.port, emulate=args.emulate, emulator_args=tuple(shlex.split(args.emulator_args)),
                            sensor_port=args.sensor_port,
-                           sensor_emulator_args=tuple(shlex.split(args.sensor_emulator_args)))
+                           sensor_emulator_args=tuple(shlex.split(args.sensor_emulator_args)),
+                           emulator_rt_priority=args.rt_priority)
     return driver, device
+

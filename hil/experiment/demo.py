@@ -23,7 +23,8 @@ from hil.validation.narrative import Claim, narrate
 from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from hil.recording.recorder import STOP_DRAIN_MAX_S
 from sim import messages
-from sim.cli_options import add_background_nice, add_out, add_rig, add_rt_priority, config_type
+from sim.cli_options import (SERVER_RT_PRIORITY, add_background_nice, add_out, add_rig, add_rt_priority,
+                              below_server_priority, config_type)
 from sim.config import ConfigError, shipped_config
 from sim.network import open_socket, write_loopback_network
 
@@ -174,41 +175,13 @@ def write_demo_robot(rig: DemoRig, path: Path, closed_loop: bool = False) -> Pat
     return path
 
 
-#: The SCHED_FIFO priority the demo asks for its model server, the process with a deadline every millisecond (the
-#: driver, the emulated firmware and its plant run one below: :func:`below_server_priority`): `mms serve` beside a
-#: busy machine missed 0.2 % of its deadlines instead of 8 % (docs/headroom.md). Without the permission each process
-#: says so in one line and runs normally; `--rt-priority 0` turns it off.
-DEMO_RT_PRIORITY = 10
-
-
-def below_server_priority(priority: int) -> int:
-    """The real-time priority of the driver, the emulated firmware and its physics plant: one below the model
-    server's. At the server's own priority the driver's start-up (its first ~0.5 s) held the server off a core
-    twice for 0.110 s, and FIFO does not preempt an equal priority: every idle demo missed 1.3-1.5 % of the
-    server's deadlines, all in its first second (0.0 % with the driver one below, 2 runs). The stand-ins' longer
-    slices likewise never hold a core the server's next deadline needs. 0 stays 0 (the normal scheduler)."""
-    return max(priority - 1, 1) if priority else 0
-
-
-def with_rt_priority(drive_args: tuple[str, ...], priority: int) -> list[str]:
-    """``mms drive`` arguments whose emulators (and their physics plants) also run at ``priority``: they stand in
-    for the rig's hardware and physics, which a busy host never delays."""
-    args = list(drive_args)
-    if "--emulator-args" not in args:
-        args += ["--emulator-args", ""]
-    for k, arg in enumerate(args[:-1]):
-        if arg in ("--emulator-args", "--sensor-emulator-args"):
-            args[k + 1] = f"{args[k + 1]} --rt-priority {priority}".strip()
-    return args
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rig(parser, default="flapper", type=demo_rig_path,
             extra=f"; the demo runs its set-ups: {', '.join(RIGS)} (snake: the snake-dynamixel rig)")
     parser.add_argument("--duration", type=float, default=20.0, help="length of the live run, s (default: 20)")
     add_out(parser, "runs/demo-<time> in the current folder", type=Path)
     parser.add_argument("--gui", action="store_true", help="also open the live dashboard")
-    add_rt_priority(parser, default=DEMO_RT_PRIORITY)
+    add_rt_priority(parser, default=SERVER_RT_PRIORITY)
     add_background_nice(parser)
     parser.add_argument("--closed-loop", action="store_true",
                         help="close the loop: the simulator runs the robot in free flight with the rig's measured "
@@ -324,10 +297,8 @@ def run(args: argparse.Namespace) -> int:
                                             "--robot", str(robot), "--rig", str(rig.rig), "--quiet"),
                          stop_grace_s=RECORDER_STOP_GRACE_S, session_nice=args.background_nice)
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
-                                           "--autostart", *below_server,
-                                           *with_rt_priority(emulator_args(rig.drive_args) if args.closed_loop
-                                                             else rig.drive_args,
-                                                             below_server_priority(args.rt_priority))),
+                                           "--autostart", *below_server,      # its emulators take the same
+                                           *(emulator_args(rig.drive_args) if args.closed_loop else rig.drive_args)),
                          session_nice=args.background_nice)
         if args.gui:
             from hil.qt_preflight import dashboard_problem

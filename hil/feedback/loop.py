@@ -68,13 +68,8 @@ GROWTH_WINDOWS = 3
 GROWTH_FLOOR = 0.1
 #: how long the guard waits for the driver to answer its e-stop request, ms
 ESTOP_REPLY_MS = 500
-#: realtime: measurement samples taken through the model's twin per publish period beyond the backlog of one
-#: telemetry frame. A frame's samples arrive together (8 at once on the flapper rig, each a twin step of ~0.15 ms);
-#: stepped at once, they took more than the 1 ms period with the loop's one-state lookahead: the server missed every
-#: frame's next deadline (11-19 % of them, docs/closed-loop.md). Two per period keep up with a telemetry rate up to
-#: twice the publish rate, and the backlog stays within one frame (at most its 8 ms older: the periodic table reads
-#: a sample a period later anyway)
-SAMPLES_PER_PERIOD = 2
+#: realtime: the twin's last steps whose median wall time (s) :meth:`FeedbackLoop.digest` expects the next to take
+TWIN_STEPS_TIMED = 8
 #: samples kept for the rate estimate, at most (a 20 kHz device over a 0.05 s window; the window's own length
 #: trims it first)
 MAX_RATE_SAMPLES = 1000
@@ -348,7 +343,8 @@ class FeedbackLoop:
     """The feedback of one ``mms serve``: its hw/telemetry subscriber, the model's twin, the compensation and the
     guards. The server calls :meth:`install` on every model it builds, :meth:`start` on every simulation,
     :meth:`open` once its context exists, :meth:`ready` and :meth:`update` before each period (a hold reason or
-    None), :meth:`wait_fresh` in lockstep, :meth:`status` for sim/status, and :meth:`close`."""
+    None), :meth:`digest` while it waits to publish in realtime, :meth:`wait_fresh` in lockstep, :meth:`status` for
+    sim/status, and :meth:`close`."""
 
     def __init__(self, rig_path: Path, robot_path: Path, log: Callable[[str], None], lockstep: bool = False,
                  clock=time.perf_counter):
@@ -387,6 +383,7 @@ class FeedbackLoop:
         self.attitude = attitude(self.spec)     # frame = "averaged": the base's attitude over the last period
         self.growth = GrowthWatch(self.spec.growth_window_s, self.spec.max_growth,
                                   GROWTH_FLOOR * self.spec.max_force_n)
+        self.twin_step_s: deque[float] = deque([0.0], maxlen=TWIN_STEPS_TIMED)   # wall s of the last twin steps
 
     # ---------------------------------------------------------------- the server's hooks
     def install(self, model):
@@ -456,14 +453,26 @@ class FeedbackLoop:
         self.fresh -= taken
         return taken
 
+    def digest(self, deadline: float) -> None:
+        """Realtime, while the server waits to publish a state it has ready: queued samples through the twin until
+        ``deadline`` (s on this loop's clock: that state's due time) less one step (the median of the last
+        TWIN_STEPS_TIMED). A frame's samples arrive together (8 on the flapper rig, each a twin step of ~0.2 ms live);
+        stepped between a publication and the next state's readiness, with the loop's one-state lookahead, they
+        made that state late: 2-10 % of the deadlines idle (docs/closed-loop.md)."""
+        self._drain()
+        while self.pending and self.clock() + float(np.median(self.twin_step_s)) < deadline:
+            started = self.clock()
+            self._step_twin(1)
+            self.twin_step_s.append(self.clock() - started)
+
     def update(self, simulation, t: float) -> str | None:
-        """Take the queued measurements, set the plug-in's wrench from simulated time ``t`` (s) on; a reason to
-        hold the simulation, or None."""
+        """Take the queued measurements (realtime: those beyond one telemetry frame, a backlog :meth:`digest` did
+        not take), set the plug-in's wrench from simulated time ``t`` (s) on; a reason to hold the simulation, or
+        None."""
         now = self.clock()
         self.sim_clock = (now, t)
         self._drain()
-        self._step_twin(len(self.pending) if self.lockstep else
-                        max(SAMPLES_PER_PERIOD, len(self.pending) - self.rig.samples_per_frame))
+        self._step_twin(len(self.pending) if self.lockstep else len(self.pending) - self.rig.samples_per_frame)
         if self.tare is None or self.last_used_at is None:
             return None
         age = 0.0 if self.lockstep else now - self.last_used_at

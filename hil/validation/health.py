@@ -267,6 +267,8 @@ def assess(messages: dict[str, list[tuple[int, int, bytes]]], tables, criteria: 
         misses = _number(last.get("deadline_misses"))
         if misses is not None and states > 0:
             deadline_fraction = misses / states
+        if isinstance(last.get("scheduler_note"), str):     # the real-time class asked for and not had
+            warnings.append(f"simulator under the normal scheduler: {last['scheduler_note']}")
         checked.append("simulator lateness (sim/status)")
     else:
         unchecked.append("simulator lateness (no sim/status)")

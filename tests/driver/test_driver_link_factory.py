@@ -86,3 +86,30 @@ def test_the_sensor_device_of_a_two_device_rig_is_checked_too(tmp_path):
                                                                       sensor_port=str(tmp_path / "none")))
     assert connect_rig(RIGS / "flapper_dynamixel_rig.toml",
                        DeviceOptions(port="/dev/null", sensor_port="/dev/null")).port == "/dev/null"
+
+
+def test_the_emulator_children_take_the_drivers_real_time_priority_unless_their_arguments_name_one(tmp_path):
+    """The emulated firmware and its plant stand in for the rig's hardware and physics: they run at the driver's
+    `--rt-priority` (by default one below the server's), `mms drive --rt-priority 0` turns the class off for them
+    too, and an emulator argument of its own wins; a one-device rig still refuses sensor-emulator arguments."""
+    import argparse
+
+    from hil.drive.driver import add_arguments
+    from hil.drive.options import options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def argv(rig: Path, *options: str) -> list[str]:
+        device = options_from_args(parser.parse_args(["--rig", str(rig), "--emulate", *options]))[1]
+        return connect_rig(rig, device).emulator.argv
+
+    flapper = RIGS / "flapper_rig.toml"
+    assert argv(flapper)[-2:] == ["--rt-priority", "9"]
+    assert argv(flapper, "--rt-priority", "0", "--emulator-args", "--plant physics")[-4:] == \
+        ["--plant", "physics", "--rt-priority", "0"]
+    assert argv(flapper, "--emulator-args", "--rt-priority 3")[-2:] == ["--rt-priority", "3"]
+    two = connect_rig(RIGS / "flapper_dynamixel_rig.toml",
+                      options_from_args(parser.parse_args(["--rig", "flapper-dynamixel", "--emulate"]))[1])
+    assert two.emulator.argv[-2:] == ["--rt-priority", "9"]
+    assert two.link.emulators()[0].argv[-2:] == ["--rt-priority", "9"]

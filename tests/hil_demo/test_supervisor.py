@@ -95,9 +95,9 @@ def test_no_orphans_when_the_supervisor_is_killed(tmp_path):
 def test_the_demo_runs_everything_but_the_server_one_real_time_priority_below_it():
     """The driver's start-up at the server's own FIFO priority held the server off a core (docs/headroom.md): the
     driver and the stand-ins run one below; the normal scheduler (0) stays normal, and 1 cannot go lower."""
-    from hil.experiment.demo import DEMO_RT_PRIORITY, below_server_priority
+    from sim.cli_options import SERVER_RT_PRIORITY, below_server_priority
 
-    assert below_server_priority(DEMO_RT_PRIORITY) == DEMO_RT_PRIORITY - 1
+    assert below_server_priority(SERVER_RT_PRIORITY) == SERVER_RT_PRIORITY - 1
     assert below_server_priority(0) == 0 and below_server_priority(1) == 1
 
 

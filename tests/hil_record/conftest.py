@@ -340,7 +340,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
                    plant_lag: tuple[float, float, float] | None = None,
                    busy: tuple[float, float, float] | None = None, status: bool = True, seed: int = 0,
                    origin_ns: int = 1_700_000_000_000_000_000, link_down: tuple[float, float] | None = None,
-                   bad_every: int = 0, slow: tuple[float, float, float] | None = None) -> dict:
+                   bad_every: int = 0, slow: tuple[float, float, float] | None = None,
+                   scheduler_note: str | None = None) -> dict:
     """A recording of a whole live loop as `mms record` writes it (every topic), with injected faults.
 
     Wall time ``w`` (s) runs at ``rate_hz``. The simulation (``q[tail_yaw] = amplitude sin(2 pi f t)``) publishes
@@ -358,7 +359,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
     ``sim/state`` and ``hw/telemetry`` messages, a bad one on the topic (in turn: bytes that are not MessagePack, a
     payload cut short, and one of the same length whose ``q`` / ``servo_rad`` key is renamed ``Q`` / ``servo_raD``),
     and a skipped ``seq``. ``slow = (start, length, rate)``: the simulation advances at ``rate`` times the wall
-    clock's pace then (a simulator falling behind), and on at the wall clock's pace after it.
+    clock's pace then (a simulator falling behind), and on at the wall clock's pace after it. ``scheduler_note``:
+    the server's sim/status says why it runs under the normal scheduler (``rt_priority`` 0).
     """
     import numpy as np
 
@@ -429,6 +431,8 @@ def write_live_run(path, *, duration_s: float = 20.0, frequency_hz: float = 2.0,
         if status and k % status_every == 0 and not stalled[k]:
             sim_status_payload = sim_status(0, float(sim_t[k]))
             sim_status_payload.update(stamp_ns=int(stamp[k]), late_max_s=0.0005, states=seqs["sim/state"])
+            if scheduler_note is not None:
+                sim_status_payload.update(rt_priority=0, scheduler_note=scheduler_note)
             add("sim/status", sim_status_payload)
         if status and k % hw_status_every == 0:
             hw = hw_status(0)

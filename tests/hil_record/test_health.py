@@ -182,3 +182,15 @@ def test_a_simulator_that_falls_behind_the_wall_clock_is_cut(tmp_path, kit):
     assert all(slow[0] - 1.0 <= d["start_s"] and d["end_s"] <= slow[0] + slow[1] + 1.0 for d in paced), paced
     start, end = document["health"]["analysed"]
     assert start >= slow[0] + slow[1] + HealthCriteria.settle_s or end <= slow[0], document["health"]["analysed"]
+
+
+def test_a_server_without_the_real_time_class_it_asked_for_is_a_warning_of_the_health(tmp_path, kit):
+    """`mms serve` asks for SCHED_FIFO by default; when its sim/status says it runs without it (no permission, a
+    model slower than real time), the run's health says so (a warning: the run is judged by its misses, as any)."""
+    note = "SCHED_FIFO priority 10 not taken: no permission (Operation not permitted)"
+    kit.write_live_run(tmp_path / "normal.mcap", duration_s=8.0, scheduler_note=note)
+    _, document = _validate(tmp_path / "normal.mcap", tmp_path / "normal")
+    assert f"simulator under the normal scheduler: {note}" in document["health"]["warnings"]
+    kit.write_live_run(tmp_path / "fifo.mcap", duration_s=8.0)
+    _, document = _validate(tmp_path / "fifo.mcap", tmp_path / "fifo")
+    assert not any("normal scheduler" in w for w in document["health"]["warnings"]), document["health"]["warnings"]

@@ -119,8 +119,8 @@ def pendulum(pendulum_config) -> SimpleNamespace:
 def _factory(directory: Path):
     started: list[ServeProcess] = []
 
-    def start(config: Path, *extra: str, check_ready: bool = True) -> ServeProcess:
-        server = ServeProcess(config, directory, *extra, check_ready=False)
+    def start(config: Path, *extra: str, check_ready: bool = True, preexec_fn=None) -> ServeProcess:
+        server = ServeProcess(config, directory, *extra, check_ready=False, preexec_fn=preexec_fn)
         started.append(server)          # stopped at teardown even if it never answers
         if check_ready:
             server.wait_ready()
@@ -150,7 +150,7 @@ def serve_shared(tmp_path_factory):
 class ServeProcess:
     """One `mms serve` subprocess with its endpoints, a control client and its stderr."""
 
-    def __init__(self, config: Path, workdir: Path, *extra: str, check_ready: bool = True):
+    def __init__(self, config: Path, workdir: Path, *extra: str, check_ready: bool = True, preexec_fn=None):
         self.workdir = workdir
         self.network, self.pub, self.control = write_network(workdir)
         self.stderr_path = workdir / f"serve-{time.monotonic_ns()}.stderr"
@@ -158,7 +158,7 @@ class ServeProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.args = [*MMS, "serve", str(config), "--network", str(self.network), *extra]
         self.process = subprocess.Popen(self.args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                                        env=env)
+                                        env=env, preexec_fn=preexec_fn)
         self.context = zmq.Context()
         self._req: zmq.Socket | None = None
         if check_ready:

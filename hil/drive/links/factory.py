@@ -57,14 +57,16 @@ def connect_rig(rig_path: str | Path, device: DeviceOptions) -> Connection:
         else:
             sensor_rig = load_rig(dxl_rig.microcontroller)
             sensor_port = device.sensor_port or dxl_rig.microcontroller_port or sensor_rig.port
-            sensor_emulator = (EmulatorChild(emulate_argv(sensor_rig.path, device.sensor_emulator_args))
+            sensor_emulator = (EmulatorChild(emulate_argv(sensor_rig.path,
+                                                          device.emulator_argv(device.sensor_emulator_args)))
                                if device.emulate else None)
             rig = two_device_rig(bus_rig, sensor_rig)
             link = CompositeLink(dxl_rig, bus_rig, sensor_rig, servo_channels=dxl_rig.microcontroller_servo_channels,
                                  sensor_port=sensor_port, sensor_emulator=sensor_emulator)
             ports["--sensor-port"] = sensor_port
     if device.emulate:
-        return Connection(rig, link, None, EmulatorChild(emulate_argv(rig.path, device.emulator_args)))
+        emulator = EmulatorChild(emulate_argv(rig.path, device.emulator_argv(device.emulator_args)))
+        return Connection(rig, link, None, emulator)
     port = device.port or rig.port
     ports = {"--port": port, **ports}
     for option, name in ports.items():
