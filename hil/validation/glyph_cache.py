@@ -15,8 +15,8 @@ glyphs come back in every figure. This renderer keeps both:
 So every glyph is blended onto the canvas with the bitmap and the position matplotlib's
 ``RendererAgg._draw_text_glyphs_and_boxes`` gives it (tests/hil_record/test_validate_figures.py compares the PNGs
 pixel for pixel). It relies on that private method's arithmetic (matplotlib 3.11: ``FT2Font._layout``,
-``_set_transform``, ``_render_glyph``); with a matplotlib without them, the canvas draws text as matplotlib does.
-Mathtext (``$...$``) and TeX go matplotlib's way.
+``_set_transform``, ``_render_glyph``); with a matplotlib without them, the canvas draws text as matplotlib does,
+and so it does a string one of whose glyphs FreeType fails to load. Mathtext (``$...$``) and TeX go matplotlib's way.
 """
 from __future__ import annotations
 
@@ -62,13 +62,24 @@ class GlyphCachingRenderer(RendererAgg):
             items = [(item.ft_object, item.glyph_index, item.x, item.y)
                      for item in font._layout(s, flags=flags, features=features, language=language)]
             self._layouts[key] = items
-        self._draw_glyphs(gc, x, y, angle, size, flags, items)
+        try:
+            glyphs = self._glyph_bitmaps(x, y, angle, size, flags, items, gc.get_antialiased())
+        except RuntimeError:
+            # FreeType failed to load a glyph ("FT_Load_Glyph ... invalid outline": 2 of 14 runs of bench_validate
+            # failed, one with that traceback, in a forked worker; the cause is not found): matplotlib draws this
+            # string its own way
+            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+        for bitmap, left, top in glyphs:
+            self._renderer.draw_text_image(bitmap, left, int(self.height) - top + bitmap.shape[0], 0, gc)
 
-    def _draw_glyphs(self, gc, x: float, y: float, angle: float, size: float, flags, items: list[tuple]) -> None:
-        """matplotlib's ``_draw_text_glyphs_and_boxes`` for glyphs without boxes (plain text), bitmaps cached."""
+    def _glyph_bitmaps(self, x: float, y: float, angle: float, size: float, flags, items: list[tuple],
+                       antialiased: bool) -> list[tuple[np.ndarray, int, int]]:
+        """The bitmap, left and top pixel of each glyph of a string, where matplotlib's
+        ``_draw_text_glyphs_and_boxes`` puts them (plain text: no boxes); all of them before any is drawn, so that a
+        glyph FreeType fails on leaves the canvas untouched."""
         cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
-        antialiased = gc.get_antialiased()
         height = self.height   # y is downwards here, upwards in FreeType
+        out = []
         for ft_object, glyph_index, dx, dy in items:
             pen_x = round(SUBPIXELS * (x + dx * cos - dy * sin))
             pen_y = round(SUBPIXELS * (height - y + dx * sin + dy * cos))
@@ -80,9 +91,8 @@ class GlyphCachingRenderer(RendererAgg):
                                      pen_y % SUBPIXELS, antialiased, flags)
                 self._glyphs[key] = glyph
             bitmap, left, top = glyph
-            top += pen_y // SUBPIXELS
-            self._renderer.draw_text_image(bitmap, left + pen_x // SUBPIXELS, int(height) - top + bitmap.shape[0],
-                                           0, gc)
+            out.append((bitmap, left + pen_x // SUBPIXELS, top + pen_y // SUBPIXELS))
+        return out
 
     def _render(self, ft_object, size: float, glyph_index: int, cos: float, sin: float, pen_x: int, pen_y: int,
                 antialiased: bool, flags) -> tuple[np.ndarray, int, int]:

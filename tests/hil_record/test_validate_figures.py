@@ -45,6 +45,21 @@ def test_cached_glyphs_draw_the_pixels_matplotlib_draws():
         assert np.array_equal(np.asarray(canvas.buffer_rgba()), expected)
 
 
+def test_a_glyph_freetype_fails_on_leaves_its_string_to_matplotlib(monkeypatch):
+    """A FreeType error on a glyph (seen in forked workers) draws that string matplotlib's way: the same pixels."""
+    figure = _text_figure(0.37)
+    expected = _pixels(figure, FigureCanvasAgg)
+    failed = []
+
+    def fail(*args):
+        failed.append(args[2])
+        raise RuntimeError("FT_Load_Glyph (ft2font_wrapper.cpp line 1946) failed with error 0x14: invalid outline")
+
+    monkeypatch.setattr(glyph_cache.GlyphCachingRenderer, "_render", fail)
+    assert np.array_equal(_pixels(figure, glyph_cache.GlyphCachingCanvas), expected)
+    assert len(failed) == len(STRINGS)   # every string tried the cache first
+
+
 def test_a_channels_figure_is_the_one_matplotlib_draws(tmp_path, kit):
     """The figures of a run, drawn one after another on one cached canvas, equal each drawn alone by matplotlib."""
     run = tmp_path / "run.mcap"
