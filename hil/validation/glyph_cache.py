@@ -15,8 +15,8 @@ glyphs come back in every figure. This renderer keeps both:
 So every glyph is blended onto the canvas with the bitmap and the position matplotlib's
 ``RendererAgg._draw_text_glyphs_and_boxes`` gives it (tests/hil_record/test_validate_figures.py compares the PNGs
 pixel for pixel). It relies on that private method's arithmetic (matplotlib 3.11: ``FT2Font._layout``,
-``_set_transform``, ``_render_glyph``); with a matplotlib without them, the canvas draws text as matplotlib does,
-and so it does a string one of whose glyphs FreeType fails to load. Mathtext (``$...$``) and TeX go matplotlib's way.
+``_set_transform``, ``_render_glyph``); with a matplotlib without them, the canvas draws text as matplotlib does.
+Mathtext (``$...$``) and TeX go matplotlib's way.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
+from matplotlib.font_manager import get_font
 
 try:
     from matplotlib.ft2font import FT2Font, RenderMode
@@ -35,14 +36,12 @@ except ImportError:   # an older matplotlib: no glyph-level text drawing to cach
 SUBPIXELS = 64
 #: its 16.16 fixed point for the glyph transform's matrix
 MATRIX_ONE = 0x10000
-
-
 class GlyphCachingRenderer(RendererAgg):
     """RendererAgg whose plain-text drawing reuses string layouts and glyph bitmaps (module docstring)."""
 
     def __init__(self, width: int, height: int, dpi: float):
         super().__init__(width, height, dpi)
-        #: (font file, size pt, dpi, string, features, language) -> [(FT2Font, glyph index, x px, y px)]
+        #: (font file, size pt, dpi, string, features, language) -> [(its glyph's font file, glyph index, x px, y px)]
         self._layouts: dict[tuple, list[tuple]] = {}
         #: (font file, size pt, dpi, glyph index, angle deg, x % 64, y % 64, antialiased, hinting)
         #: -> (bitmap (rows, columns) uint8, left px, top px) for the pen at that fraction of a pixel
@@ -59,45 +58,42 @@ class GlyphCachingRenderer(RendererAgg):
         key = (font.fname, size, self.dpi, s, tuple(features) if features is not None else None, language)
         items = self._layouts.get(key)
         if items is None:
-            items = [(item.ft_object, item.glyph_index, item.x, item.y)
+            items = [(item.ft_object.fname, item.glyph_index, item.x, item.y)
                      for item in font._layout(s, flags=flags, features=features, language=language)]
             self._layouts[key] = items
-        try:
-            glyphs = self._glyph_bitmaps(x, y, angle, size, flags, items, gc.get_antialiased())
-        except RuntimeError:
-            # FreeType failed to load a glyph ("FT_Load_Glyph ... invalid outline": 2 of 14 runs of bench_validate
-            # failed, one with that traceback, in a forked worker; the cause is not found): matplotlib draws this
-            # string its own way
-            return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-        for bitmap, left, top in glyphs:
+        for bitmap, left, top in self._glyph_bitmaps(x, y, angle, size, flags, items, gc.get_antialiased()):
             self._renderer.draw_text_image(bitmap, left, int(self.height) - top + bitmap.shape[0], 0, gc)
 
     def _glyph_bitmaps(self, x: float, y: float, angle: float, size: float, flags, items: list[tuple],
                        antialiased: bool) -> list[tuple[np.ndarray, int, int]]:
         """The bitmap, left and top pixel of each glyph of a string, where matplotlib's
-        ``_draw_text_glyphs_and_boxes`` puts them (plain text: no boxes); all of them before any is drawn, so that a
-        glyph FreeType fails on leaves the canvas untouched."""
+        ``_draw_text_glyphs_and_boxes`` puts them (plain text: no boxes)."""
         cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
         height = self.height   # y is downwards here, upwards in FreeType
         out = []
-        for ft_object, glyph_index, dx, dy in items:
+        for font_file, glyph_index, dx, dy in items:
             pen_x = round(SUBPIXELS * (x + dx * cos - dy * sin))
             pen_y = round(SUBPIXELS * (height - y + dx * sin + dy * cos))
-            key = (ft_object.fname, size, self.dpi, glyph_index, angle, pen_x % SUBPIXELS, pen_y % SUBPIXELS,
+            key = (font_file, size, self.dpi, glyph_index, angle, pen_x % SUBPIXELS, pen_y % SUBPIXELS,
                    antialiased, flags)
             glyph = self._glyphs.get(key)
             if glyph is None:
-                glyph = self._render(ft_object, size, glyph_index, cos, sin, pen_x % SUBPIXELS,
+                glyph = self._render(font_file, size, glyph_index, cos, sin, pen_x % SUBPIXELS,
                                      pen_y % SUBPIXELS, antialiased, flags)
                 self._glyphs[key] = glyph
             bitmap, left, top = glyph
             out.append((bitmap, left + pen_x // SUBPIXELS, top + pen_y // SUBPIXELS))
         return out
 
-    def _render(self, ft_object, size: float, glyph_index: int, cos: float, sin: float, pen_x: int, pen_y: int,
+    def _render(self, font_file: str, size: float, glyph_index: int, cos: float, sin: float, pen_x: int, pen_y: int,
                 antialiased: bool, flags) -> tuple[np.ndarray, int, int]:
         """The bitmap of a glyph with its pen at (pen_x, pen_y) in 1/64 pixel (both 0-63), and its left and top
         pixel (the slant and extension of synthetic fonts, which plain text does not use, are 0 and 1)."""
+        # the font by its file, from matplotlib's cache, which a forked child empties: not one kept from the parent. A
+        # font keeps its file open and forked processes share an open file's offset, so two workers loading glyphs
+        # through one font read at each other's positions (two forked processes rendering 5 460 strings each through
+        # a font opened before the fork: about 250 FreeType errors, "invalid outline", and 45 wrong bitmaps each)
+        ft_object = get_font(font_file)
         ft_object.set_size(size, self.dpi)
         matrix = (MATRIX_ONE * np.array([[cos, -sin], [sin, cos]])).round().astype(int)
         ft_object._set_transform(matrix, [pen_x, pen_y])
