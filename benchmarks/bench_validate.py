@@ -118,6 +118,10 @@ def main() -> int:
                                 cwd=REPO, capture_output=True, text=True, env=CHILD_ENV)
         validate_s = time.perf_counter() - start
         validate_cpu_s = _children_cpu_s() - cpu_before
+        if not (out / "metrics.json").exists():   # it failed or was killed: say how, not a missing file
+            print(f"mms validate exited with {result.returncode} and wrote no metrics.json after "
+                  f"{validate_s:.1f} s; its stderr:\n{result.stderr}")
+            return 1
         document = json.loads((out / "metrics.json").read_text())
         compared = [c for c in document["channels"] if c["error"] is None]
         lags = np.array([c["metrics"]["lag_s"] for c in compared])

@@ -520,10 +520,15 @@ class PairFigure:
         matplotlib.use("Agg")
         from matplotlib.figure import Figure
 
+        from hil.validation.glyph_cache import GlyphCachingCanvas
+
         # fixed margins, not a layout engine: constrained layout drew every figure twice (once to measure its
         # text) and was 40 % of a figure's CPU time; the margins hold tick labels of up to FIGURE_TICK_CHARS
         # characters, and the top one grows with the lines of the wrapped title (_top_margin)
         self.figure = Figure(figsize=FIGURE_SIZE_IN, dpi=FIGURE_DPI)
+        # one canvas and renderer for every channel (savefig would make new ones per figure): matplotlib's text
+        # extents, kept per renderer, and the renderer's glyphs (hil/validation/glyph_cache.py) serve every figure
+        GlyphCachingCanvas(self.figure)
         self.ax_time, self.ax_phase, self.ax_error = self.figure.subplots(1, 3)
         self.figure.subplots_adjust(**FIGURE_MARGINS)
         (self.time_sim,) = self.ax_time.plot([], [], label="simulated", lw=1.2)

@@ -217,6 +217,8 @@ def test_comparison_in_worker_processes_equals_the_in_process_one(tmp_path, kit,
     parallel = validate.validate_run(run, tmp_path / "par", settings, None, "all", progress=False)[1]
     assert [c["metrics"] for c in parallel["channels"]] == [c["metrics"] for c in sequential["channels"]]
     assert len(parallel["channels"]) == 3
-    for name in ("pair_tail_vs_q_tail_yaw.png", "pair_thrust_vs_base_wrench_fx.png"):
-        assert (tmp_path / "par" / name).read_bytes()[:4] == b"\x89PNG"
+    for name in ("pair_tail_vs_q_tail_yaw.png", "pair_fin_ray_left_vs_q_tail_yaw.png",
+                 "pair_thrust_vs_base_wrench_fx.png"):
+        assert (tmp_path / "par" / name).read_bytes() == (tmp_path / "seq" / name).read_bytes(), name
     assert (tmp_path / "par" / "report.md").read_text().count("](pair_") == 3
+    assert (tmp_path / "par" / "report.md").read_text() == (tmp_path / "seq" / "report.md").read_text()
