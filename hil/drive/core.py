@@ -13,15 +13,18 @@ The rules (docs/driver.md, "Safety"):
   when the device's measurements have been faulty for ``state_timeout_s`` (:meth:`DriverCore.on_measurement_fault`);
 - deactivate and exit ramp to neutral at the rate limits and then stop sending; an e-stop stops sending at
   once (the device holds neutral while its e-stop is latched);
-- with a lead (``lead_s`` > 0, ``mms drive --state-lead``), the newest state is carried forward along its own
-  joint rates and accelerations (``q + qd d + qdd d^2 / 2``) to the tick's time on the state stream's clock, by
-  ``d`` at most ``lead_s``: the setpoints follow the simulated motion on the driver's regular ticks instead of
-  the states' arrival jitter (:meth:`DriverCore.tick`);
+- with a lead (``lead_s`` > 0, ``mms drive --state-lead``), each setpoint is computed for a simulated time on a
+  smooth clock (:class:`SimClock`: the wall clock's mapping onto simulated time, rate 1, its offset filtered over
+  the states' arrivals with the time constant :data:`CLOCK_TIME_CONSTANT_S`, reset on a jump such as a pause or a
+  new run): the newest state carried along its own joint rates and accelerations (``q + qd d + qdd d^2 / 2``) to
+  that time, ``|d|`` at most ``lead_s``: the setpoints follow the simulated motion on the driver's regular ticks
+  instead of the states' arrival jitter (:meth:`DriverCore.tick`);
 - the ramp starts from the last angle sent, or from the measured angle when nothing was sent on this link
   (start-up, after a reconnect), or from neutral when the rig reports no positions.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -35,6 +38,58 @@ from hil.drive.safety import (DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, EStop, Mo
 #: the longest interval the rate limiter credits between two sends (in command periods): after a scheduling
 #: hiccup the servo gets at most this many periods' worth of motion in one step
 MAX_DT_PERIODS = 2.0
+#: the time constant of the driver's simulated clock's offset, s: the states' arrival jitter (0.1-3 ms late at p1-p99
+#: in the closed-loop demo, docs/closed-loop.md) moves the clock by its part above 1 / (2 pi 0.2 s) = 0.8 Hz only,
+#: 1/60 of it at the wings' 40-60 Hz; a simulator whose rate drifts from the wall clock's by r is followed r x 0.2 s
+#: behind (1 ms at 0.5 %), inside the lead
+CLOCK_TIME_CONSTANT_S = 0.2
+#: arrivals in a row off the clock by more than the jump threshold that reset it (a pause, a new run, a re-anchored
+#: schedule); a single late arrival (a scheduling stall) is left out of the filter instead
+CLOCK_RESET_ARRIVALS = 3
+
+
+class SimClock:
+    """The wall clock's mapping onto simulated time, ``t_sim = now - offset`` (rate 1), from the states' arrivals.
+
+    Each arrival's offset ``o_k = a_k - t_k`` (monotonic s minus simulated s) moves the estimate through a first-order
+    filter, ``offset += (o_k - offset) (1 - exp(-(a_k - a_{k-1}) / tau))``: the mean arrival latency, followed with
+    the time constant ``tau``, so the clock's simulated time advances by the wall clock's interval between two ticks
+    whatever the arrival jitter. An arrival off the estimate by more than ``jump_s`` is left out;
+    :data:`CLOCK_RESET_ARRIVALS` of them in a row (the simulator paused, a new run, a re-anchored schedule) reset it
+    to the newest's offset."""
+
+    def __init__(self, time_constant_s: float, jump_s: float):
+        self.time_constant_s = time_constant_s
+        self.jump_s = jump_s
+        self.offset_s: float | None = None     # monotonic s minus simulated s
+        self.last_arrival_s = 0.0
+        self.off_in_a_row = 0
+        self.resets = 0                        # resets after the first arrival
+
+    def forget(self) -> None:
+        self.offset_s = None
+        self.off_in_a_row = 0
+
+    def on_arrival(self, arrival_s: float, sim_t: float) -> None:
+        """A state of simulated time ``sim_t`` (s) arrived at ``arrival_s`` (monotonic s)."""
+        offset = arrival_s - sim_t
+        if self.offset_s is not None and abs(offset - self.offset_s) > self.jump_s:
+            self.off_in_a_row += 1
+            if self.off_in_a_row < CLOCK_RESET_ARRIVALS:
+                return
+            self.resets += 1
+            self.offset_s = None
+        self.off_in_a_row = 0
+        if self.offset_s is None:
+            self.offset_s = offset
+        else:
+            weight = -math.expm1(-max(arrival_s - self.last_arrival_s, 0.0) / self.time_constant_s)
+            self.offset_s += (offset - self.offset_s) * weight
+        self.last_arrival_s = arrival_s
+
+    def at(self, now_s: float) -> float | None:
+        """The simulated time (s) at ``now_s`` (monotonic s); None before the first arrival."""
+        return None if self.offset_s is None else now_s - self.offset_s
 
 
 @dataclass(frozen=True)
@@ -47,6 +102,7 @@ class Command:
     sim_seq: int       # seq of the sim/state it came from, -1 if none
     sim_t: float       # its simulation time, s (0.0 if none)
     state_stamp_ns: int  # its publisher stamp (wall clock ns), 0 if none
+    setpoint_t: float  # the simulated time the angles are for, s: sim_t carried by the lead (sim_t without one)
 
 
 class DriverCore:
@@ -72,9 +128,8 @@ class DriverCore:
         #: the newest usable state's joint positions, rates and accelerations (n_joints,) and its channels' joint
         #: indices (n,): what the lead carries forward
         self.goal_motion: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        #: monotonic s minus simulated s of the earliest-arriving state (the stream's clock): a state arriving
-        #: later than that by more than the lead moves it (the simulator paused, or re-anchored its schedule)
-        self.stream_offset_s: float | None = None
+        #: the simulated time the setpoints are computed for (with a lead)
+        self.clock = SimClock(CLOCK_TIME_CONSTANT_S, jump_s=lead_s)
         self.fresh_s: float | None = None            # when the newest usable state arrived
         self.baseline_s: float = 0.0                 # (re)activation / reconnect time: the age of "no state"
         self.ramping = False                         # inactive, but still on the way to neutral
@@ -103,9 +158,7 @@ class DriverCore:
         if reason is not None:
             self.rejections[reason.value] += 1
             return reason
-        offset = now_s - self.goal_t
-        if self.stream_offset_s is None or not 0.0 <= offset - self.stream_offset_s <= self.lead_s:
-            self.stream_offset_s = offset
+        self.clock.on_arrival(now_s, self.goal_t)
         self.fresh_s = now_s
         self.states_used += 1
         return None
@@ -195,7 +248,7 @@ class DriverCore:
     def _require_new_state(self, now_s: float) -> None:
         self.goal = None
         self.goal_motion = None
-        self.stream_offset_s = None
+        self.clock.forget()
         self.goal_seq, self.goal_t, self.goal_stamp_ns = -1, 0.0, 0
         self.fresh_s = None
         self.baseline_s = now_s
@@ -226,8 +279,10 @@ class DriverCore:
                     self.time_held_s += now_s - self.last_send_s
         else:
             mode = Mode.RAMP
+        setpoint_t = self.goal_t
         if mode is Mode.TRACK:
-            angles, limited = apply_limits(self._led_goal(now_s), start, dt, self.map.min_angle, self.map.max_angle,
+            goal, setpoint_t = self._led_goal(now_s)
+            angles, limited = apply_limits(goal, start, dt, self.map.min_angle, self.map.max_angle,
                                            self.map.max_rate)
         elif mode is Mode.HOLD:
             # identity when start is the last angle sent; a measured start outside the limits is walked in
@@ -245,19 +300,20 @@ class DriverCore:
         self.mode = mode
         return Command(mode=mode, angles=angles, raw=self.map.angles_to_raw(angles), limited=limited,
                        sim_seq=self.goal_seq, sim_t=self.goal_t,
-                       state_stamp_ns=self.goal_stamp_ns if mode is Mode.TRACK else 0)
+                       state_stamp_ns=self.goal_stamp_ns if mode is Mode.TRACK else 0, setpoint_t=setpoint_t)
 
-    def _led_goal(self, now_s: float) -> np.ndarray:
-        """The servo angles (n,) rad to track at ``now_s``: the newest state's, carried forward to ``now_s`` on the
-        stream's clock along its joint rates and accelerations (by at most ``lead_s``; none without a lead, or a
-        state without finite ``qd``/``qdd``)."""
-        if self.goal_motion is None or self.stream_offset_s is None:
-            return self.goal
+    def _led_goal(self, now_s: float) -> tuple[np.ndarray, float]:
+        """The servo angles (n,) rad to track at ``now_s`` and the simulated time (s) they are for: the newest state's,
+        carried along its joint rates and accelerations to the clock's time at ``now_s``, by at most ``lead_s`` either
+        way (the state as it is without a lead, or for a state without finite ``qd``/``qdd``)."""
+        clock_t = self.clock.at(now_s)
+        if self.goal_motion is None or clock_t is None:
+            return self.goal, self.goal_t
         q, qd, qdd, indices = self.goal_motion
-        lead = min(max(now_s - self.stream_offset_s - self.goal_t, 0.0), self.lead_s)
+        lead = min(max(clock_t - self.goal_t, -self.lead_s), self.lead_s)
         with np.errstate(over="ignore", invalid="ignore"):
             goal = self.map.joints_to_angles(q + lead * qd + 0.5 * lead * lead * qdd, indices)
-        return goal if np.all(np.isfinite(goal)) else self.goal
+        return (goal, self.goal_t + lead) if np.all(np.isfinite(goal)) else (self.goal, self.goal_t)
 
     def _start_angles(self) -> np.ndarray | None:
         if self.previous is not None:

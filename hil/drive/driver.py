@@ -121,9 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refuse states published longer ago than this, by the publisher's clock against "
                              "ours (default: the state timeout; 0: off, for hosts without synchronised clocks)")
     parser.add_argument("--state-lead", type=float, default=0.0, metavar="S",
-                        help="carry the newest sim/state forward along its joint rates and accelerations to each "
-                             "command tick's time on the state stream's clock, by at most this much: setpoints on "
-                             "the driver's regular ticks, not on the states' arrival jitter (default 0 s: off)")
+                        help="carry the newest sim/state along its joint rates and accelerations to each command "
+                             "tick's time on a smooth simulated clock (the states' arrivals filtered), by at most "
+                             "this much either way: setpoints on the driver's regular ticks, not on the states' "
+                             "arrival jitter (default 0 s: off)")
     parser.add_argument("--link-timeout", type=float, default=DEFAULT_LINK_TIMEOUT_S, metavar="S",
                         help="nothing received from the device for this long (at least 10 telemetry frames and 3 "
                              "heartbeats) -> link lost, reconnect (default %(default)s s)")
@@ -280,7 +281,9 @@ class Driver:
                     if now >= next_tick:
                         self.overruns += 1
                         next_tick = now + self.period
-                    self.command_tick(now)
+                    # the time read again: the setpoint is computed for the moment it is written, not for the loop's
+                    # wake-up before the reads above (0.6 ms apart at std under load, docs/driver.md)
+                    self.command_tick(time.monotonic())
                 if self.link.up and now >= next_heartbeat:
                     next_heartbeat = now + 1.0 / self.rig.heartbeat_hz
                     self.send_safe(p.Heartbeat(0, int(now * 1000) % p.TIME_MODULUS), now)
@@ -536,7 +539,7 @@ class Driver:
             self.seqs.header(TOPIC_HW_COMMAND, stamp), mode=command.mode.value, channels=self.map.names,
             angles=command.angles, raw=command.raw, limited=command.limited, sim_seq=command.sim_seq,
             sim_t=command.sim_t, state_stamp_ns=command.state_stamp_ns, frame_seq=frame_seq,
-            lifecycle=self.core.lifecycle.state.value))
+            lifecycle=self.core.lifecycle.state.value, setpoint_t=command.setpoint_t))
 
     # ---- shutdown -----------------------------------------------------------------------------------
     def begin_shutdown(self, now: float) -> None:

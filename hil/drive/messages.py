@@ -26,10 +26,13 @@ class HwPublisherSeq:
 
 def command_payload(header: dict, *, mode: str, channels: list[str], angles: np.ndarray, raw: np.ndarray,
                     limited: np.ndarray, sim_seq: int, sim_t: float, state_stamp_ns: int, frame_seq: int,
-                    lifecycle: str) -> dict:
+                    lifecycle: str, setpoint_t: float) -> dict:
     """hw/command: what was actually written to the port. ``angles`` (n,) rad, ``raw`` (n,) device units
-    (as rounded to float32 on the wire), ``limited`` (n,) bool: the position or rate limit changed it."""
-    return {**header, "t": float(sim_t), "sim_seq": int(sim_seq), "channels": list(channels),
+    (as rounded to float32 on the wire), ``limited`` (n,) bool: the position or rate limit changed it. ``sim_t``:
+    the simulated time of the state it came from, s; ``setpoint_t``: the simulated time the angles are for, s (the
+    state's carried by ``--state-lead``)."""
+    return {**header, "t": float(sim_t), "setpoint_t": float(setpoint_t), "sim_seq": int(sim_seq),
+            "channels": list(channels),
             "setpoint_rad": [float(a) for a in angles],
             "setpoint_raw": [float(r) for r in np.asarray(raw, dtype=np.float32)],
             "limited": [bool(x) for x in limited], "mode": mode, "state_stamp_ns": int(state_stamp_ns),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hil.drive.core import DriverCore
+from hil.drive.core import CLOCK_RESET_ARRIVALS, CLOCK_TIME_CONSTANT_S, DriverCore, SimClock
 from hil.drive.lifecycle import Lifecycle, State, TransitionError
 from hil.drive.mapping import ChannelMap, MappingError, ServoMap, apply_limits
 from hil.drive.messages import HwPublisherSeq, command_payload
@@ -151,7 +151,7 @@ def test_inactive_sends_nothing_and_active_tracks_within_limits():
     payload = command_payload(HwPublisherSeq().header(TOPIC_HW_COMMAND), mode="track", channels=core.map.names,
                               angles=cmds[-1][1].angles, raw=cmds[-1][1].raw, limited=cmds[-1][1].limited,
                               sim_seq=cmds[-1][1].sim_seq, sim_t=cmds[-1][1].sim_t, state_stamp_ns=0,
-                              frame_seq=3, lifecycle="active")
+                              frame_seq=3, lifecycle="active", setpoint_t=cmds[-1][1].setpoint_t)
     validate(TOPIC_HW_COMMAND, payload)
 
 
@@ -265,27 +265,29 @@ def test_servo_map_from_rig_agrees_with_the_rig_files_own_calibration(tmp_path):
     assert angles[1] == rig.servos[1].neutral_rad and angles[0] == pytest.approx(0.3)
 
 
-def test_the_lead_carries_each_state_to_its_ticks_time_whatever_the_arrival_jitter():
+def test_the_lead_carries_each_state_to_a_smooth_clocks_time_whatever_the_arrival_jitter():
     """States every 1 ms of a 5 Hz stroke reach the driver 0.5-3.5 ms after their simulated time (seeded random
-    jitter); it reads them at its ticks, every 2 ms, and takes the newest (so the stream's clock, the earliest
-    arrival, is 1 ms behind the tick). With a 5 ms lead each setpoint is the stroke at the tick's time less that
-    1 ms, within the Taylor step's third-order error (omega d)^3 / 6 of the amplitude (2e-4 rad at d = 5 ms, the
-    map's gain 2); taken as they come, the setpoints scatter by the jitter times the stroke's rate (up to 0.03
-    rad)."""
+    jitter); it reads them at its ticks, every 2 ms, and takes the newest. With a 5 ms lead each setpoint is for a
+    time on the driver's simulated clock, which advances by the tick's 2 ms to within the filtered jitter (the
+    offset moves by at most (1 - exp(-2 ms / 0.2 s)) x 4 ms = 40 us a tick), and is the stroke there within the
+    Taylor step's third-order error (omega d)^3 / 6 of the amplitude (2e-4 rad at |d| = 5 ms, the map's gain 2);
+    the states the setpoints come from step 0-6 ms between ticks, and taken as they come the setpoints scatter by
+    the jitter times the stroke's rate (up to 0.03 rad)."""
     amplitude, omega = 0.1, 2 * math.pi * 5.0                   # rad, rad/s: stroke_r; map gain 2, offset 0.1
     stroke = lambda t: (amplitude * math.sin(omega * t), amplitude * omega * math.cos(omega * t),  # noqa: E731
                         -amplitude * omega ** 2 * math.sin(omega * t))
     rng = np.random.default_rng(3)
     arrivals = [(k * 1e-3 + 0.5e-3 + rng.uniform(0.0, 3e-3), k) for k in range(1, 400)]
 
-    def run(lead_s: float) -> np.ndarray:
-        """|setpoint - the stroke at tick - 0.5 ms| (n,) rad of channel 0 over the ticks after the first 0.1 s."""
+    def run(lead_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over the ticks after the first 0.1 s: |setpoint - the stroke at its setpoint_t| of channel 0 (rad), and
+        the steps of setpoint_t and of the states' sim_t between ticks (s)."""
         core = DriverCore(make_map(), PERIOD, state_timeout_s=0.05, hold_s=0.1, lead_s=lead_s)
         core.lifecycle.apply("configure")
         core.link_reset(0.0)
         core.on_measured(np.array([0.1, 0.2]))
         core.activate(0.0)
-        errors, pending = [], sorted(arrivals)
+        errors, setpoint_t, sim_t, pending = [], [], [], sorted(arrivals)
         for tick in PERIOD * np.arange(1, 180):
             newest = None
             while pending and pending[0][0] <= tick:
@@ -297,8 +299,35 @@ def test_the_lead_carries_each_state_to_its_ticks_time_whatever_the_arrival_jitt
             command = core.tick(tick)
             if tick > 0.1:
                 assert command.mode is Mode.TRACK and (lead_s == 0.0 or not command.limited.any())
-                errors.append(abs(command.angles[0] - (2.0 * stroke(tick - 1e-3)[0] + 0.1)))
-        return np.array(errors)
+                errors.append(abs(command.angles[0] - (2.0 * stroke(command.setpoint_t)[0] + 0.1)))
+                setpoint_t.append(command.setpoint_t)
+                sim_t.append(command.sim_t)
+        return np.array(errors), np.diff(setpoint_t), np.diff(sim_t)
 
-    led, as_they_come = run(0.005), run(0.0)
+    (led, led_steps, state_steps), (as_they_come, _, _) = run(0.005), run(0.0)
     assert led.max() < 2e-4 < 1e-2 < as_they_come.max(), (led.max(), as_they_come.max())
+    assert np.all(np.abs(led_steps - PERIOD) < 4e-5), (led_steps.min(), led_steps.max())
+    assert state_steps.min() < PERIOD / 2 and state_steps.max() > 2 * PERIOD, (state_steps.min(), state_steps.max())
+
+
+def test_the_lead_clock_resets_on_a_pause_and_on_a_new_run_and_leaves_out_a_single_late_state():
+    """The clock (hil.drive.core.SimClock, jump threshold 5 ms): states every 1 ms arriving 1 ms late; a single state
+    20 ms late moves it not at all; a pause of 0.5 s (the simulator stopped, its time held) moves it by the pause
+    once CLOCK_RESET_ARRIVALS states in a row have come that late, not before; a new run (simulated time back to 0)
+    likewise."""
+    clock = SimClock(CLOCK_TIME_CONSTANT_S, jump_s=0.005)
+    for k in range(100):
+        clock.on_arrival(k * 1e-3 + 1e-3, k * 1e-3)
+    assert clock.at(0.2) == pytest.approx(0.199, abs=1e-12) and clock.resets == 0
+    clock.on_arrival(0.100 + 0.020, 0.100)                       # one late state
+    assert clock.at(0.2) == pytest.approx(0.199, abs=1e-12)
+    for k in range(101, 110):
+        clock.on_arrival(k * 1e-3 + 1e-3, k * 1e-3)
+    pause = 0.5
+    for k in range(110, 110 + CLOCK_RESET_ARRIVALS):
+        assert clock.resets == 0 and clock.at(1.0) == pytest.approx(0.999, abs=1e-12)
+        clock.on_arrival(k * 1e-3 + 1e-3 + pause, k * 1e-3)
+    assert clock.resets == 1 and clock.at(1.0) == pytest.approx(0.999 - pause, abs=1e-12)
+    for k in range(CLOCK_RESET_ARRIVALS):                         # a new run from simulated time 0
+        clock.on_arrival(2.0 + k * 1e-3, k * 1e-3)
+    assert clock.resets == 2 and clock.at(2.5) == pytest.approx(0.5, abs=1e-12)
