@@ -83,7 +83,7 @@ SCHEMAS: dict[str, dict] = {
     # The hw/* schemas are owned by the driver (hil/drive/driver.py, docs/driver.md); the required keys are the core
     # every tool may rely on, the other listed keys are what the driver publishes besides.
     TOPIC_HW_COMMAND: _object(
-        {**_common, "t": _num, "sim_seq": _int, "channels": _names, "setpoint_rad": _vec(),
+        {**_common, "t": _num, "setpoint_t": _num, "sim_seq": _int, "channels": _names, "setpoint_rad": _vec(),
          "setpoint_raw": _vec(), "limited": _bools, "mode": {"enum": ["track", "hold", "ramp", "neutral"]},
          "state_stamp_ns": _int, "frame_seq": _int, "lifecycle": _str},
         ["v", "seq", "stamp_ns", "t", "sim_seq", "channels", "setpoint_rad", "setpoint_raw", "limited", "mode"]),
