@@ -130,12 +130,13 @@ def set_realtime_priority(priority: int, command: str, rtf: float | None = None)
     :func:`realtime_refusal`).
     0: the normal scheduler, dropping a class inherited from the parent. Returns whether the real-time class was
     taken; :func:`realtime_refusal` says why not."""
-    return priority != 0 and realtime_refusal(priority, command, rtf) is None
+    refusal = realtime_refusal(priority, command, rtf)    # asked even for 0, which drops an inherited class
+    return priority != 0 and refusal is None
 
 
 def realtime_refusal(priority: int, command: str, rtf: float | None = None,
                      threads: list[int] | tuple[int, ...] = ()) -> str | None:
-    """Ask for SCHED_FIFO at ``priority`` (1-99; 0: the normal scheduler, asked, and None returned) for this thread,
+    """Ask for SCHED_FIFO at ``priority`` (1-99; 0: the normal scheduler for every thread, asked, and None returned) for this thread,
     the ``threads`` given (ids: ZeroMQ's, started before) and the threads and processes it starts afterwards; why
     it was not taken (one line on stderr too, and the normal scheduler), or None.
 
@@ -146,10 +147,10 @@ def realtime_refusal(priority: int, command: str, rtf: float | None = None,
     not asked for then. Without the permission (CAP_SYS_NICE, or an ``rtprio`` limit in
     /etc/security/limits.conf), as ros2_control's controller manager does, one line and the normal scheduler."""
     if priority == 0:
-        _set_policy([0, *threads], os.SCHED_OTHER, 0)     # lowering needs no permission
+        _set_policy(_every_thread(), os.SCHED_OTHER, 0)   # lowering needs no permission
         return None
     if rtf is not None and rtf < 1.0:
-        _set_policy([0, *threads], os.SCHED_OTHER, 0)
+        _set_policy(_every_thread(), os.SCHED_OTHER, 0)
         reason = f"the model runs at {rtf:.2f}x real time per CPU second, slower than the clock it is paced to"
         print(f"{command}: not asking for SCHED_FIFO priority {priority}: {reason} (the loop would never sleep "
               "and hold a core); running under the normal scheduler", file=sys.stderr, flush=True)
@@ -158,11 +159,19 @@ def realtime_refusal(priority: int, command: str, rtf: float | None = None,
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except OSError as exc:
         reason = f"no permission ({exc.strerror or exc})"
+        # a class inherited from the parent stays unless dropped (lowering needs no permission): the line below
+        # says the normal scheduler, so every thread is put under it
+        _set_policy(_every_thread(), os.SCHED_OTHER, 0)
         print(f"{command}: cannot use SCHED_FIFO priority {priority} ({exc.strerror or exc}); running under the "
               "normal scheduler (docs/headroom.md says how to allow it)", file=sys.stderr, flush=True)
         return reason
     _set_policy(threads, os.SCHED_FIFO, priority)
     return None
+
+
+def _every_thread() -> list[int]:
+    """The ids of this process's threads (a class inherited from the parent is on each of them)."""
+    return [int(tid) for tid in os.listdir("/proc/self/task")]
 
 
 def _set_policy(tids, policy: int, priority: int) -> None:
@@ -178,7 +187,7 @@ def leave_realtime_class(command: str, why: str) -> None:
     """Put every thread of this process (the loop and ZeroMQ's I/O thread) back under the normal scheduler, with
     one line on stderr: a loop that falls behind real time under SCHED_FIFO never sleeps, and would hold a core at
     the top of the machine's priorities while gaining nothing."""
-    _set_policy([int(tid) for tid in os.listdir("/proc/self/task")], os.SCHED_OTHER, 0)
+    _set_policy(_every_thread(), os.SCHED_OTHER, 0)
     print(f"{command}: leaving SCHED_FIFO: {why}; running under the normal scheduler", file=sys.stderr, flush=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import subprocess
 from pathlib import Path
 
@@ -258,3 +259,34 @@ def test_without_the_permission_the_server_says_so_in_one_line_and_runs_under_th
     assert status["state"] == "running"
 
 
+
+
+def _under_sched_fifo() -> None:
+    """In the child before exec: SCHED_FIFO 1, as a process started by a thread under the class inherits it (where
+    the test may set it: a root run, as CI's)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except PermissionError:
+        pass
+
+
+@pytest.mark.parametrize("permission", [True, False], ids=["priority 0 asked", "FIFO refused"])
+def test_an_inherited_real_time_class_is_dropped_when_the_normal_scheduler_is_asked_or_the_class_refused(permission):
+    """A process started under SCHED_FIFO (its parent's class) that asks for the normal scheduler (`--rt-priority 0`)
+    or is refused the class runs every thread under the normal scheduler, as its one line says (a QEMU test that
+    had reset its thread with priority 0 left the test process under the class: every later child inherited it)."""
+    priority = 0 if permission else 10
+
+    def start() -> None:
+        _under_sched_fifo()
+        if not permission:
+            _without_realtime_permission()
+
+    script = ("import os, threading, time; from sim.processes import set_realtime_priority; "
+              "threading.Thread(target=time.sleep, args=(2,), daemon=True).start(); "
+              f"taken = set_realtime_priority({priority}, 'test'); "
+              "print(taken, sorted({os.sched_getscheduler(int(t)) for t in os.listdir('/proc/self/task')}))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         preexec_fn=start, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", f"[{os.SCHED_OTHER}]"], (out.stdout, out.stderr)
