@@ -16,6 +16,7 @@ sensor channel's unit (before the sensor model adds gain error, offset, drift, n
 """
 from __future__ import annotations
 
+import collections
 import math
 import os
 import multiprocessing as mp
@@ -170,6 +171,8 @@ SAMPLE_WAIT_S = 0.05
 #: "samples" clock: how long the emulator waits at most for the plant's step of the previous sample, s (longer: the
 #: reading is a sample older, counted in status()["late"])
 STEP_WAIT_S = 2e-3
+#: s: how long stop() waits for the plant process to end, after the stop signal and again after SIGTERM
+PLANT_STOP_TIMEOUT_S = 5.0
 #: "samples" clock: the samples kept for the plant, newest last (device time s, servo angles, rates): a plant that
 #: fell behind steps through each missed sample's angles. Jumping to the newest instead (each missed step held at the
 #: newest angles) struck the wings: a plant 4 samples late read 124 mN on the flapper's tether, 10x the stroke's
@@ -219,14 +222,19 @@ class SimulatorPlant:
 
     kind = "physics"
 
-    def __init__(self, rig: Rig, rt_priority: int = 0):
+    def __init__(self, rig: Rig, rt_priority: int = 0, step_wait_s: float = STEP_WAIT_S):
         ctx = mp.get_context("fork")       # the child inherits the parsed rig; nothing is pickled
         self.n_servo, self.n_sensor = len(rig.servos), len(rig.sensors)
         self._shared = ctx.Array("d", _HEADER + 2 * self.n_servo + self.n_sensor
                                  + SAMPLE_RING * (1 + 2 * self.n_servo))
         self._go, self._stop, self._sampled, self._stepped = (Signal(ctx) for _ in range(4))
         self.clock = rig.emulator.physics.clock if rig.emulator.physics is not None else "wall"
-        self.late = 0      # "samples" clock: readings older than one sample (the plant had not stepped in time)
+        #: "samples" clock: readings older than one sample (the plant had not stepped in time); any clock: readings
+        #: not refreshed because the plant held the shared lock past STEP_WAIT_S
+        self.late = 0
+        self.step_wait_s = step_wait_s
+        #: samples (device time s, angles rad, rates rad/s) not yet in the shared ring: the lock was held
+        self._unwritten: collections.deque[np.ndarray] = collections.deque(maxlen=SAMPLE_RING)
         self._messages = ctx.Queue()
         self._process = ctx.Process(target=_plant_process, name="mms-emulate-plant", daemon=True,
                                     args=(rig, self._shared, self._go, self._stop, self._sampled, self._stepped,
@@ -245,6 +253,8 @@ class SimulatorPlant:
             raise RuntimeError(f"physics plant: {message[1]}")
         self.joint_names = message[1]
         self.error: str | None = None
+        #: (n_sensor,) the last reading handed out, sensor units; first the plant's at rest (written before "ready")
+        self._newest = self._slots()[2].copy()
 
     def start(self) -> None:
         self._go.set()
@@ -253,10 +263,13 @@ class SimulatorPlant:
         self._stop.set()
         self._go.set()
         self._sampled.set()
-        self._process.join(timeout=5.0)
+        self._process.join(timeout=PLANT_STOP_TIMEOUT_S)
         if self._process.is_alive():
             self._process.terminate()
-            self._process.join(timeout=5.0)
+            self._process.join(timeout=PLANT_STOP_TIMEOUT_S)
+        if self._process.is_alive():    # a stopped process (SIGSTOP) never acts on SIGTERM; at exit it would be
+            self._process.kill()        # joined for ever
+            self._process.join()
 
     def _slots(self):
         a = self._shared.get_obj()
@@ -268,29 +281,58 @@ class SimulatorPlant:
     def sense(self, servo_rad: np.ndarray, servo_rate: np.ndarray, t: float) -> np.ndarray:
         """Hand the servo angles ``(n_servo,)`` rad and rates rad/s of the sample at device time ``t`` (s) to the
         simulator; return its newest sensor values ``(n_sensor,)`` (with the "samples" clock: the previous
-        sample's, when the plant kept up)."""
-        angle, speed, values = self._slots()
-        if self.clock == "samples" and self._go.is_set():
-            with self._shared.get_lock():
-                stepped = self._shared[_DONE_SEQ] >= self._shared[_SAMPLE_SEQ]
-            if not stepped and not self._stepped.wait(STEP_WAIT_S):
-                self.late += 1
-            self._stepped.clear()
-        with self._shared.get_lock():
-            angle[:] = servo_rad
-            speed[:] = servo_rate
-            self._shared[_SAMPLE_T] = t
-            self._shared[_SAMPLE_SEQ] += 1
-            ring = _sample_ring(self._shared, self.n_servo, self.n_sensor)
-            ring[int(self._shared[_SAMPLE_SEQ]) % SAMPLE_RING] = np.concatenate(([t], servo_rad, servo_rate))
-            newest = values.copy()
+        sample's, when the plant kept up). Never waits longer than ``step_wait_s`` for the plant, twice: for its
+        step ("samples" clock) and for the shared lock (a plant descheduled or stopped while holding it): the
+        sample is then kept here and written with the next one, and the reading is the last one (counted late)."""
+        late = self.clock == "samples" and self._go.is_set() and not self._wait_for_step()
+        self._unwritten.append(np.concatenate(([t], servo_rad, servo_rate)))
+        lock = self._shared.get_lock()
+        if lock.acquire(timeout=self.step_wait_s):
+            try:
+                self._write_unwritten(servo_rad, servo_rate)
+            finally:
+                lock.release()
+        else:
+            late = True
+        self.late += late
         if self.clock == "samples":
             self._sampled.set()
-        return newest
+        return self._newest.copy()
+
+    def _write_unwritten(self, servo_rad: np.ndarray, servo_rate: np.ndarray) -> None:
+        """Under the shared lock: the newest angles and rates, every unwritten sample into the ring, the newest
+        sensor values out."""
+        angle, speed, values = self._slots()
+        angle[:] = servo_rad
+        speed[:] = servo_rate
+        header = self._shared.get_obj()     # the raw array: the lock is held
+        ring = _sample_ring(self._shared, self.n_servo, self.n_sensor)
+        while self._unwritten:
+            row = self._unwritten.popleft()
+            header[_SAMPLE_T] = row[0]
+            header[_SAMPLE_SEQ] += 1
+            ring[int(header[_SAMPLE_SEQ]) % SAMPLE_RING] = row
+        self._newest = values.copy()
+
+    def _wait_for_step(self) -> bool:
+        """"samples" clock: wait up to ``step_wait_s`` until the plant has stepped through every sample written;
+        False when it has not (the reading is late). The step counts are read without the lock (aligned doubles, one
+        writer each: the emulator's sample count, the plant's done count) and the flag is lowered before each
+        check, so a flag left raised by an earlier, late step never passes for this one."""
+        header = self._shared.get_obj()
+        deadline = time.monotonic() + self.step_wait_s
+        while True:
+            self._stepped.clear()
+            if header[_DONE_SEQ] >= header[_SAMPLE_SEQ]:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._stepped.wait(remaining)
 
     def status(self) -> dict:
-        with self._shared.get_lock():
-            t, steps, wall = self._shared[_T], self._shared[_STEPS], self._shared[_WALL]
+        header = self._shared.get_obj()     # without the lock, which a stopped plant may hold: three aligned doubles
+        t, steps, wall = header[_T], header[_STEPS], header[_WALL]
         while self.error is None:
             try:
                 message = self._messages.get_nowait()
