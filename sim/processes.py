@@ -171,7 +171,7 @@ def realtime_refusal(priority: int, command: str, rtf: float | None = None,
 
 def _every_thread() -> list[int]:
     """The ids of this process's threads (a class inherited from the parent is on each of them)."""
-    return [int(tid) for tid in os.listdir("/proc/self/task")]
+    return threads_named("")
 
 
 def _set_policy(tids, policy: int, priority: int) -> None:
