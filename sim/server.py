@@ -817,8 +817,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lockstep: report a stall after this long without a step request, s "
                              "(default: %(default)g)")
     parser.add_argument("--max-lag", type=float, default=0.5, metavar="S",
-                        help="realtime: re-anchor the schedule when this far behind the wall clock, s "
-                             "(default: %(default)g)")
+                        help="realtime: re-anchor the schedule when this far behind the wall clock, and leave SCHED_FIFO, "
+                             "s (default: %(default)g)")
     parser.add_argument("--lookahead", type=float, default=DEFAULT_LOOKAHEAD_S, metavar="S",
                         help="realtime: integrate states up to this far ahead of their due time, s, rounded to "
                              "whole publish periods, at least one (a slow period or a short preemption is then "

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,50 @@ def test_the_realtime_loop_asks_for_sched_fifo_10_by_default_and_leaves_it_for_a
     status = server.ok("get", what="status")["status"]
     assert status["rt_priority"] == 0 and status["scheduler_note"].startswith("left SCHED_FIFO: the new model runs at")
 
+
+
+#: how long the fall-behind test holds the server stopped (SIGSTOP), s, and the --max-lag it runs with: the first
+#: state after the resume is due that far in the past, twice the allowed lag
+_STOPPED_S, _MAX_LAG_S = 0.6, 0.3
+
+
+def test_a_realtime_server_that_falls_max_lag_behind_leaves_sched_fifo_says_so_once_and_in_sim_status(
+        serve, pendulum):
+    """The other way out of the class (docs/headroom.md): a server under SCHED_FIFO held stopped (SIGSTOP, as a
+    machine that does not schedule it) for twice --max-lag publishes its next state that late, re-anchors its
+    schedule and puts every thread (the loop's, ZeroMQ's) back under the normal scheduler, with one line on stderr
+    and a note in the sim/status it publishes. A second fall behind says nothing more (there is nothing to leave),
+    and the server keeps running."""
+    server = serve(pendulum.config, "--max-lag", str(_MAX_LAG_S))
+    pid = server.process.pid
+    loop = _loop_threads(pid)
+    for tid in loop:
+        _policy_or_refusal(tid, server.stderr(), 10)
+    if os.sched_getscheduler(pid) != os.SCHED_FIFO:       # no permission here: said once, nothing to leave
+        status = server.ok("get", what="status")["status"]
+        assert status["rt_priority"] == 0 and status["scheduler_note"].startswith("SCHED_FIFO priority 10 not taken")
+        return
+    sub = server.subscriber(b"sim/status")
+    running, _ = _status(server, sub, lambda p: p["state"] == "running", "a running status")
+    assert running["rt_priority"] == 10 and "scheduler_note" not in running, running
+    after = running["seq"]
+    for fall in ("first", "second"):
+        server.process.send_signal(signal.SIGSTOP)
+        time.sleep(_STOPPED_S)
+        server.process.send_signal(signal.SIGCONT)
+        left, _ = _status(server, sub, lambda p: p["seq"] > after and p["late_max_s"] > _MAX_LAG_S,
+                          f"the status of the {fall} fall behind")
+        after = left["seq"]
+        assert left["rt_priority"] == 0, left
+    assert left["state"] == "running" and left["scheduler_note"].startswith("left SCHED_FIFO: fell "), left
+    lag = float(left["scheduler_note"].split("fell ")[1].split(" s behind")[0])
+    assert _MAX_LAG_S < lag < 10 * _STOPPED_S, left["scheduler_note"]
+    stderr = server.stderr()
+    assert stderr.count("leaving SCHED_FIFO") == 1, stderr
+    assert "leaving SCHED_FIFO: fell " in stderr and "behind real time" in stderr, stderr
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        assert os.sched_getscheduler(int(tid)) == os.SCHED_OTHER, (tid, Path(f"/proc/{pid}/task/{tid}/comm").read_text())
+    assert server.ok("get", what="status")["status"]["rt_priority"] == 0
 
 #: linux/capability.h and linux/prctl.h: the capability that allows the real-time class, and the request that
 #: removes it from the bounding set (a root process then starts its program without it)
