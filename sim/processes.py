@@ -103,7 +103,9 @@ def request_slice(seconds: float, threads: list[int] | tuple[int, ...] = ()) -> 
     if libc.syscall(number, 0, attr, 0) != 0:
         return False
     for tid in threads:
-        libc.syscall(number, tid, attr, 0)
+        if libc.syscall(number, tid, attr, 0) != 0:     # seen once in CI: a ZeroMQ thread kept the default slice
+            print(f"thread {tid} kept the scheduler's default slice ({os.strerror(ctypes.get_errno())})",
+                  file=sys.stderr, flush=True)
     return runtime_ns == 0 or current_slice_ns() == runtime_ns
 
 

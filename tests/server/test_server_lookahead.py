@@ -85,7 +85,10 @@ def test_the_loop_and_zeromqs_threads_have_the_short_slice_where_the_kernel_take
     slices = _slices_ns(ahead.process.pid)
     assert len(slices) >= 2 and any(name.startswith("ZMQbg") for name in slices), slices
     # the I/O thread, which sends the states, inherits the loop's slice
-    assert set(slices.values()) == ({round(SHORT_SLICE_S * 1e9)} if taken[0] else {default_ns}), slices
+    # failed in a CI run at load 6-9 and in 1 of 7 runs of this module at load 8-10 (the ZeroMQ threads at the default
+    # 1.4 ms, the loop's at 0.1 ms; not explained): the server's stderr goes with a failure
+    assert set(slices.values()) == ({round(SHORT_SLICE_S * 1e9)} if taken[0] else {default_ns}), \
+        (slices, ahead.stderr_path.read_text()[-2000:])
 
 
 def test_a_reset_discards_the_states_integrated_ahead(ahead):
