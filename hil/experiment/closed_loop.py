@@ -4,7 +4,9 @@ runs from the same start: the model alone (the open loop) and the plant's truth 
 ``[emulator.physics.overrides]``, the stroke the model's own law: the structure is what the loop corrects).
 
 The figures: the RMS over the run of the thorax's body-frame twist (V m/s, Omega rad/s) of each run minus the
-truth's, per component, and their ratio closed over open (below 1: the closed loop is nearer the truth).
+truth's, per component, and their ratio closed over open (below 1: the closed loop is nearer the truth); and per
+component whether the rig's sensor resolves the wrench the truth's departure asks of the loop, and the verdict that
+follows (:func:`resolvability`).
 """
 from __future__ import annotations
 
@@ -112,8 +114,8 @@ def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | 
 
 
 def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
-    """The closed loop's thorax against the open loop and the truth (figures in ``out``/closed_loop.json and a plot
-    closed_loop.png); the figures."""
+    """The closed loop's thorax against the open loop and the truth, each component's resolvability and verdict
+    (figures in ``out``/closed_loop.json and a plot closed_loop.png); the figures."""
     from hil.recording.mcap_io import read_recording
 
     raw = read_recording(recording, topics={TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY, TOPIC_HW_COMMAND,
