@@ -155,7 +155,7 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
                              health["compared_s"], spec)
     for name, entry in figures["components"].items():
         entry["resolvability"] = resolved[name]
-        entry["verdict"] = verdict(name, entry)
+        entry["verdict"] = verdict(entry)
     figures["verdict"] = overall_verdict(figures["components"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "closed_loop.json").write_text(json.dumps(figures, indent=2))
@@ -439,6 +439,9 @@ RESOLVING_SNR = 2.0
 #: the parts of a stroke-periodic wrench the loop feeds back ([feedback] mean, harmonics): the stroke's mean
 #: (a drift of the free thorax's speed) and its harmonics 1..H (a periodic speed)
 PARTS = ("mean", "harmonics")
+#: a stroke counts in the noise's scatter when at least this fraction of its samples arrived (a telemetry gap leaves
+#: a stroke's mean to part of its shape, which would scatter by the stroke's load, not by the noise)
+WHOLE_STROKE = 0.9
 
 
 def stroke_parts(times: np.ndarray, x: np.ndarray, period_s: float, harmonics: int) -> tuple[float, float, float]:
@@ -505,7 +508,7 @@ def stroke_noise(time_s: np.ndarray, error: np.ndarray, state_time_s: np.ndarray
     stroke = np.floor(phase / spec.period_s).astype(int)
     full = round(spec.period_s * rate_hz)
     means = [smoothed[inside][stroke == j].mean() for j in np.unique(stroke)
-             if np.count_nonzero(stroke == j) >= 0.9 * full]
+             if np.count_nonzero(stroke == j) >= WHOLE_STROKE * full]
     return (float(np.std(means, ddof=1)) if len(means) > 2 else float("nan")), len(means)
 
 
@@ -541,7 +544,7 @@ def resolvability(times: np.ndarray, departure: np.ndarray, inertia: np.ndarray,
     return result
 
 
-def verdict(name: str, entry: dict) -> str:
+def verdict(entry: dict) -> str:
     """The component's verdict in words, from its figures (``entry``: a closed_loop.json component)."""
     resolved = entry["resolvability"]
     part = resolved["parts"][resolved["dominant"]]
@@ -552,7 +555,7 @@ def verdict(name: str, entry: dict) -> str:
         return f"not resolvable by this rig's sensor ({what})"
     if not part["fed"]:
         return f"does not follow: resolvable ({what}) but not fed back ([feedback] mean / left_out)"
-    return f"{'follows the truth' if entry['ratio'] < 1.0 else 'does not follow'} ({what}; ratio {entry['ratio']:.3f})"
+    return f"{'follows the truth' if entry_follows(entry) else 'does not follow'} ({what}; ratio {entry['ratio']:.3f})"
 
 
 def overall_verdict(components: dict[str, dict]) -> str:
