@@ -11,13 +11,11 @@ from sim import messages
 from tests.hil_demo.test_demo import DEMO_TEST_TIMEOUT_S, DEMO_TIMEOUT_S, _demo, _read_recording, _wait_no_processes
 
 #: s: the live run (the tare takes the rig file's tare_s = 0.5 s, the phase table 8 periods of 0.2 s more: the loop
-#: closes at 2.0-2.9 s simulated). 10 s, not 5: over a 5 s run's 2-4 s compared the pitch rate's departure is mostly
-#: its periodic part, which the criterion calls resolvable (its my harmonics 2.4-6.2 times their noise in 4 of 7 runs)
-#: and the loop does not follow (docs/closed-loop.md, "Which components the rig resolves"); over 10 s its drift, from
-#: the structure's mean my below its noise, carries most of it. A longer run does not make vx more resolvable (the
-#: noise is the 8-stroke table's): 4 of 7 at 5 s, 5 of 13 at 10 s at loads 5.6-14.5. Wall time 28-83 s a run at
-#: those loads (5 s: 12-66 s); this test 45.2 s (load 10.2 -> 9.4) against 34.9 s at 5 s before (load ~9)
-CLOSED_LOOP_DURATION_S = 10
+#: closes at 2.0-2.9 s simulated). Not longer: a longer run does not make vx more resolvable (the noise that decides
+#: is the 8-stroke table's): 4 of 7 runs at 5 s, 5 of 13 at 10 s at loads 5.6-14.5; and 3 of those 13 runs of 10 s
+#: were held early by the stale hold under the load (3.9-7.7 s simulated; 0 of 7 at 5 s). Wall time 12-66 s a
+#: run (10 s: 28-83 s) (docs/closed-loop.md, "Which components the rig resolves")
+CLOSED_LOOP_DURATION_S = 5
 #: N: the zero offset of the emulated tether sensor's fz channel (configs/rigs/flapper_rig.toml,
 #: [emulator.sensors.fz] offset) ...
 FZ_OFFSET_N = 1e-3
@@ -34,13 +32,15 @@ INERT_FRACTION = 0.01
 #: RMS from the truth), to which the loop's own noise adds, 0.39-1.32 measured, band below 1.5
 FOLLOWING_GAIN_BAND = (0.3, 1.3)
 FOLLOWING_RATIO_MAX = 1.5
-#: the components the rig cannot resolve: vz (the stroke mean of fz, 0.21-0.36 uN against 4.4-7.2 uN of noise in the
-#: table, SNR 0.04-0.07 in all 20 runs) and wy (over 10 s: the stroke mean of my, 3.6-5.0 nN m against 19 nN m of
-#: noise or more, SNR 0.00-0.21 in the 11 runs of 7.7-16 s simulated; 2 of 13 runs held early by a stale hold under
-#: the load, 3.9 and 4.3 s, fail the duration's assert above). That they really are: the loop does not take them
-#: along the truth's departure: gain -0.33 to 0.16 (vz, 20 runs), -0.80 to 0.29 (wy, those 11); band below 0.5
-UNRESOLVED = ("vz", "wy")
-UNRESOLVED_GAIN_MAX = 0.5
+#: the components the loop does not follow: vz, never resolvable (the stroke mean of fz, 0.21-0.36 uN against
+#: 4.4-7.2 uN of noise in the table, SNR 0.04-0.07 in all 20 runs), and wy: where its drift carries most of its
+#: departure, not resolvable (the stroke mean of my, 3.6-5.0 nN m against 19 nN m of noise or more, SNR 0.00-0.21 in
+#: the 11 runs so decided); over a 5 s run's 2-4 s compared its periodic part often carries more, whose my harmonics
+#: are resolvable (SNR 2.0-6.2 in 5 runs) and not followed, even offline with exact sensors (not explained yet).
+#: Either way the loop does not take them along the truth's departure: gain -0.33 to 0.16 (vz, 20 runs), -1.80 to
+#: 0.34 (wy, 20 runs); band below 0.5
+NOT_FOLLOWED = ("vz", "wy")
+NOT_FOLLOWED_GAIN_MAX = 0.5
 #: N: the wrench the truth's vx departure asks of the loop, the stroke harmonics 1-4 of fx (M*_0 d(truth - open)/dt),
 #: measured 23.4-23.7 uN in all 20 runs; independently, offline and tethered, the stiffer roots change the tether's fx
 #: by 24 uN in those harmonics (docs/closed-loop.md, "The signal is small"): the free and the held thorax agree
@@ -106,12 +106,15 @@ def _assert_the_verdict_follows_from_the_numbers(figures: dict, stdout: str) -> 
     vx = components["vx"]["resolvability"]
     harmonics = vx["parts"]["harmonics"]
     assert abs(harmonics["signal"] - VX_SIGNAL_N) < VX_SIGNAL_BAND * VX_SIGNAL_N, vx
-    for name in UNRESOLVED:
+    for name in NOT_FOLLOWED:
         entry = components[name]
-        part = entry["resolvability"]["parts"][entry["resolvability"]["dominant"]]
-        assert entry["resolvability"]["dominant"] == "mean" and part["signal"] < RESOLVING_SNR * part["noise"], entry
-        assert not entry["resolvability"]["resolvable"] and entry["gain"] < UNRESOLVED_GAIN_MAX, (name, entry)
-        assert f"thorax {name}: not resolvable by this rig's sensor (the stroke mean of " in stdout
+        resolvability = entry["resolvability"]
+        part = resolvability["parts"][resolvability["dominant"]]
+        if resolvability["dominant"] == "mean":     # a mean force below its noise: the criterion can fail here
+            assert part["signal"] < RESOLVING_SNR * part["noise"] and not resolvability["resolvable"], entry
+            assert f"thorax {name}: not resolvable by this rig's sensor (the stroke mean of " in stdout
+        assert entry["gain"] < NOT_FOLLOWED_GAIN_MAX, (name, entry)
+    assert components["vz"]["resolvability"]["dominant"] == "mean", components["vz"]
     if vx["resolvable"]:
         assert FOLLOWING_GAIN_BAND[0] < components["vx"]["gain"] < FOLLOWING_GAIN_BAND[1], components["vx"]
         assert components["vx"]["ratio"] < FOLLOWING_RATIO_MAX, components["vx"]
