@@ -430,7 +430,7 @@ def joint_state(config: dict, path: Path, t: float) -> dict[str, np.ndarray]:
     return {"q": simulation.q, "qd": simulation.qd}
 
 
-#: the thorax twist component each wrench channel drives most directly (body frame, about O_0): the forward
+#: the wrench channel that drives each thorax twist component most directly (body frame, about O_0): the forward
 #: force the forward speed, the vertical force the vertical speed, the pitching moment the pitch rate
 DRIVING_CHANNEL = {"vx": "fx", "vz": "fz", "wy": "my"}
 #: a part of the truth's departure is resolvable when the wrench it needs is at least this many standard deviations

@@ -14,7 +14,8 @@ from tests.hil_demo.test_demo import DEMO_TEST_TIMEOUT_S, DEMO_TIMEOUT_S, _demo,
 #: closes at 2.0-2.9 s simulated). Not longer: a longer run does not make vx more resolvable (the noise that decides
 #: is the 8-stroke table's): 4 of 7 runs at 5 s, 5 of 13 at 10 s at loads 5.6-14.5; and 3 of those 13 runs of 10 s
 #: were held early by the stale hold under the load (3.9-7.7 s simulated; 0 of 7 at 5 s). Wall time 12-66 s a
-#: run (10 s: 28-83 s) (docs/closed-loop.md, "Which components the rig resolves")
+#: run (10 s: 28-83 s); this test's call with the criterion against main's without it, alternating at load 5.7 -> 4.9:
+#: 15.4 / 13.1 s, 27.8 / 18.8 s (docs/closed-loop.md, "Which components the rig resolves")
 CLOSED_LOOP_DURATION_S = 5
 #: N: the zero offset of the emulated tether sensor's fz channel (configs/rigs/flapper_rig.toml,
 #: [emulator.sensors.fz] offset) ...
