@@ -4,7 +4,9 @@ runs from the same start: the model alone (the open loop) and the plant's truth 
 ``[emulator.physics.overrides]``, the stroke the model's own law: the structure is what the loop corrects).
 
 The figures: the RMS over the run of the thorax's body-frame twist (V m/s, Omega rad/s) of each run minus the
-truth's, per component, and their ratio closed over open (below 1: the closed loop is nearer the truth).
+truth's, per component, and their ratio closed over open (below 1: the closed loop is nearer the truth); and per
+component whether the rig's sensor resolves the wrench the truth's departure asks of the loop, and the verdict that
+follows (:func:`resolvability`).
 """
 from __future__ import annotations
 
@@ -112,8 +114,8 @@ def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | 
 
 
 def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
-    """The closed loop's thorax against the open loop and the truth (figures in ``out``/closed_loop.json and a plot
-    closed_loop.png); the figures."""
+    """The closed loop's thorax against the open loop and the truth, each component's resolvability and verdict
+    (figures in ``out``/closed_loop.json and a plot closed_loop.png); the figures."""
     from hil.recording.mcap_io import read_recording
 
     raw = read_recording(recording, topics={TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY, TOPIC_HW_COMMAND,
@@ -141,6 +143,20 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
                                        **following(closed[:, k] - open_loop[:, k], truth[:, k] - open_loop[:, k])}
     health = run_health(raw, load_toml(rig)["feedback"].get("period_s"), (closing["t"], float(times[-1])))
     figures["health"] = health
+    from hil.feedback.loop import load_feedback
+    from hil.recording.series import build_tables
+
+    spec = load_feedback(rig)[1]
+    tables = build_tables(raw, topics=[TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE],
+                          keys={TOPIC_HW_TELEMETRY: {"device_us", "servo_rad", "load"}, TOPIC_SIM_STATE: {"t"}})
+    state = tables.tables[TOPIC_SIM_STATE].columns
+    resolved = resolvability(times, truth - open_loop, base_inertia(config, robot, closing, spec.period_s),
+                             measured_error(tables, rig, robot, config), (state["time_s"], state["t"]),
+                             health["compared_s"], spec)
+    for name, entry in figures["components"].items():
+        entry["resolvability"] = resolved[name]
+        entry["verdict"] = verdict(entry)
+    figures["verdict"] = overall_verdict(figures["components"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "closed_loop.json").write_text(json.dumps(figures, indent=2))
     _plot(times, closed, open_loop, truth, out / "closed_loop.png")
@@ -149,6 +165,8 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
             f"{entry['open_error_rms']:.4g} (ratio {entry['ratio']:.3f}; the truth's RMS {entry['truth_rms']:.4g}); "
             f"of the truth's departure from the model the loop took {entry['gain']:.2f} (correlation "
             f"{entry['correlation']:.2f})")
+        say(f"thorax {name}: {entry['verdict']}")
+    say(f"verdict: {figures['verdict']}")
     for line in health_summary(health):
         say(line)
     return figures
@@ -410,3 +428,149 @@ def joint_state(config: dict, path: Path, t: float) -> dict[str, np.ndarray]:
     simulation.reset()
     simulation.advance(t)
     return {"q": simulation.q, "qd": simulation.qd}
+
+
+#: the wrench channel that drives each thorax twist component most directly (body frame, about O_0): the forward
+#: force the forward speed, the vertical force the vertical speed, the pitching moment the pitch rate
+DRIVING_CHANNEL = {"vx": "fx", "vz": "fz", "wy": "my"}
+#: a part of the truth's departure is resolvable when the wrench it needs is at least this many standard deviations
+#: of the measured channel's noise in the loop's phase table (a two-sided 95 % test of "the table holds it")
+RESOLVING_SNR = 2.0
+#: the parts of a stroke-periodic wrench the loop feeds back ([feedback] mean, harmonics): the stroke's mean
+#: (a drift of the free thorax's speed) and its harmonics 1..H (a periodic speed)
+PARTS = ("mean", "harmonics")
+#: a stroke counts in the noise's scatter when at least this fraction of its samples arrived (a telemetry gap leaves
+#: a stroke's mean to part of its shape, which would scatter by the stroke's load, not by the noise)
+WHOLE_STROKE = 0.9
+
+
+def stroke_parts(times: np.ndarray, x: np.ndarray, period_s: float, harmonics: int) -> tuple[float, float, float]:
+    """Least-squares fit of ``x`` (n,) at ``times`` (n,) s on a ramp and the stroke's harmonics 1..H:
+    ``x ~ a + b (t - mean t) + sum_h (c_h cos h w t + s_h sin h w t)``, w = 2 pi / period. Returns (a, b, the
+    harmonics' RMS ``sqrt(sum_h (c_h^2 + s_h^2) / 2)``) in the units of ``x`` (b: per second)."""
+    omega = 2.0 * np.pi / period_s
+    h = np.arange(1, harmonics + 1)
+    columns = [np.ones_like(times), times - times.mean(), *np.cos(np.outer(h, omega * times)),
+               *np.sin(np.outer(h, omega * times))]
+    coefficients = np.linalg.lstsq(np.column_stack(columns), x, rcond=None)[0]
+    return (float(coefficients[0]), float(coefficients[1]),
+            float(np.sqrt(np.sum(coefficients[2:] ** 2) / 2.0)))
+
+
+def base_inertia(config: dict, path: Path, start: dict, period_s: float, samples: int = 10) -> np.ndarray:
+    """The thorax's effective inertia (6, 6) (body frame, about O_0; kg, kg m, kg m^2): its articulated inertia
+    M*_0 (the whole robot as the thorax feels it, the servo-driven joints following their law and the passive ones
+    articulated, added mass included), averaged over one stroke from the state ``start`` (a sim/state). A wrench
+    dw on the thorax changes its acceleration by M*_0^-1 dw."""
+    simulation = _state_simulation(config, path, start)
+    t0 = simulation.t
+    inertias = []
+    for k in range(samples):
+        simulation.advance_to(t0 + k * period_s / samples)
+        simulation.outputs()
+        inertias.append(simulation.data.Mstar[0].copy())
+    return np.mean(inertias, axis=0)
+
+
+def measured_error(tables, rig_path: Path, robot: Path, config: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The model's error as the loop measured it, re-run from the recording: each hw/telemetry sample's load
+    channels less the model's twin (:class:`hil.feedback.loop.ModelTwin`, driven by the recorded servo angles as
+    the live loop drives it, on the device's sample clock). Returns the samples' recording times (n,) s and the
+    errors m - m_hat (n, 6) in ``[feedback.wrench] channels`` order (N, N m; not tared: a constant)."""
+    from hil.feedback.loop import ModelTwin, load_feedback
+
+    rig, spec = load_feedback(rig_path)
+    telemetry = tables.tables[TOPIC_HW_TELEMETRY].columns
+    device_s = (np.asarray(telemetry["device_us"], dtype=float) - float(telemetry["device_us"][0])) * 1e-6
+    servo = np.column_stack([np.asarray(telemetry[f"servo_rad_{s.name}"], dtype=float) for s in rig.servos])
+    load = np.column_stack([np.asarray(telemetry[f"load_{name}"], dtype=float) for name in spec.channels])
+    twin = ModelTwin(rig, spec, robot, max(config["simulation"]["dt"], 1.0 / rig.telemetry_hz),
+                     config["simulation"]["integrator"])
+    rates = np.vstack([np.zeros((1, servo.shape[1])), np.diff(servo, axis=0) / np.diff(device_s)[:, None]])
+    predicted = np.array([twin.predict(t, angle, rate) for t, angle, rate in zip(device_s, servo, rates)])
+    return np.asarray(telemetry["time_s"], dtype=float), (load - predicted) / spec.scale
+
+
+def stroke_noise(time_s: np.ndarray, error: np.ndarray, state_time_s: np.ndarray, state_t: np.ndarray,
+                 compared: tuple[float, float], spec) -> tuple[float, int]:
+    """The measured error's noise on one channel: the scatter (standard deviation, N or N m) of its mean over each
+    stroke of the compared stretch ``compared`` (recording clock s), ``error`` (n,) at ``time_s`` (n,) s through
+    the loop's moving average (``smoothing_s``), each sample placed in its stroke as the loop places it (its
+    recording time mapped onto simulated time through sim/state ``state_time_s`` -> ``state_t``, less
+    ``latency_s``), whole strokes only; and the number of strokes. The structure's error is periodic and its
+    stroke mean the same in every stroke: what scatters is what is not locked to the drive (the sensor's noise,
+    the wings' ringing)."""
+    rate_hz = 1.0 / float(np.median(np.diff(time_s)))
+    width = max(1, round(spec.smoothing_s * rate_hz))
+    smoothed = np.convolve(error, np.ones(width) / width, mode="same")
+    inside = (time_s >= compared[0]) & (time_s <= compared[1])
+    phase = np.interp(time_s[inside], state_time_s, state_t) - spec.latency_s
+    stroke = np.floor(phase / spec.period_s).astype(int)
+    full = round(spec.period_s * rate_hz)
+    means = [smoothed[inside][stroke == j].mean() for j in np.unique(stroke)
+             if np.count_nonzero(stroke == j) >= WHOLE_STROKE * full]
+    return (float(np.std(means, ddof=1)) if len(means) > 2 else float("nan")), len(means)
+
+
+def resolvability(times: np.ndarray, departure: np.ndarray, inertia: np.ndarray, measured: tuple, state: tuple,
+                  compared: tuple[float, float], spec) -> dict[str, dict]:
+    """Per thorax component (:data:`COMPONENTS`), whether the rig's sensor resolves the wrench that the truth's
+    departure from the model, ``departure`` (n, 6) (truth minus open loop, body frame twist at ``times`` (n,) s),
+    asks of the loop (docs/closed-loop.md, "Which channels the rig resolves"): that wrench is
+    ``dw = M*_0 d(departure)/dt`` (``inertia``: :func:`base_inertia`), on the component's :data:`DRIVING_CHANNEL`
+    split into the stroke's mean and harmonics 1..H; the noise of each part in a table of ``periods`` strokes is
+    the measured stroke-to-stroke scatter sigma (:func:`stroke_noise`) over sqrt(periods), times sqrt(2 H) for the
+    harmonics (a flat noise spectrum below the stroke's H-th harmonic: each harmonic's cosine and sine take twice
+    the mean's variance). The part that dominates the departure (the ramp a mean force leaves, or the periodic
+    motion of the harmonics, by their RMS) decides."""
+    wrench = np.gradient(departure, times, axis=0) @ inertia.T            # (n, 6) N, N m: M*_0 d(departure)/dt
+    span = float(times[-1] - times[0])
+    result = {}
+    for name, k in COMPONENTS.items():
+        channel = DRIVING_CHANNEL[name]
+        column = spec.channels.index(channel)
+        mean_w, _, harmonics_w = stroke_parts(times, wrench[:, column], spec.period_s, spec.harmonics)
+        _, slope, harmonics_v = stroke_parts(times, departure[:, k], spec.period_s, spec.harmonics)
+        sigma, strokes = stroke_noise(measured[0], measured[1][:, column], *state, compared, spec)
+        noise = sigma / np.sqrt(spec.periods)
+        parts = {"mean": {"signal": abs(mean_w), "noise": noise, "motion_rms": abs(slope) * span / np.sqrt(12.0),
+                          "fed": channel not in spec.left_out and spec.mean},
+                 "harmonics": {"signal": harmonics_w, "noise": noise * np.sqrt(2.0 * spec.harmonics),
+                               "motion_rms": harmonics_v, "fed": channel not in spec.left_out}}
+        dominant = max(PARTS, key=lambda part: parts[part]["motion_rms"])
+        result[name] = {"channel": channel, "unit": "N" if channel.startswith("f") else "N m",
+                        "stroke_noise": sigma, "strokes": strokes, "parts": parts, "dominant": dominant,
+                        "resolvable": bool(parts[dominant]["signal"] >= RESOLVING_SNR * parts[dominant]["noise"])}
+    return result
+
+
+def verdict(entry: dict) -> str:
+    """The component's verdict in words, from its figures (``entry``: a closed_loop.json component)."""
+    resolved = entry["resolvability"]
+    part = resolved["parts"][resolved["dominant"]]
+    scale, unit = (1e6, "uN") if resolved["unit"] == "N" else (1e9, "nN m")
+    what = (f"the stroke {resolved['dominant']} of {resolved['channel']}: signal {scale * part['signal']:.3g} vs "
+            f"noise {scale * part['noise']:.3g} {unit}")
+    if not resolved["resolvable"]:
+        return f"not resolvable by this rig's sensor ({what})"
+    if not part["fed"]:
+        return f"does not follow: resolvable ({what}) but not fed back ([feedback] mean / left_out)"
+    return f"{'follows the truth' if entry_follows(entry) else 'does not follow'} ({what}; ratio {entry['ratio']:.3f})"
+
+
+def overall_verdict(components: dict[str, dict]) -> str:
+    """The run's verdict: the closed loop follows the truth where the rig resolves the truth's departure."""
+    resolvable = [name for name, entry in components.items() if entry["resolvability"]["resolvable"]]
+    unresolvable = [name for name in components if name not in resolvable]
+    failing = [name for name in resolvable if not entry_follows(components[name])]
+    tail = f"; not resolvable by the rig's sensor: {', '.join(unresolvable)}" if unresolvable else ""
+    if not resolvable:
+        return "no thorax component's departure is resolvable by the rig's sensor in this run" + tail
+    if failing:
+        return f"the closed loop does not follow the truth on {', '.join(failing)}, which the rig resolves" + tail
+    return f"the closed loop follows the truth on every component the rig resolves ({', '.join(resolvable)})" + tail
+
+
+def entry_follows(entry: dict) -> bool:
+    """A resolvable component follows the truth: the closed loop nearer it than the open loop, by RMS."""
+    return entry["ratio"] < 1.0

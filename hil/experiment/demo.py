@@ -186,7 +186,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--closed-loop", action="store_true",
                         help="close the loop: the simulator runs the robot in free flight with the rig's measured "
                              "wrench fed back (mms serve --feedback, docs/closed-loop.md) and the thorax's motion is "
-                             "compared with the open loop's and the truth's (instead of the validation)")
+                             "compared with the open loop's and the truth's, with a verdict per component: follows the truth, "
+                             "does not, or not resolvable by the rig's sensor (signal vs noise; instead of the "
+                             "validation)")
     parser.add_argument("--no-replay", action="store_true",
                         help="skip the second validation against the model driven by the measured servo motion "
                              "(mms validate --sim recorded)")

@@ -11,7 +11,12 @@ from sim import messages
 from tests.hil_demo.test_demo import DEMO_TEST_TIMEOUT_S, DEMO_TIMEOUT_S, _demo, _read_recording, _wait_no_processes
 
 #: s: the live run (the tare takes the rig file's tare_s = 0.5 s, the phase table 8 periods of 0.2 s more: the loop
-#: closes at 2.1-2.7 s simulated)
+#: closes at 2.0-2.9 s simulated). Not longer: a longer run does not make vx more resolvable (the noise that decides
+#: is the 8-stroke table's): 7 of the 10 runs of 5 s that closed, 5 of 13 of 10 s at loads 5.6-14.5; the stale
+#: hold under that load held 3 of the 13 runs of 10 s early (3.9-7.7 s simulated), 2 of 12 of 5 s before the loop
+#: closed (0.23, 2.55 s: the demo fails, a flake of both lengths). Wall time 12-66 s a
+#: run (10 s: 28-83 s); this test's call with the criterion against main's without it, alternating at load 5.7 -> 4.9:
+#: 15.4 / 13.1 s, 27.8 / 18.8 s (docs/closed-loop.md, "Which components the rig resolves")
 CLOSED_LOOP_DURATION_S = 5
 #: N: the zero offset of the emulated tether sensor's fz channel (configs/rigs/flapper_rig.toml,
 #: [emulator.sensors.fz] offset) ...
@@ -21,6 +26,28 @@ FZ_TARE_BAND_N = 4.5e-5
 #: the fed-back wrench moves the thorax off the open loop's path by at least this fraction of the model's own error
 #: (measured in one 6 s run at load ~10: 1.12 (vx), 1.26 (vz), 1.46 (wy))
 INERT_FRACTION = 0.01
+#: the resolvable component's nearness to the truth: measured in the 12 of 23 runs the criterion called resolvable
+#: on vx (2026-11-28, 1-minute load 5.6-14.5 from four other sessions; 5 s runs: ratio 1.155, 0.554, 0.394, 1.321,
+#: 0.987, 0.749, 0.881, gain 0.48, 0.62, 0.83, 0.97, 0.42, 0.79, 0.75; 10 s runs: ratio 0.638, 0.739, 1.066, 0.885,
+#: 1.317, gain 0.64, 0.68, 0.61, 0.56, 0.64;
+#: the lead's idle 10 s runs: ratio 0.48-0.72, gain 0.61-0.71). The gain (how far along the truth's departure from
+#: the model the loop took the thorax) is the nearness: 0.42-0.97 measured, band 0.3-1.3; the ratio (closed / open
+#: RMS from the truth), to which the loop's own noise adds, 0.39-1.32 measured, band below 1.5
+FOLLOWING_GAIN_BAND = (0.3, 1.3)
+FOLLOWING_RATIO_MAX = 1.5
+#: the components the loop does not follow: vz, never resolvable (the stroke mean of fz, 0.21-0.36 uN against
+#: 4.4-203 uN of noise in the table, SNR 0.00-0.07 in all 23 runs that closed), and wy: where its drift carries most of its
+#: departure, not resolvable (the stroke mean of my, 3.6-5.0 nN m against 19 nN m of noise or more, SNR 0.00-0.21 in
+#: the 11 runs so decided); over a 5 s run's 2-4 s compared its periodic part often carries more, whose my harmonics
+#: are resolvable (SNR 2.0-6.2 in 8 runs) and not followed, even offline with exact sensors (not explained yet).
+#: Either way the loop does not take them along the truth's departure: gain -0.33 to 0.16 (vz, 23 runs), -1.80 to
+#: 0.34 (wy, 23 runs); band below 0.5
+NOT_FOLLOWED = ("vz", "wy")
+NOT_FOLLOWED_GAIN_MAX = 0.5
+#: N: the wrench the truth's vx departure asks of the loop, the stroke harmonics 1-4 of fx (M*_0 d(truth - open)/dt),
+#: measured 23.4-23.7 uN in all 23 runs that closed; independently, offline and tethered, the stiffer roots change the tether's fx
+#: by 24 uN in those harmonics (docs/closed-loop.md, "The signal is small"): the free and the held thorax agree
+VX_SIGNAL_N, VX_SIGNAL_BAND = 24e-6, 0.1
 
 
 def _thorax_weight_difference_n() -> float:
@@ -69,4 +96,33 @@ def test_closed_loop_demo_feeds_the_tether_back_into_the_free_thorax(tmp_path):
     assert all(d in health["disturbances"] for d in health["compared_disturbances"])
     assert (out / "report" / "closed_loop.png").stat().st_size > 0
     assert "thorax vx: closed loop" in stdout and "run health: " in stdout
+    _assert_the_verdict_follows_from_the_numbers(figures, stdout)
     _wait_no_processes(str(out))
+
+
+def _assert_the_verdict_follows_from_the_numbers(figures: dict, stdout: str) -> None:
+    """docs/closed-loop.md, "Which components the rig resolves": nearness where the run resolves the truth's
+    departure, none where it does not, and each verdict on stdout."""
+    from hil.experiment.closed_loop import RESOLVING_SNR
+
+    components = figures["components"]
+    vx = components["vx"]["resolvability"]
+    harmonics = vx["parts"]["harmonics"]
+    assert abs(harmonics["signal"] - VX_SIGNAL_N) < VX_SIGNAL_BAND * VX_SIGNAL_N, vx
+    for name in NOT_FOLLOWED:
+        entry = components[name]
+        resolvability = entry["resolvability"]
+        part = resolvability["parts"][resolvability["dominant"]]
+        if resolvability["dominant"] == "mean":     # a mean force below its noise: the criterion can fail here
+            assert part["signal"] < RESOLVING_SNR * part["noise"] and not resolvability["resolvable"], entry
+            assert f"thorax {name}: not resolvable by this rig's sensor (the stroke mean of " in stdout
+        assert entry["gain"] < NOT_FOLLOWED_GAIN_MAX, (name, entry)
+    assert components["vz"]["resolvability"]["dominant"] == "mean", components["vz"]
+    if vx["resolvable"]:
+        assert FOLLOWING_GAIN_BAND[0] < components["vx"]["gain"] < FOLLOWING_GAIN_BAND[1], components["vx"]
+        assert components["vx"]["ratio"] < FOLLOWING_RATIO_MAX, components["vx"]
+    else:
+        # the rig's noise in this run hid the departure: said so with its numbers, and no nearness claimed
+        assert harmonics["signal"] < RESOLVING_SNR * harmonics["noise"], vx
+        assert "thorax vx: not resolvable by this rig's sensor (the stroke harmonics of fx: signal " in stdout
+    assert f"verdict: {figures['verdict']}" in stdout
