@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from hil.testing import process_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 #: a whole pytest run of the small file: its start-up and three tests of a few processes each, far below this, s
 RUN_DEADLINE_S = 120
@@ -49,15 +51,6 @@ SMALL_SUITE = textwrap.dedent('''
 ''')
 
 
-def _dead(pid: int) -> bool:
-    """Gone, or a zombie (dead, waiting for its parent to collect it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def test_a_stopped_child_and_an_orphan_are_killed_and_named_and_the_run_ends(tmp_path):
     (tmp_path / "test_small.py").write_text(SMALL_SUITE)
     base = tmp_path / "base"
@@ -75,4 +68,4 @@ def test_a_stopped_child_and_an_orphan_are_killed_and_named_and_the_run_ends(tmp
     stopped = int((base / "stopped.pid").read_text())
     orphan = int((base / "orphan.pid").read_text())
     assert f"pid {orphan} (state " in out and f"{sys.executable} -c import time; time.sleep(600)" in out, out
-    assert _dead(stopped) and _dead(orphan)
+    assert not process_alive(stopped) and not process_alive(orphan)      # gone, or zombies
