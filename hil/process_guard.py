@@ -33,6 +33,10 @@ _PR_SET_CHILD_SUBREAPER = 36
 #: how long a killed leftover may take to die (SIGKILL needs only its next scheduling), s
 KILL_DEADLINE_S = 10.0
 #: the command lines of multiprocessing's own helper processes, started once and kept until the interpreter exits
+#: how long past its pytest-timeout a test may run before the whole run ends with every thread's stack (the ini
+#: option ``hang_grace_s``): the signal method (SIGALRM) cannot interrupt a test blocked in a C call that retries on
+#: EINTR without running Python's signal handlers; faulthandler's watchdog is a C thread that needs no GIL, s
+HANG_GRACE_S = 60.0
 #: how long the interpreter may take to exit once the session is over (joining non-daemonic threads, atexit
 #: handlers such as multiprocessing's join of its children), s: past it every thread's stack is dumped and the
 #: process exits with status 1
@@ -131,11 +135,26 @@ def kill_leftovers(leftovers: list[Process], kept_groups: set[int]) -> None:
             time.sleep(0.01)
 
 
+def timeout_of(item) -> float:
+    """The test's pytest-timeout, s (0: none): its ``timeout`` marker's first argument, else ``--timeout``, else the
+    ini file's ``timeout``."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+        if value is not None:
+            return float(value)
+    option = item.config.getoption("timeout", None)
+    return float(option if option is not None else item.config.getini("timeout") or 0)
+
+
 class ProcessGuard:
     """The plugin's state: the processes the wider-scoped fixtures own, and the cost of the checks."""
 
-    def __init__(self):
+    def __init__(self, stderr_fd: int):
         self.root = os.getpid()
+        #: the terminal's stderr, taken before any test: while a test runs, fd 2 is pytest's capture file, which
+        #: faulthandler's exit would leave unread
+        self.stderr_fd = stderr_fd
         self.owned: dict[object, set[tuple[int, int]]] = {}   # fixture definition -> keys of the processes it started
         self.checks = 0
         self.check_s = 0.0
@@ -165,6 +184,18 @@ class ProcessGuard:
         self.checks += 1
         self.check_s += time.perf_counter() - started
         return leftovers, {tree[pid].pgid for pid in keep} | {os.getpgrp()}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        timeout_s = timeout_of(item)
+        if timeout_s > 0:
+            grace_s = float(item.config.getini("hang_grace_s"))
+            faulthandler.dump_traceback_later(timeout_s + grace_s, exit=True, file=self.stderr_fd)
+        try:
+            return (yield)
+        finally:
+            if timeout_s > 0:
+                faulthandler.cancel_dump_traceback_later()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef, request):
@@ -213,6 +244,11 @@ class ProcessGuard:
                                         f" ms each on average")
 
 
+def pytest_addoption(parser):
+    parser.addini("hang_grace_s", "s past a test's pytest-timeout after which the run ends with every thread's "
+                  "stack (a test blocked where SIGALRM cannot reach it)", default=str(HANG_GRACE_S))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """The last watchdog: an exit that hangs (a thread or a child a test left, which the guard did not see) ends
@@ -223,4 +259,5 @@ def pytest_unconfigure(config):
 def pytest_configure(config):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    config.pluginmanager.register(ProcessGuard(), "process-guard")
+    # pytest's capture is suspended while plug-ins are configured: fd 2 is the terminal's stderr here
+    config.pluginmanager.register(ProcessGuard(os.dup(sys.stderr.fileno())), "process-guard")

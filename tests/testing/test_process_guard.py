@@ -69,3 +69,25 @@ def test_a_stopped_child_and_an_orphan_are_killed_and_named_and_the_run_ends(tmp
     orphan = int((base / "orphan.pid").read_text())
     assert f"pid {orphan} (state " in out and f"{sys.executable} -c import time; time.sleep(600)" in out, out
     assert not process_alive(stopped) and not process_alive(orphan)      # gone, or zombies
+
+
+BLOCKED_TEST = textwrap.dedent('''
+    import signal, time
+
+    def test_blocked_where_sigalrm_cannot_reach_it():
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])   # what a C call that retries on EINTR amounts to
+        time.sleep(600)
+''')
+
+
+def test_a_test_that_its_timeout_cannot_interrupt_ends_the_run_with_the_stacks(tmp_path):
+    """pytest-timeout's signal method never reaches a test with SIGALRM blocked; the guard's watchdog ends the run
+    ``hang_grace_s`` after the test's timeout (1 s + 1 s here), with every thread's stack and status 1."""
+    (tmp_path / "test_blocked.py").write_text(BLOCKED_TEST)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "hil.process_guard", "-p", "no:cacheprovider", "-q",
+                          "--timeout", "1", "-o", "hang_grace_s=1", str(tmp_path / "test_blocked.py")],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                         timeout=RUN_DEADLINE_S)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Timeout (0:00:02)!" in run.stderr and "test_blocked_where_sigalrm_cannot_reach_it" in run.stderr, \
+        run.stderr
