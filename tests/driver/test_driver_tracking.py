@@ -21,10 +21,21 @@ RAW_TOL = 1e-3                      # us
 SETTLED_TOL_RAD = 0.004
 #: a measured angle must lie within the range of the commands, widened by float32 rounding
 ENVELOPE_TOL_RAD = 1e-5
+#: commands in the second half of the last unbroken tracking stretch, where the clamped left servo is checked (its
+#: first half leaves room for the ramp back from neutral after a hold: 1 rad at 25 rad/s, 20 commands at 500 Hz)
+SETTLED_COMMANDS = 300
 
 
 def q_right(t: float) -> float:
     return HIGH if math.floor(t / HALF_PERIOD) % 2 == 0 else LOW
+
+
+def last_tracking_stretch(commands: list[dict]) -> list[dict]:
+    """The commands after the last one not in track mode: a busy machine may stall the state stream into a hold
+    (the driver's stale-state guard, docs/driver.md), after which the servos ramp back from neutral at their rate
+    limit."""
+    last_break = max((k for k, c in enumerate(commands) if c["mode"] != "track"), default=-1)
+    return commands[last_break + 1:]
 
 
 def test_mapping_limits_and_calibrated_telemetry(stack):
@@ -35,9 +46,17 @@ def test_mapping_limits_and_calibrated_telemetry(stack):
     sim = stack.sim(["bend1_r", "stroke_r", "stroke_l"], lambda t: [0.3, q_right(t), BEYOND])
     neutral = np.array([s.neutral_rad for s in rig.servos])
     drv = stack.driver("--emulate", "--autostart")
-    stack.wait_for(lambda: sum(c["mode"] == "track" for c in drv.collector.get("hw/command")) > 1200,
-                   what="1200 tracking commands (2.4 s at 500 Hz)", timeout_s=60)
-    all_commands = drv.collector.get("hw/command")
+
+    def tracked_enough() -> list[dict] | None:
+        """The commands sent so far once they hold what the asserts below use: 1200 tracking ones and a last unbroken
+        stretch long enough to settle in (under load the stream may stall into holds, docs/driver.md: the wait lasts
+        until the driver has tracked long enough unbroken, and the asserts read this very list)."""
+        sent = drv.collector.get("hw/command")
+        enough = sum(c["mode"] == "track" for c in sent) > 1200
+        return sent if enough and len(last_tracking_stretch(sent)) // 2 > SETTLED_COMMANDS else None
+
+    all_commands = stack.wait_for(tracked_enough, timeout_s=60, what="1200 tracking commands (2.4 s at 500 Hz), "
+                                  f"the last {2 * SETTLED_COMMANDS} unbroken")
     commands = [c for c in all_commands if c["mode"] == "track"]
     telemetry = drv.collector.get("hw/telemetry")
     for topic in ("hw/command", "hw/telemetry", "hw/status"):
@@ -58,12 +77,10 @@ def test_mapping_limits_and_calibrated_telemetry(stack):
     assert exact > 0.8 * len(commands)
     assert sum(c["limited"][0] for c in commands) >= 14
     # position limit: the left servo is clamped at max_rad (1.0), and its raw value is mirrored (direction -1)
-    # (the second half of the last unbroken tracking stretch: a busy machine may stall the stream into a hold, after
-    # which the servo ramps back from neutral at its rate limit)
-    last_break = max((k for k, c in enumerate(all_commands) if c["mode"] != "track"), default=-1)
-    stretch = all_commands[last_break + 1:]
+    # (the second half of the last unbroken tracking stretch)
+    stretch = last_tracking_stretch(all_commands)
     settled = stretch[len(stretch) // 2:]
-    assert len(settled) > 300, [c["mode"] for c in all_commands[-20:]]
+    assert len(settled) > SETTLED_COMMANDS, [c["mode"] for c in all_commands[-20:]]
     assert all(c["limited"][1] and c["setpoint_rad"][1] == left.max_rad for c in settled), \
         [(c["mode"], c["limited"][1], c["setpoint_rad"][1]) for c in settled if c["setpoint_rad"][1] != left.max_rad][:5]
     assert jm_left.servo_angle(BEYOND) > left.max_rad
