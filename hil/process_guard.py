@@ -32,7 +32,6 @@ import pytest
 _PR_SET_CHILD_SUBREAPER = 36
 #: how long a killed leftover may take to die (SIGKILL needs only its next scheduling), s
 KILL_DEADLINE_S = 10.0
-#: the command lines of multiprocessing's own helper processes, started once and kept until the interpreter exits
 #: how long past its pytest-timeout a test may run before the whole run ends with every thread's stack (the ini
 #: option ``hang_grace_s``): the signal method (SIGALRM) cannot interrupt a test blocked in a C call that retries on
 #: EINTR without running Python's signal handlers; faulthandler's watchdog is a C thread that needs no GIL, s
@@ -41,6 +40,7 @@ HANG_GRACE_S = 60.0
 #: handlers such as multiprocessing's join of its children), s: past it every thread's stack is dumped and the
 #: process exits with status 1
 EXIT_DEADLINE_S = 60.0
+#: the command lines of multiprocessing's own helper processes, started once and kept until the interpreter exits
 INTERPRETER_HELPERS = ("from multiprocessing.resource_tracker import main",
                        "from multiprocessing.forkserver import main")
 
