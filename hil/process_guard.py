@@ -24,9 +24,10 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 
 import pytest
+
+from hil.testing import Process, read_process
 
 #: prctl option: orphaned descendants are re-parented to this process instead of init (linux/prctl.h)
 _PR_SET_CHILD_SUBREAPER = 36
@@ -43,31 +44,6 @@ EXIT_DEADLINE_S = 60.0
 #: the command lines of multiprocessing's own helper processes, started once and kept until the interpreter exits
 INTERPRETER_HELPERS = ("from multiprocessing.resource_tracker import main",
                        "from multiprocessing.forkserver import main")
-
-
-@dataclass(frozen=True)
-class Process:
-    """One process as /proc/PID/stat tells it; ``start_ticks`` (clock ticks after boot) tells a pid's reuse apart."""
-    pid: int
-    ppid: int
-    pgid: int
-    state: str
-    start_ticks: int
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return self.pid, self.start_ticks
-
-
-def read_process(pid: int) -> Process | None:
-    """The process ``pid`` from /proc, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    # proc(5): after "(comm)": state, ppid, pgrp, ...; starttime is field 22 of the line, 20th after the name
-    return Process(pid, int(fields[1]), int(fields[2]), fields[0].decode(), int(fields[19]))
 
 
 def children_of(pid: int) -> list[int]:

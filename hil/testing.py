@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
@@ -242,17 +243,35 @@ class ServeProc(MmsProcess):
                                     *args], root, self.ep.sim_control)
 
 
+@dataclass(frozen=True)
+class Process:
+    """One process as /proc/PID/stat tells it; ``start_ticks`` (clock ticks after boot) tells a pid's reuse apart."""
+    pid: int
+    ppid: int
+    pgid: int
+    state: str
+    start_ticks: int
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.pid, self.start_ticks
+
+
+def read_process(pid: int) -> Process | None:
+    """The process ``pid`` from /proc, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    # proc(5): after "(comm)": state, ppid, pgrp, ...; starttime is field 22 of the line, 20th after the name
+    return Process(pid, int(fields[1]), int(fields[2]), fields[0].decode(), int(fields[19]))
+
+
 def process_alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    process = read_process(pid)
+    return process is not None and process.state != "Z"
 
 
 def how_the_servos_were_left(commands: list[dict], statuses: list[dict], neutral: list[float],

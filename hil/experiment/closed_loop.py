@@ -146,12 +146,12 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     from hil.feedback.loop import load_feedback
     from hil.recording.series import build_tables
 
-    spec = load_feedback(rig)[1]
+    rig_table, spec = load_feedback(rig)
     tables = build_tables(raw, topics=[TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE],
                           keys={TOPIC_HW_TELEMETRY: {"device_us", "servo_rad", "load"}, TOPIC_SIM_STATE: {"t"}})
     state = tables.tables[TOPIC_SIM_STATE].columns
     resolved = resolvability(times, truth - open_loop, base_inertia(config, robot, closing, spec.period_s),
-                             measured_error(tables, rig, robot, config), (state["time_s"], state["t"]),
+                             measured_error(tables, rig_table, spec, robot, config), (state["time_s"], state["t"]),
                              health["compared_s"], spec)
     for name, entry in figures["components"].items():
         entry["resolvability"] = resolved[name]
@@ -472,14 +472,14 @@ def base_inertia(config: dict, path: Path, start: dict, period_s: float, samples
     return np.mean(inertias, axis=0)
 
 
-def measured_error(tables, rig_path: Path, robot: Path, config: dict) -> tuple[np.ndarray, np.ndarray]:
+def measured_error(tables, rig, spec, robot: Path, config: dict) -> tuple[np.ndarray, np.ndarray]:
     """The model's error as the loop measured it, re-run from the recording: each hw/telemetry sample's load
     channels less the model's twin (:class:`hil.feedback.loop.ModelTwin`, driven by the recorded servo angles as
     the live loop drives it, on the device's sample clock). Returns the samples' recording times (n,) s and the
-    errors m - m_hat (n, 6) in ``[feedback.wrench] channels`` order (N, N m; not tared: a constant)."""
-    from hil.feedback.loop import ModelTwin, load_feedback
+    errors m - m_hat (n, 6) in ``[feedback.wrench] channels`` order (N, N m; not tared: a constant). ``rig``,
+    ``spec``: the rig file's (:func:`hil.feedback.loop.load_feedback`)."""
+    from hil.feedback.loop import ModelTwin
 
-    rig, spec = load_feedback(rig_path)
     telemetry = tables.tables[TOPIC_HW_TELEMETRY].columns
     device_s = (np.asarray(telemetry["device_us"], dtype=float) - float(telemetry["device_us"][0])) * 1e-6
     servo = np.column_stack([np.asarray(telemetry[f"servo_rad_{s.name}"], dtype=float) for s in rig.servos])

@@ -229,7 +229,6 @@ def test_the_realtime_loop_asks_for_sched_fifo_10_by_default_and_leaves_it_for_a
     assert status["rt_priority"] == 0 and status["scheduler_note"].startswith("left SCHED_FIFO: the new model runs at")
 
 
-
 #: how long the fall-behind test holds the server stopped (SIGSTOP), s, and the --max-lag it runs with: the first
 #: state after the resume is due that far in the past, twice the allowed lag
 _STOPPED_S, _MAX_LAG_S = 0.6, 0.3
@@ -272,6 +271,7 @@ def test_a_realtime_server_that_falls_max_lag_behind_leaves_sched_fifo_says_so_o
     for tid in os.listdir(f"/proc/{pid}/task"):
         assert os.sched_getscheduler(int(tid)) == os.SCHED_OTHER, (tid, Path(f"/proc/{pid}/task/{tid}/comm").read_text())
     assert server.ok("get", what="status")["status"]["rt_priority"] == 0
+
 
 #: linux/capability.h and linux/prctl.h: the capability that allows the real-time class, and the request that
 #: removes it from the bounding set (a root process then starts its program without it)
