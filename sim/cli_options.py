@@ -50,6 +50,11 @@ HELP: dict[str, str] = {
                           "the server's late states to 0.37-0.46x in 2-minute soaks beside other load, changed "
                           "nothing in an idle 10-minute soak, and starves them on a busy machine (docs/headroom.md); "
                           "0: off"),
+    "--max-backlog": ("the most `mms record` holds received and not yet written, MiB (payload bytes plus a fixed "
+                      "cost per message): a recorder behind its stream drops what arrives beyond it, counted per "
+                      "topic by reason in its status and in the recording's health (and as seq gaps); ZeroMQ's "
+                      "receive queue in front of it holds at most as many messages as this bound does of "
+                      "2 KiB ones"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
     "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "
@@ -300,6 +305,26 @@ def add_poses_rate(parser) -> None:
         return value
     parser.add_argument("--poses-rate", type=rate, default=DEFAULT_POSES_RATE_HZ, metavar="HZ",
                         help=HELP["--poses-rate"] + f" (default {DEFAULT_POSES_RATE_HZ:g})")
+
+
+#: Default of ``--max-backlog``, MiB: 18 s of the flapper demo's stream (1 700 messages/s, 1.1 MiB/s of payload; a
+#: held message costs its payload and 2 KiB) for a recorder behind a busy machine, which catches up within seconds;
+#: one held back further drops and says so, instead of growing ZeroMQ's queue to GiB (docs/recording.md, "Memory")
+DEFAULT_MAX_BACKLOG_MIB = 128.0
+
+
+def add_max_backlog(parser) -> None:
+    """``--max-backlog MIB`` into ``args.max_backlog`` (MiB, positive; hil/recording/recorder.py)."""
+    def mebibytes(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a size in MiB > 0") from None
+        if not 0.0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite size in MiB > 0")
+        return value
+    parser.add_argument("--max-backlog", type=mebibytes, default=DEFAULT_MAX_BACKLOG_MIB, metavar="MIB",
+                        help=HELP["--max-backlog"] + f" (default {DEFAULT_MAX_BACKLOG_MIB:g})")
 
 
 #: Foxglove's default WebSocket port (the app's "Foxglove WebSocket" connection opens ws://localhost:8765)

@@ -159,7 +159,11 @@ class RecordingWriter:
         self._schema_records: list[Schema] = []
         self._channel_records: list[Channel] = []
         self._chunk = _OpenChunk(self._new_compressor())
-        self._chunk_indexes: list[ChunkIndex] = []
+        # the summary's chunk index records, serialized as each chunk closes: a file grows by two chunks a second
+        # (the flush interval), and a ChunkIndex object with its dict of offsets holds ~970 B of Python objects
+        # against ~150 B of record (0.11 MiB/min of the recorder's resident set, all of the growth of an idle
+        # recorder; docs/recording.md, "Memory")
+        self._chunk_index_records = bytearray()
         self._metadata_indexes: list[MetadataIndex] = []
         self._statistics = Statistics(attachment_count=0, channel_count=0, channel_message_counts={}, chunk_count=0,
                                       message_count=0, metadata_count=0, message_start_time=0, message_end_time=0,
@@ -339,11 +343,12 @@ class RecordingWriter:
             self._file.write(_MESSAGE_INDEX_HEAD.pack(Opcode.MESSAGE_INDEX, 6 + 8 * len(entries), channel,
                                                       8 * len(entries)))
             self._file.write(np.asarray(entries, dtype="<u8").tobytes())
-        self._chunk_indexes.append(ChunkIndex(
-            message_start_time=chunk.start_time, message_end_time=chunk.end_time, chunk_start_offset=start,
-            chunk_length=index_start - start, message_index_offsets=offsets,
-            message_index_length=self._file.tell() - index_start, compression=self._compression_name,
-            compressed_size=data_length, uncompressed_size=chunk.absorbed))
+        record = RecordBuilder()
+        ChunkIndex(message_start_time=chunk.start_time, message_end_time=chunk.end_time, chunk_start_offset=start,
+                   chunk_length=index_start - start, message_index_offsets=offsets,
+                   message_index_length=self._file.tell() - index_start, compression=self._compression_name,
+                   compressed_size=data_length, uncompressed_size=chunk.absorbed).write(record)
+        self._chunk_index_records += record.end()
         statistics = self._statistics
         statistics.message_start_time = (chunk.start_time if statistics.message_count == 0
                                          else min(statistics.message_start_time, chunk.start_time))
@@ -393,10 +398,12 @@ class RecordingWriter:
         builder = RecordBuilder()
         offsets = []
         for opcode, records in ((Opcode.SCHEMA, self._schema_records), (Opcode.CHANNEL, self._channel_records),
-                                (Opcode.STATISTICS, [self._statistics]), (Opcode.CHUNK_INDEX, self._chunk_indexes),
+                                (Opcode.STATISTICS, [self._statistics]), (Opcode.CHUNK_INDEX, None),
                                 (Opcode.ATTACHMENT_INDEX, []), (Opcode.METADATA_INDEX, self._metadata_indexes)):
             group_start = builder.count
-            for record in records:
+            if records is None:
+                builder.write(self._chunk_index_records)
+            for record in records or ():
                 record.write(builder)
             offsets.append(SummaryOffset(group_opcode=opcode, group_start=start + group_start,
                                          group_length=builder.count - group_start))

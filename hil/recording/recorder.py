@@ -1,8 +1,11 @@
 """``mms record``: every topic of the simulator and the driver into one MCAP file per run (docs/recording.md).
 
-One SUB socket connects to the sim and driver PUB endpoints, subscribed to everything, with a high
-receive high-water mark so that bursts queue instead of being dropped; ``seq`` gaps are counted per topic
-(:class:`sim.messages.SeqTracker`) so a drop is never silent. Payload bytes are written exactly as received
+One SUB socket connects to the sim and driver PUB endpoints, subscribed to everything; ``seq`` gaps are counted per
+topic (:class:`sim.messages.SeqTracker`) so a drop is never silent. What is received and not yet written (the
+backlog of a recorder behind its stream) is held up to a bound in bytes (``--max-backlog``); beyond it, arriving
+messages are dropped and counted per topic by reason, in the status and the file's ``recorder_stats``, and ZeroMQ's
+queue in front of the recorder is bounded alike (its high-water mark), so that the memory of a recorder held back
+stays bounded (docs/recording.md, "Memory"). Payload bytes are written exactly as received
 (:class:`hil.recording.mcap_io.RecordingWriter`), with ``log_time`` = receive wall clock and ``publish_time`` = the
 payload's ``stamp_ns``. The writer closes a chunk and fsyncs at least every 0.5 s: a ``kill -9`` loses at most
 the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mcap`` rebuilds a valid file.
@@ -31,7 +34,8 @@ from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, Reco
 from hil.recording.template_decode import Structure, integers, matches, structure
 from firmware_interface.rigs.host import sensor_rig_path
 from hil.foxglove.scene import PoseStream, pose_stream, schema
-from sim.cli_options import DEFAULT_POSES_RATE_HZ, add_network, add_poses_rate, add_quiet, add_rig, add_robot, add_start
+from sim.cli_options import (DEFAULT_MAX_BACKLOG_MIB, DEFAULT_POSES_RATE_HZ, add_max_backlog, add_network,
+                             add_poses_rate, add_quiet, add_rig, add_robot, add_start)
 from sim.config import ConfigError, load_toml, resolve_config
 from sim.control import ControlError, encode_reply, error_reply, parse_request
 from sim.messages import TOPIC_SIM_STATE, SeqTracker
@@ -45,8 +49,19 @@ COMMANDS = {
     "status": "whether it records, and the counters of the file being written",
     "help": "list the commands",
 }
-#: receive queue length (messages) before ZeroMQ drops: at 10 kmsg/s this is 100 s of backlog
-DEFAULT_HWM = 1_000_000
+MIB = 1024 * 1024
+#: what a received message costs in the queue beyond its payload, bytes, counted against ``--max-backlog``: its
+#: zmq.Frame (the Python object, ZeroMQ's message and its share of the receive buffer it points into), the topic's
+#: bytes object, the receipt time and four list slots. Measured, resident set per queued message: 4.2 kB for a
+#: 2.1 kB payload, 0.79 kB for 130 B (docs/recording.md, "Memory"): exact for states, over-counted for small ones
+HELD_MESSAGE_BYTES = 2048
+#: ZeroMQ's receive queue (the SUB socket's high-water mark, messages) holds the backlog bound over this many bytes
+#: per message: a 2.1 kB state costs 4.2 kB queued there too, so that queue is bounded about as the recorder's own.
+#: It fills only while the recorder takes nothing off the socket (not scheduled, or stopped): its I/O thread goes
+#: on receiving
+HWM_MESSAGE_BYTES = 4096
+#: the reason counted for a message dropped because the held backlog is at ``--max-backlog``
+DROP_BACKLOG_FULL = "backlog_full"
 #: how often the progress line is redrawn, s
 PROGRESS_INTERVAL_S = 0.5
 #: poll timeout of the main loop, s: bounds the reaction time to signals, control requests and flushes
@@ -135,6 +150,8 @@ class Session:
     poses_note: str = "off: no robot config (--robot)"
     #: topic (as received, bytes) -> the newest stamp_ns written (the publisher's clock, ns): what a stop waits for
     newest_stamp_ns: dict[bytes, int] = field(default_factory=dict)
+    #: topic (as received, bytes) -> messages dropped with the backlog at its bound (DROP_BACKLOG_FULL)
+    dropped: dict[bytes, int] = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -151,13 +168,18 @@ class Session:
         return {"poses": self.poses_note, "posed": self.poses.posed, "refused": dict(self.poses.refused)}
 
     def summary(self) -> dict[str, Any]:
+        """The counters: per topic messages and bytes written, seq gaps (every message missing, dropped here or
+        before), restarts, and ``dropped`` by reason (of the gaps, those the recorder dropped itself)."""
+        dropped = {topic.decode("ascii", "replace"): count for topic, count in self.dropped.items()}
+        topics = {}
+        for topic in sorted(set(self.stats) | set(dropped)):
+            written = self.stats.get(topic, TopicStats())
+            topics[topic] = {"messages": written.messages, "bytes": written.bytes,
+                             "gaps": self.seq.gaps.get(topic, 0), "restarts": self.seq.restarts.get(topic, 0),
+                             "dropped": {DROP_BACKLOG_FULL: dropped[topic]} if topic in dropped else {}}
         return {"path": str(self.writer.path), "elapsed_s": (time.time_ns() - self.started_ns) / 1e9,
                 "messages": self.messages, "bytes": self.bytes, "malformed": self.malformed,
-                "foxglove": self.foxglove(),
-                "topics": {topic: {"messages": s.messages, "bytes": s.bytes,
-                                   "gaps": self.seq.gaps.get(topic, 0),
-                                   "restarts": self.seq.restarts.get(topic, 0)}
-                           for topic, s in sorted(self.stats.items())}}
+                "foxglove": self.foxglove(), "topics": topics}
 
 
 def _seq_and_stamp(payload: bytes) -> tuple[int, int]:
@@ -255,7 +277,8 @@ class Recorder:
     """The recorder process: SUB to the publishers, REP for control, at most one open file at a time."""
 
     def __init__(self, endpoints: Endpoints, *, robot: Path | None = None, rig: Path | None = None,
-                 hwm: int = DEFAULT_HWM, flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+                 max_backlog_bytes: int = int(DEFAULT_MAX_BACKLOG_MIB * MIB), hwm: int | None = None,
+                 flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
                  progress: bool = True, context: zmq.Context | None = None, run_dir: Path = DEFAULT_RUN_DIR,
                  poses_rate_hz: float = DEFAULT_POSES_RATE_HZ):
         self.endpoints = endpoints
@@ -265,6 +288,8 @@ class Recorder:
         self.flush_interval_s = flush_interval_s
         self.progress = progress
         self.context = context or zmq.Context.instance()
+        self.max_backlog_bytes = max_backlog_bytes
+        hwm = hwm if hwm is not None else max(1, max_backlog_bytes // HWM_MESSAGE_BYTES)
         self.sub = open_socket(self.context, zmq.SUB, endpoints.sim_pub, bind=False, curve=endpoints.curve,
                                what="sim.pub", options={zmq.RCVHWM: hwm, zmq.SNDHWM: hwm, zmq.LINGER: 0,
                                                         zmq.SUBSCRIBE: b""})
@@ -282,6 +307,7 @@ class Recorder:
         self.pending_log_times: list[int] = []
         self.pending_lengths: list[int] = []    # bytes of the first queued payloads (each measured once)
         self._pending_bytes = 0                 # their sum
+        self.peak_held_bytes = 0                # the most held at once (:meth:`held_bytes`), since started
         self.shapes: dict[int, Structure] = {}       # the shapes of recent payloads (:func:`_clocks_by_shape`)
         self.stop_requested = False
         self.dropped_while_idle = 0
@@ -337,13 +363,15 @@ class Recorder:
         if self.session is None:
             raise RecordingError("not recording")
         self.write_pending()
+        backlog = self.backlog()
         session, self.session = self.session, None
-        summary = session.summary()
+        summary = {**session.summary(), "backlog": backlog}
         session.writer.add_metadata("recorder_stats", {
             "stopped_ns": str(time.time_ns()), "messages": str(summary["messages"]),
             "bytes": str(summary["bytes"]), "malformed": str(summary["malformed"]),
             "foxglove": json.dumps(summary["foxglove"], sort_keys=True),
-            "topics": json.dumps(summary["topics"], sort_keys=True)})
+            "topics": json.dumps(summary["topics"], sort_keys=True),
+            "backlog": json.dumps(backlog, sort_keys=True)})
         session.writer.close()
         if self.progress:
             self._draw_progress(session, final=True)
@@ -351,9 +379,11 @@ class Recorder:
 
     # --- the loop -----------------------------------------------------------------------------------------
     def receive_batch(self) -> bool:
-        """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn or until
-        a write batch is queued (:meth:`batch_full`); True when the socket was drained. The messages are written by
-        :meth:`write_pending`.
+        """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn; True
+        when the socket was drained. The messages are written by :meth:`write_pending`. Once the queue holds
+        ``max_backlog_bytes`` (:meth:`held_bytes`, looked at every RECEIVE_CLOCK_EVERY messages), what arrives is
+        dropped and counted instead (:meth:`_drop_arriving`): the backlog of a recorder behind its stream stays in
+        its own bounded queue, not in ZeroMQ's.
 
         Frame by frame as zmq.Frame objects rather than with ``recv_multipart`` (which asks the socket whether more
         frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. The payload is
@@ -369,6 +399,7 @@ class Recorder:
                 try:
                     topic = recv(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
+                    self.held_bytes()           # the peak, as drained
                     return True
                 log_times.append(clock())
                 payload = recv(zmq.NOBLOCK, copy=False) if topic.more else None
@@ -380,8 +411,39 @@ class Recorder:
                     payload = recv(zmq.NOBLOCK, copy=False)
                 topics.append(MALFORMED_FRAMES[0])
                 payloads.append(MALFORMED_FRAMES[1])
-            if self.batch_full() or time.monotonic() > turn_end:
+            if time.monotonic() > turn_end:
                 return False
+            if self.held_bytes() >= self.max_backlog_bytes:
+                return self._drop_arriving(turn_end)
+
+    def _drop_arriving(self, turn_end: float) -> bool:
+        """With the queue at its bound: take the messages off the socket and count them dropped per topic
+        (DROP_BACKLOG_FULL; while idle, with the messages dropped while idle) until the socket is drained (True) or
+        the receive turn ends (False). Taking them costs a fraction of writing them, and keeps the count exact,
+        which ZeroMQ's queue at its high-water mark would not."""
+        recv, session = self.sub.recv, self.session
+        dropped = session.dropped if session is not None else {}
+        while True:
+            for _ in range(RECEIVE_CLOCK_EVERY):
+                try:
+                    frame = topic = recv(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    self.dropped_while_idle += sum(dropped.values()) if session is None else 0
+                    return True
+                while frame.more:
+                    frame = recv(zmq.NOBLOCK, copy=False)
+                name = topic.bytes
+                dropped[name] = dropped.get(name, 0) + 1
+            if time.monotonic() > turn_end:
+                self.dropped_while_idle += sum(dropped.values()) if session is None else 0
+                return False
+
+    def held_bytes(self) -> int:
+        """What the queue holds, bytes: its payloads plus HELD_MESSAGE_BYTES per message (kept as the peak too)."""
+        self._measure_pending()
+        held = self._pending_bytes + HELD_MESSAGE_BYTES * len(self.pending_payloads)
+        self.peak_held_bytes = max(self.peak_held_bytes, held)
+        return held
 
     def batch_full(self) -> bool:
         """Whether the queue holds a write batch (WRITE_BATCH_BYTES of payloads or WRITE_BATCH_MESSAGES)."""
@@ -419,19 +481,32 @@ class Recorder:
             if session is not None and all(session.newest_stamp_ns.get(topic, 0) > stop_ns for topic in recent):
                 break
 
-    def write_pending(self) -> int:
-        """Validate, count and write (if recording) the messages received so far, in receipt order; their number.
-        A message that is not [ascii topic, msgpack map with non-negative integer seq (and stamp_ns)] is counted
-        malformed and not written."""
-        topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
-        measured = self.pending_lengths
-        self.pending_topics, self.pending_payloads, self.pending_log_times, self.pending_lengths = [], [], [], []
-        self._pending_bytes = 0
+    def _take_pending(self, one_batch: bool) -> tuple[list[bytes], list[zmq.Frame | bytes], list[int], list[int]]:
+        """The first queued messages, taken out of the queue: (topics, payloads, receipt times, payload lengths);
+        all of them, or with ``one_batch`` the first write batch (WRITE_BATCH_MESSAGES, or up to and with the one
+        that makes WRITE_BATCH_BYTES of payloads)."""
+        self._measure_pending()
+        count = len(self.pending_topics)
+        if one_batch and count:
+            ends = np.cumsum(self.pending_lengths)
+            count = min(count, WRITE_BATCH_MESSAGES, int(np.searchsorted(ends, WRITE_BATCH_BYTES)) + 1)
+        queues = (self.pending_topics, self.pending_payloads, self.pending_log_times, self.pending_lengths)
+        taken = tuple(queue[:count] for queue in queues)
+        for queue in queues:
+            del queue[:count]
+        self._pending_bytes -= sum(taken[3])
+        return taken
+
+    def write_pending(self, one_batch: bool = False) -> int:
+        """Validate, count and write (if recording) the messages received so far, in receipt order (with
+        ``one_batch``, the first write batch of them only: a recorder behind its stream goes on receiving between
+        batches); their number. A message that is not [ascii topic, msgpack map with non-negative integer seq (and
+        stamp_ns)] is counted malformed and not written."""
+        topics, payloads, log_times, measured = self._take_pending(one_batch)
         count, session = len(topics), self.session
         if session is None or count == 0:
             self.dropped_while_idle += count
             return count
-        measured += map(len, payloads[len(measured):])
         lengths = np.array(measured, dtype=np.int64)
         names, codes = _topic_codes(topics)
         valid, seqs, stamps = _clocks_by_shape(codes, payloads, self.shapes, lengths)
@@ -522,8 +597,8 @@ class Recorder:
             return {"ok": True, "recording": False, **self.stop()}
         if cmd == "status":
             if self.session is None:
-                return {"ok": True, "recording": False}
-            return {"ok": True, "recording": True, **self.session.summary()}
+                return {"ok": True, "recording": False, "backlog": self.backlog()}
+            return {"ok": True, "recording": True, **self.session.summary(), "backlog": self.backlog()}
         return {"ok": True, "commands": COMMANDS}                      # help
 
     def run(self, duration_s: float | None = None) -> None:
@@ -539,7 +614,7 @@ class Recorder:
                 if self.sub in events:
                     self.receive_batch()
                 if self.pending_topics and (self.batch_full() or self._sync_due()):
-                    self.write_pending()
+                    self.write_pending(one_batch=True)
                 if self.control in events:
                     self.handle_control()
                 session = self.session
@@ -556,6 +631,16 @@ class Recorder:
             self.sub.close()
             self.control.close()
 
+    def backlog(self) -> dict[str, Any]:
+        """The queue of received messages not yet written: ``held_bytes`` and ``held_messages`` now, ``peak_bytes``
+        since the recorder started, ``max_bytes`` (the bound), and ``dropped`` by reason in the open recording
+        (``dropped_while_idle``: received with no recording open, never written)."""
+        session = self.session
+        return {"held_bytes": self.held_bytes(), "held_messages": len(self.pending_topics),
+                "peak_bytes": self.peak_held_bytes, "max_bytes": self.max_backlog_bytes,
+                "dropped": {DROP_BACKLOG_FULL: sum(session.dropped.values())} if session is not None else {},
+                "dropped_while_idle": self.dropped_while_idle}
+
     def _sync_due(self) -> bool:
         """True when the open file's next flush is due: what was received must be in it (the crash-loss bound)."""
         return self.session is not None and time.monotonic() - self._last_sync >= self.flush_interval_s
@@ -565,8 +650,10 @@ class Recorder:
         summary = session.summary()
         parts = [f"{topic} {s['messages']} msg {s['bytes'] / 1e6:.2f} MB"
                  + (f" GAPS {s['gaps']}" if s["gaps"] else "") for topic, s in summary["topics"].items()]
+        dropped = sum(session.dropped.values())
         line = (f"rec {summary['path']} {summary['elapsed_s']:.1f} s | " + " | ".join(parts or ["waiting"])
-                + (f" | malformed {summary['malformed']}" if summary["malformed"] else ""))
+                + (f" | malformed {summary['malformed']}" if summary["malformed"] else "")
+                + (f" | DROPPED {dropped} (backlog at {self.max_backlog_bytes / MIB:g} MiB)" if dropped else ""))
         sys.stderr.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
         sys.stderr.flush()
 
@@ -584,8 +671,10 @@ def add_arguments(parser) -> None:
                         help="the folder the control socket's start requests write into (their paths are taken "
                              "inside it and may not leave it); default: the folder of --out, else runs/")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    parser.add_argument("--hwm", type=int, default=DEFAULT_HWM,
-                        help=f"receive high-water mark, messages (default {DEFAULT_HWM})")
+    add_max_backlog(parser)
+    parser.add_argument("--hwm", type=int, default=None, metavar="N",
+                        help="ZeroMQ's receive high-water mark, messages (default: --max-backlog over "
+                             f"{HWM_MESSAGE_BYTES} B)")
     parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
                         help="close a chunk and fsync at least this often, s: the crash-loss bound "
                              f"(default {DEFAULT_FLUSH_INTERVAL_S})")
@@ -613,7 +702,7 @@ def _run_recover(args) -> int:
 def run(args) -> int:
     if args.recover:
         return _run_recover(args)
-    if args.flush_interval <= 0 or args.hwm <= 0:
+    if args.flush_interval <= 0 or (args.hwm is not None and args.hwm <= 0):
         print("mms record: error: --flush-interval and --hwm must be positive", file=sys.stderr)
         return 2
     endpoints = load_endpoints(args.network)
@@ -622,7 +711,8 @@ def run(args) -> int:
     if rig is not None:
         sensor_rig_path(rig)        # a bad rig file: one line now, not when the recording starts
     try:
-        recorder = Recorder(endpoints, robot=robot, rig=rig, hwm=args.hwm, flush_interval_s=args.flush_interval,
+        recorder = Recorder(endpoints, robot=robot, rig=rig, max_backlog_bytes=int(args.max_backlog * MIB),
+                            hwm=args.hwm, flush_interval_s=args.flush_interval,
                             progress=not args.quiet, run_dir=run_dir, poses_rate_hz=args.poses_rate)
     except zmq.ZMQError as exc:
         print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)

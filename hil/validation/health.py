@@ -369,6 +369,16 @@ def recorder_gaps(metadata: dict[str, dict[str, str]]) -> dict[str, int]:
     return {topic: s.get("gaps", 0) for topic, s in topics.items() if s.get("gaps")}
 
 
+def recorder_drops(metadata: dict[str, dict[str, str]]) -> dict[str, dict[str, int]]:
+    """The messages the recorder received and dropped, per topic and reason (``backlog_full``: its queue of messages
+    not yet written was at ``--max-backlog``), from the ``recorder_stats`` metadata; counted in the gaps too."""
+    try:
+        topics = json.loads(metadata.get("recorder_stats", {}).get("topics", "{}"))
+    except json.JSONDecodeError:
+        return {}
+    return {topic: s["dropped"] for topic, s in topics.items() if isinstance(s, dict) and s.get("dropped")}
+
+
 def recording_warnings(recording) -> list[str]:
     """What the file itself says about lost data: damaged chunks, a truncated end, messages the recorder missed."""
     warnings = [f"damaged {d.get('kind', 'chunk')} at byte {d.get('offset')}: "
@@ -379,6 +389,9 @@ def recording_warnings(recording) -> list[str]:
     gaps = recorder_gaps(recording.metadata)
     if gaps:
         warnings.append(f"messages the recorder missed (seq gaps) per topic: {gaps}")
+    drops = recorder_drops(recording.metadata)
+    if drops:
+        warnings.append(f"of which the recorder dropped, behind its stream, per topic and reason: {drops}")
     return warnings
 
 

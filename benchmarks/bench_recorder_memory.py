@@ -1,0 +1,159 @@
+"""Recorder memory in the live loop: the RSS slope of `mms record` idle and beside CPU hogs, and where it goes.
+
+`mms serve` (the tethered flapper at 1 kHz) -> `mms drive --emulate` (the flapper rig, kinematic plant, no faults)
+-> `mms record`, as bench_soak.py runs them but without the link's faults. After ``--warmup`` s, an idle phase of
+``--phase`` s, then a phase of the same length beside ``--hogs`` busy loops (``python -c "while True: pass"``,
+at nice 0 like the recorder; killed at the phase's end). Printed per phase:
+
+- the recorder's resident set (/proc/PID/statm, every ``--sample`` s): first, last and least-squares slope, MiB/min;
+- its backlog: from the recording read back, the age at receipt (``log_time - publish_time``, the same host clock,
+  ms) of each sim/state published in the phase's last half, median and max. A message waits that long in the queues in front of
+  the recorder's receive (ZeroMQ's pipe, the sockets' buffers, the publisher's pipe); the backlog in MiB is that age
+  times the bytes per second received. A growing age with a growing RSS is a queue; a flat age with a growing RSS
+  is memory kept by the recorder itself;
+- its status's ``backlog`` (recorders before the bound have none), asked every sample: the most held (MiB) and
+  at the phase's end the drops by reason, and the seq gaps.
+
+The load (/proc/loadavg) is printed with each phase: the machine is shared. Not a test: it takes minutes.
+
+Usage: python benchmarks/bench_recorder_memory.py [--phase 90] [--warmup 20] [--hogs 1] [--record-args "..."]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from mcap.reader import make_reader
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench_soak import rss_mib  # noqa: E402
+from hil.experiment.demo import RIGS, write_demo_robot  # noqa: E402
+from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
+from hil.testing import request  # noqa: E402
+from sim.network import load_endpoints, write_loopback_network  # noqa: E402
+
+HOG = [sys.executable, "-c", "while True: pass"]
+#: how long a status request may take on a loaded machine, s
+STATUS_TIMEOUT_S = 5.0
+#: ... and while sampling (a late answer is a missed sample)
+SAMPLE_STATUS_TIMEOUT_S = 0.5
+MIB = 1024 * 1024
+NS_PER_MS = 1e6
+
+
+def slope_mib_per_min(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (time s, RSS MiB) samples, MiB/min (nan below three samples)."""
+    if len(samples) < 3:
+        return float("nan")
+    t, rss = np.array(samples).T
+    return float(np.polyfit(t, rss, 1)[0] * 60.0)
+
+
+def status(endpoint: str, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
+    try:
+        return request(endpoint, "status", timeout_s)
+    except Exception as exc:  # a recorder too busy to answer in time is a figure too, not an abort
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def ages_at_receipt(recording: Path) -> tuple[np.ndarray, np.ndarray, float]:
+    """sim/state's (publish wall clock ns, age at receipt ms) and the bytes per second received overall."""
+    published, receipt, age, total = [], [], [], 0
+    with open(recording, "rb") as handle:
+        for _, channel, message in make_reader(handle).iter_messages():
+            total += len(message.data)
+            if channel.topic == "sim/state":
+                published.append(message.publish_time)
+                receipt.append(message.log_time)
+                age.append(message.log_time - message.publish_time)
+    receipt_ns = np.array(receipt, dtype=np.int64)
+    span_s = max((receipt_ns[-1] - receipt_ns[0]) / 1e9, 1e-9) if len(receipt_ns) else 1.0
+    return np.array(published, dtype=np.int64), np.array(age) / NS_PER_MS, total / span_s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phase", type=float, default=90.0, help="length of each phase, s (default 90)")
+    parser.add_argument("--warmup", type=float, default=20.0, help="start-up not measured, s (default 20)")
+    parser.add_argument("--sample", type=float, default=1.0, help="RSS and status sampling period, s (default 1)")
+    parser.add_argument("--hogs", type=int, default=1, help="busy loops in the second phase (default 1)")
+    parser.add_argument("--record-args", default="", help="extra `mms record` options, one shell-quoted string")
+    args = parser.parse_args()
+    rig = RIGS["flapper"]
+    with tempfile.TemporaryDirectory() as folder:
+        run = Path(folder)
+        network = run / "network.toml"
+        write_loopback_network(network)
+        control = load_endpoints(network).recorder_control
+        robot = write_demo_robot(rig, run / "flapper.toml")
+        recording = run / "memory.mcap"
+        supervisor = Supervisor(run / "logs", say=lambda text: print(f"[memory] {text}", flush=True))
+        supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network)))
+        supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network), "--robot",
+                                            str(robot), "--rig", str(rig.rig), "--quiet",
+                                            *shlex.split(args.record_args)))
+        supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
+                                           "--autostart", "--emulator-args", "--plant kinematic"))
+        phases = [("idle", 0), (f"{args.hogs} hog(s)", args.hogs)]
+        rss: dict[str, list[tuple[float, float]]] = {}
+        statuses: dict[str, dict] = {}
+        loads: dict[str, str] = {}
+        most_held: dict[str, int] = {}
+        bounds: dict[str, tuple[int, int]] = {}        # phase -> (begin, end) wall clock, ns
+        hogs: list[subprocess.Popen] = []
+        started = time.monotonic()
+        try:
+            supervisor.wait(args.warmup)
+            for name, count in phases:
+                hogs = [subprocess.Popen(HOG) for _ in range(count)]
+                begin, begin_ns = time.monotonic() - started, time.time_ns()
+                while (now := time.monotonic() - started) < begin + args.phase:
+                    supervisor.wait(args.sample)
+                    if (resident := rss_mib(supervisor.children["record"].pid)) is not None:
+                        rss.setdefault(name, []).append((now, resident))
+                    held = status(control, SAMPLE_STATUS_TIMEOUT_S).get("backlog", {}).get("held_bytes", 0)
+                    most_held[name] = max(most_held.get(name, 0), held)
+                    print(f"\r[memory] {name}: {now - begin:5.0f} / {args.phase:g} s, recorder {resident:7.1f} MiB",
+                          end="", flush=True)
+                print()
+                statuses[name] = status(control)
+                loads[name] = Path("/proc/loadavg").read_text().split(" ", 3)[:3]
+                bounds[name] = (begin_ns, time.time_ns())
+                for hog in hogs:
+                    hog.kill()
+                    hog.wait()
+                hogs = []
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+            supervisor.stop_all(["drive", "serve", "record"])
+        published_ns, age_ms, rate = ages_at_receipt(recording)
+        print(f"\nrecorder RSS and backlog per phase (the recording's receive rate {rate / MIB:.2f} MiB/s)")
+        print(f"{'phase':10s} {'load':>16s} {'first MiB':>10s} {'last MiB':>9s} {'MiB/min':>8s} {'age p50 ms':>11s} "
+              f"{'age max ms':>11s} {'held max MiB':>12s}  status backlog, gaps")
+        for name, _ in phases:
+            samples = rss.get(name, [])
+            begin, end = bounds[name]
+            late = (published_ns >= (begin + end) // 2) & (published_ns < end)
+            ages = age_ms[late] if late.any() else np.array([np.nan])
+            reply = statuses.get(name, {})
+            gaps = {topic: t["gaps"] for topic, t in reply.get("topics", {}).items() if t.get("gaps")}
+            print(f"{name:10s} {' '.join(loads[name]):>16s} {samples[0][1]:10.1f} {samples[-1][1]:9.1f} "
+                  f"{slope_mib_per_min(samples):+8.2f} {np.median(ages):11.1f} {ages.max():11.1f} "
+                  f"{most_held.get(name, 0) / MIB:12.1f}  "
+                  f"{json.dumps(reply.get('backlog', reply.get('error', 'none')))}, gaps {gaps or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
