@@ -394,6 +394,8 @@ class Recorder:
         recv, clock = self.sub.recv, time.time_ns
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
+        if self.held_bytes() >= self.max_backlog_bytes:
+            return self._drop_arriving(turn_end)
         while True:
             for _ in range(RECEIVE_CLOCK_EVERY):
                 try:
@@ -597,7 +599,7 @@ class Recorder:
             return {"ok": True, "recording": False, **self.stop()}
         if cmd == "status":
             if self.session is None:
-                return {"ok": True, "recording": False, "backlog": self.backlog()}
+                return {"ok": True, "recording": False}
             return {"ok": True, "recording": True, **self.session.summary(), "backlog": self.backlog()}
         return {"ok": True, "commands": COMMANDS}                      # help
 
@@ -634,7 +636,8 @@ class Recorder:
     def backlog(self) -> dict[str, Any]:
         """The queue of received messages not yet written: ``held_bytes`` and ``held_messages`` now, ``peak_bytes``
         since the recorder started, ``max_bytes`` (the bound), and ``dropped`` by reason in the open recording
-        (``dropped_while_idle``: received with no recording open, never written)."""
+        (``dropped_while_idle``: received with no recording open, never written). In the status while recording,
+        and in the file's ``recorder_stats``."""
         session = self.session
         return {"held_bytes": self.held_bytes(), "held_messages": len(self.pending_topics),
                 "peak_bytes": self.peak_held_bytes, "max_bytes": self.max_backlog_bytes,

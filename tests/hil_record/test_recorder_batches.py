@@ -134,6 +134,37 @@ def test_a_write_takes_one_batch_off_the_queue_and_every_message_is_written_in_o
     assert [data for _, data, _, _ in _read(tmp_path / "turns.mcap")] == payloads
 
 
+def test_a_queue_at_its_bound_drops_what_arrives_and_counts_it_per_topic_and_as_gaps(rig, tmp_path, monkeypatch):
+    """The queue holds at most ``max_backlog_bytes`` (payloads plus HELD_MESSAGE_BYTES each), looked at every
+    RECEIVE_CLOCK_EVERY messages (here 8): of 200 states received with no write, those beyond are dropped, counted
+    per topic by reason; every state is then written or counted dropped, and the drops are the file's seq gaps."""
+    recorder, pub = rig
+    monkeypatch.setattr(recorder_module, "RECEIVE_CLOCK_EVERY", 8)
+    payloads = [msgpack.packb(sim_state(k, k * 1e-3, [0.1 * k] * 32)) for k in range(201)]
+    held = len(payloads[0]) + recorder_module.HELD_MESSAGE_BYTES
+    recorder.max_backlog_bytes = 50 * held
+    recorder.start(tmp_path / "bound.mcap")
+    for payload in payloads[:200]:
+        pub.send_multipart([b"sim/state", payload])
+    deadline = time.monotonic() + DEADLINE_S
+    while len(recorder.pending_topics) + recorder.session.dropped.get(b"sim/state", 0) < 200:
+        assert time.monotonic() < deadline, "the 200 states never all arrived"
+        recorder.sub.poll(50)
+        recorder.receive_batch()
+    queued, dropped = len(recorder.pending_topics), recorder.session.dropped[b"sim/state"]
+    assert 50 <= queued < 50 + 8 and queued + dropped == 200
+    assert recorder.backlog()["held_bytes"] == sum(map(len, payloads[:queued])) + queued * \
+        recorder_module.HELD_MESSAGE_BYTES
+    recorder.write_pending()
+    pub.send_multipart([b"sim/state", payloads[200]])                # after the drops: they become a seq gap
+    _take(recorder, 1)
+    status = recorder.stop()
+    assert [data for _, data, _, _ in _read(tmp_path / "bound.mcap")] == payloads[:queued] + payloads[200:]
+    assert status["topics"]["sim/state"]["dropped"] == {recorder_module.DROP_BACKLOG_FULL: dropped}
+    assert status["topics"]["sim/state"]["gaps"] == dropped
+    assert status["backlog"]["dropped"] == {recorder_module.DROP_BACKLOG_FULL: dropped}
+
+
 def test_a_bad_message_inside_a_batch_is_counted_and_dropped_and_the_rest_recorded(rig, tmp_path, monkeypatch):
     recorder, pub = rig
     session = recorder.start(tmp_path / "bad.mcap")
