@@ -35,11 +35,11 @@ from mcap.reader import make_reader
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_soak import rss_mib  # noqa: E402
-from hil.experiment.demo import RIGS, write_demo_robot  # noqa: E402
+from bench_soak import loop_files, rss_mib  # noqa: E402
+from hil.experiment.demo import RIGS  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
 from hil.testing import request  # noqa: E402
-from sim.network import load_endpoints, write_loopback_network  # noqa: E402
+from sim.network import load_endpoints  # noqa: E402
 
 HOG = [sys.executable, "-c", "while True: pass"]
 #: how long a status request may take on a loaded machine, s
@@ -91,10 +91,8 @@ def main() -> int:
     rig = RIGS["flapper"]
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
-        network = run / "network.toml"
-        write_loopback_network(network)
+        network, robot = loop_files(run)
         control = load_endpoints(network).recorder_control
-        robot = write_demo_robot(rig, run / "flapper.toml")
         recording = run / "memory.mcap"
         supervisor = Supervisor(run / "logs", say=lambda text: print(f"[memory] {text}", flush=True))
         supervisor.start("serve", mms_argv("serve", str(robot), "--network", str(network)))

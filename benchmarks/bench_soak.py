@@ -79,6 +79,13 @@ def descendants(root: int) -> dict[int, str]:
     return out
 
 
+def loop_files(run: Path) -> tuple[Path, Path]:
+    """The files of the flapper demo's loop in the folder ``run``: its loopback network and its robot."""
+    network = run / "network.toml"
+    write_loopback_network(network)
+    return network, write_demo_robot(RIGS["flapper"], run / "flapper.toml")
+
+
 def slope_mib_per_min(samples: list[tuple[float, float]]) -> float:
     """Least-squares slope of (time s, RSS MiB) over the second half of the samples, MiB/min."""
     half = samples[len(samples) // 2:]
@@ -99,9 +106,7 @@ def main() -> int:
     rig = RIGS["flapper"]
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)
-        network = run / "network.toml"
-        write_loopback_network(network)
-        robot = write_demo_robot(rig, run / "flapper.toml")
+        network, robot = loop_files(run)
         recording = run / "soak.mcap"
         stats = run / "emulator-stats.json"
         given = args.rt_priority is not None

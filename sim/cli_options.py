@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import sys
 from pathlib import Path
 
@@ -293,36 +294,36 @@ def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()
 DEFAULT_POSES_RATE_HZ = 100.0
 
 
+def _finite(text: str, accepted, expected: str) -> float:
+    """``text`` as a finite number for which ``accepted(value)`` holds, else one line naming ``expected``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}") from None
+    if not (math.isfinite(value) and accepted(value)):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}")
+    return value
+
+
 def add_poses_rate(parser) -> None:
     """``--poses-rate HZ`` into ``args.poses_rate`` (hil/foxglove/scene.py: PoseStream)."""
     def rate(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}, expected a rate in Hz >= 0") from None
-        if not value >= 0.0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite rate in Hz >= 0")
-        return value
+        return _finite(text, lambda value: value >= 0.0, "a finite rate in Hz >= 0")
     parser.add_argument("--poses-rate", type=rate, default=DEFAULT_POSES_RATE_HZ, metavar="HZ",
                         help=HELP["--poses-rate"] + f" (default {DEFAULT_POSES_RATE_HZ:g})")
 
 
-#: Default of ``--max-backlog``, MiB: 18 s of the flapper demo's stream (1 700 messages/s, 1.1 MiB/s of payload; a
-#: held message costs its payload and 2 KiB) for a recorder behind a busy machine, which catches up within seconds;
-#: one held back further drops and says so, instead of growing ZeroMQ's queue to GiB (docs/recording.md, "Memory")
+#: Default of ``--max-backlog``, MiB: 29 s of the flapper demo's stream (1 700 messages/s, 1.1 MiB/s of payload:
+#: 4.4 MiB/s counted with 2 KiB a message) for a recorder behind a busy machine (its backlog reached 12 s at load 11,
+#: then it caught up); one held back further drops and says so, instead of growing ZeroMQ's queue towards GiB
+#: (docs/recording.md, "Memory")
 DEFAULT_MAX_BACKLOG_MIB = 128.0
 
 
 def add_max_backlog(parser) -> None:
     """``--max-backlog MIB`` into ``args.max_backlog`` (MiB, positive; hil/recording/recorder.py)."""
     def mebibytes(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}, expected a size in MiB > 0") from None
-        if not 0.0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite size in MiB > 0")
-        return value
+        return _finite(text, lambda value: value > 0.0, "a finite size in MiB > 0")
     parser.add_argument("--max-backlog", type=mebibytes, default=DEFAULT_MAX_BACKLOG_MIB, metavar="MIB",
                         help=HELP["--max-backlog"] + f" (default {DEFAULT_MAX_BACKLOG_MIB:g})")
 
