@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mcap.reader import make_reader
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -38,10 +37,14 @@ sys.path.insert(0, str(REPO))
 from bench_soak import loop_files, rss_mib  # noqa: E402
 from hil.experiment.demo import RIGS  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
+from hil.recording.mcap_io import read_recording  # noqa: E402
 from hil.testing import request  # noqa: E402
 from sim.network import load_endpoints  # noqa: E402
 
 HOG = [sys.executable, "-c", "while True: pass"]
+#: how long the recorder may take to stop, s: it writes its backlog first (a recorder before the bound, seconds
+#: behind on a loaded machine, outlived the supervisor's 5 s and was killed, its file cut at its last flush)
+RECORDER_STOP_GRACE_S = 60.0
 #: how long a status request may take on a loaded machine, s
 STATUS_TIMEOUT_S = 5.0
 #: ... and while sampling (a late answer is a missed sample)
@@ -66,18 +69,14 @@ def status(endpoint: str, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
 
 
 def ages_at_receipt(recording: Path) -> tuple[np.ndarray, np.ndarray, float]:
-    """sim/state's (publish wall clock ns, age at receipt ms) and the bytes per second received overall."""
-    published, receipt, age, total = [], [], [], 0
-    with open(recording, "rb") as handle:
-        for _, channel, message in make_reader(handle).iter_messages():
-            total += len(message.data)
-            if channel.topic == "sim/state":
-                published.append(message.publish_time)
-                receipt.append(message.log_time)
-                age.append(message.log_time - message.publish_time)
-    receipt_ns = np.array(receipt, dtype=np.int64)
-    span_s = max((receipt_ns[-1] - receipt_ns[0]) / 1e9, 1e-9) if len(receipt_ns) else 1.0
-    return np.array(published, dtype=np.int64), np.array(age) / NS_PER_MS, total / span_s
+    """sim/state's (publish wall clock ns, age at receipt ms) and the bytes per second received overall; read past
+    a truncated end (a recorder killed at the stop: its file ends at its last flush)."""
+    raw = read_recording(recording)
+    total = sum(len(message[2]) for messages in raw.messages.values() for message in messages)
+    states = np.array([(log_time, publish_time) for log_time, publish_time, _ in raw.messages.get("sim/state", [])],
+                      dtype=np.int64).reshape(-1, 2)
+    span_s = max((states[-1, 0] - states[0, 0]) / 1e9, 1e-9) if len(states) else 1.0
+    return states[:, 1], (states[:, 0] - states[:, 1]) / NS_PER_MS, total / span_s
 
 
 def main() -> int:
@@ -99,6 +98,7 @@ def main() -> int:
         supervisor.start("record", mms_argv("record", "--out", str(recording), "--network", str(network), "--robot",
                                             str(robot), "--rig", str(rig.rig), "--quiet",
                                             *shlex.split(args.record_args)))
+        supervisor.children["record"].stop_grace_s = RECORDER_STOP_GRACE_S
         supervisor.start("drive", mms_argv("drive", "--rig", str(rig.rig), "--emulate", "--network", str(network),
                                            "--autostart", "--emulator-args", "--plant kinematic"))
         phases = [("idle", 0), (f"{args.hogs} hog(s)", args.hogs)]

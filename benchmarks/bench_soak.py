@@ -50,6 +50,7 @@ FRAME_CORRUPT_RATE = 0.15
 RX_BYTE_ERROR_RATE = 8e-4
 BURST_RATE = 1e-3
 PAGE_KIB = 4
+MIB = 1024 * 1024
 
 
 def rss_mib(pid: int) -> float | None:
@@ -166,7 +167,7 @@ def report(recording: Path, memory: dict, stats: Path, args) -> None:
     raw = read_recording(recording)
     recorder = json.loads(raw.metadata.get("recorder_stats", {}).get("topics", "{}"))
     print(f"\nrecording: {sum(len(m) for m in raw.messages.values())} messages, damage {raw.damage or 'none'}")
-    print(f"{'topic':14s} {'messages':>9s} {'missing in file':>16s} {'gaps counted':>13s}")
+    print(f"{'topic':14s} {'messages':>9s} {'missing in file':>16s} {'gaps counted':>13s} {'of which dropped':>17s}")
     for topic, messages in sorted(raw.messages.items()):
         if raw.encodings.get(topic) != "msgpack":
             continue        # the recorder's own Foxglove topics (JSON, no seq)
@@ -175,8 +176,14 @@ def report(recording: Path, memory: dict, stats: Path, args) -> None:
         segments = np.split(seqs, restart)
         missing = sum(int(seg[-1] - seg[0] + 1) for seg in segments) - len(seqs)
         gaps = recorder.get(topic, {}).get("gaps", 0)
-        print(f"{topic:14s} {len(seqs):9d} {missing:16d} {gaps:13d}" + (f"  ({len(restart)} publisher restarts)"
-                                                                         if len(restart) else ""))
+        dropped = sum(recorder.get(topic, {}).get("dropped", {}).values())
+        print(f"{topic:14s} {len(seqs):9d} {missing:16d} {gaps:13d} {dropped:17d}"
+              + (f"  ({len(restart)} publisher restarts)" if len(restart) else ""))
+    backlog = json.loads(raw.metadata.get("recorder_stats", {}).get("backlog", "{}"))
+    if backlog:
+        print(f"the recorder's backlog: at most {backlog['peak_bytes'] / MIB:.1f} of {backlog['max_bytes'] / MIB:g} "
+              f"MiB held; dropped by the recorder: {backlog['dropped'] or 'none'} (gaps beyond them: lost before it, "
+              "a publisher's queue at its high-water mark)")
     tables = build_tables(raw)
     health = assess(raw.messages, tables, HealthCriteria())
     link = [d for d in health.disturbances if d.source == "link"]

@@ -55,7 +55,7 @@ HELP: dict[str, str] = {
                       "cost per message): a recorder behind its stream drops what arrives beyond it, counted per "
                       "topic by reason in its status and in the recording's health (and as seq gaps); ZeroMQ's "
                       "receive queue in front of it holds at most as many messages as this bound does of "
-                      "2 KiB ones"),
+                      "4 KiB ones"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
     "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "

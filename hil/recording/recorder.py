@@ -423,22 +423,24 @@ class Recorder:
         (DROP_BACKLOG_FULL; while idle, with the messages dropped while idle) until the socket is drained (True) or
         the receive turn ends (False). Taking them costs a fraction of writing them, and keeps the count exact,
         which ZeroMQ's queue at its high-water mark would not."""
-        recv, session = self.sub.recv, self.session
-        dropped = session.dropped if session is not None else {}
-        while True:
+        recv, counts, drained = self.sub.recv, {}, False
+        while not drained and time.monotonic() <= turn_end:
             for _ in range(RECEIVE_CLOCK_EVERY):
                 try:
                     frame = topic = recv(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
-                    self.dropped_while_idle += sum(dropped.values()) if session is None else 0
-                    return True
+                    drained = True
+                    break
                 while frame.more:
                     frame = recv(zmq.NOBLOCK, copy=False)
-                name = topic.bytes
-                dropped[name] = dropped.get(name, 0) + 1
-            if time.monotonic() > turn_end:
-                self.dropped_while_idle += sum(dropped.values()) if session is None else 0
-                return False
+                counts[topic.bytes] = counts.get(topic.bytes, 0) + 1
+        session = self.session
+        if session is None:
+            self.dropped_while_idle += sum(counts.values())
+        else:
+            for name, count in counts.items():
+                session.dropped[name] = session.dropped.get(name, 0) + count
+        return drained
 
     def held_bytes(self) -> int:
         """What the queue holds, bytes: its payloads plus HELD_MESSAGE_BYTES per message (kept as the peak too)."""
