@@ -16,12 +16,20 @@ at nice 0 like the recorder; killed at the phase's end). Printed per phase:
 
 The load (/proc/loadavg) is printed with each phase: the machine is shared. Not a test: it takes minutes.
 
+``--queued-cost BYTES``: instead, what a received message of about BYTES costs while queued as the recorder queues
+it (its zmq.Frame, the topic's bytes, the receipt time, the list slots): the resident set of this process per
+message, for 84 MB of them (at most 200 000) published by a subprocess (hil/recording/recorder.py,
+HELD_MESSAGE_BYTES: 2100, a state, and 120, a hw/status; one size per run, so that neither reuses the other's
+freed memory).
+
 Usage: python benchmarks/bench_recorder_memory.py [--phase 90] [--warmup 20] [--hogs 1] [--record-args "..."]
+       python benchmarks/bench_recorder_memory.py --queued-cost 2100
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -30,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import zmq
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -79,6 +88,53 @@ def ages_at_receipt(recording: Path) -> tuple[np.ndarray, np.ndarray, float]:
     return states[:, 1], (states[:, 0] - states[:, 1]) / NS_PER_MS, total / span_s
 
 
+#: a publisher of COUNT messages of SIZE bytes of padding to ENDPOINT, after a pause for the subscription
+PUBLISHER = """
+import sys, time, msgpack, zmq
+endpoint, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pub = zmq.Context().socket(zmq.PUB)
+pub.setsockopt(zmq.SNDHWM, 0)
+pub.connect(endpoint)
+time.sleep(0.5)
+payload = msgpack.packb({"seq": 1, "padding": b"a" * size})
+for _ in range(count):
+    pub.send_multipart([b"hw/status", payload])
+time.sleep(5)
+"""
+
+
+#: payload bytes and most messages of a --queued-cost run
+QUEUED_COST_BYTES = 84_000_000
+QUEUED_COST_MESSAGES_MAX = 200_000
+
+
+def queued_cost(count: int, size: int) -> None:
+    """Receive ``count`` messages of ``size`` bytes of padding as the recorder queues them; print the resident set
+    per queued message (this process's, before the first to after the last: ZeroMQ's queue is empty then)."""
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    port = sub.bind_to_random_port("tcp://127.0.0.1")
+    publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, f"tcp://127.0.0.1:{port}", str(count), str(size)])
+    topics, payloads, log_times, lengths = [], [], [], []
+    before = rss_mib(os.getpid())
+    try:
+        while len(payloads) < count and sub.poll(10_000):
+            topic = sub.recv(copy=False)
+            log_times.append(time.time_ns())
+            payload = sub.recv(copy=False)
+            topics.append(topic.bytes)
+            payloads.append(payload)
+            lengths.append(len(payload))
+    finally:
+        publisher.kill()
+        publisher.wait()
+        sub.close(0)
+    per_message = (rss_mib(os.getpid()) - before) * MIB / max(len(payloads), 1)
+    print(f"{len(payloads)} messages of {lengths[0] if lengths else 0} B queued: {per_message:.0f} B of resident set "
+          f"each ({per_message - (lengths[0] if lengths else 0):.0f} B beyond the payload)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase", type=float, default=90.0, help="length of each phase, s (default 90)")
@@ -86,7 +142,12 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=1.0, help="RSS and status sampling period, s (default 1)")
     parser.add_argument("--hogs", type=int, default=1, help="busy loops in the second phase (default 1)")
     parser.add_argument("--record-args", default="", help="extra `mms record` options, one shell-quoted string")
+    parser.add_argument("--queued-cost", type=int, metavar="BYTES",
+                        help="measure what a queued message of about BYTES costs instead (resident set per message)")
     args = parser.parse_args()
+    if args.queued_cost:
+        queued_cost(min(QUEUED_COST_MESSAGES_MAX, QUEUED_COST_BYTES // args.queued_cost), args.queued_cost)
+        return 0
     rig = RIGS["flapper"]
     with tempfile.TemporaryDirectory() as folder:
         run = Path(folder)

@@ -313,8 +313,8 @@ def add_poses_rate(parser) -> None:
                         help=HELP["--poses-rate"] + f" (default {DEFAULT_POSES_RATE_HZ:g})")
 
 
-#: Default of ``--max-backlog``, MiB: 29 s of the flapper demo's stream (1 700 messages/s, 1.1 MiB/s of payload:
-#: 4.4 MiB/s counted with 2 KiB a message) for a recorder behind a busy machine (its backlog reached 12 s at load 11,
+#: Default of ``--max-backlog``, MiB: 28 s of the flapper demo's stream (1 700 messages/s, 1.1 MiB/s of payload:
+#: 4.6 MiB/s counted with 2 176 B a message) for a recorder behind a busy machine (its backlog reached 12 s at load 11,
 #: then it caught up); one held back further drops and says so, instead of growing ZeroMQ's queue towards GiB
 #: (docs/recording.md, "Memory")
 DEFAULT_MAX_BACKLOG_MIB = 128.0

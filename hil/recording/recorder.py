@@ -52,9 +52,10 @@ COMMANDS = {
 MIB = 1024 * 1024
 #: what a received message costs in the queue beyond its payload, bytes, counted against ``--max-backlog``: its
 #: zmq.Frame (the Python object, ZeroMQ's message and its share of the receive buffer it points into), the topic's
-#: bytes object, the receipt time and four list slots. Measured, resident set per queued message: 4.2 kB for a
-#: 2.1 kB payload, 0.79 kB for 130 B (docs/recording.md, "Memory"): exact for states, over-counted for small ones
-HELD_MESSAGE_BYTES = 2048
+#: bytes object, the receipt time and four list slots. Measured (benchmarks/bench_recorder_memory.py --queued-cost),
+#: resident set per queued message beyond its payload: 2 075-2 118 B for a 2.1 kB state, 560-827 B for a 136 B
+#: hw/status; the states' most, rounded up to 64 B: over-counted for small messages, never under
+HELD_MESSAGE_BYTES = 2176
 #: ZeroMQ's receive queue (the SUB socket's high-water mark, messages) holds the backlog bound over this many bytes
 #: per message: a 2.1 kB state costs 4.2 kB queued there too, so that queue is bounded about as the recorder's own.
 #: It fills only while the recorder takes nothing off the socket (not scheduled, or stopped): its I/O thread goes
