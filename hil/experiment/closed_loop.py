@@ -621,8 +621,8 @@ def verdict(entry: dict) -> str:
         return f"does not follow: resolvable ({what}) but not fed back ([feedback] mean / left_out)"
     limit = ""
     if resolved["dominant"] == "harmonics" and resolved["gravity_mismatch"] > 0.0:
-        limit = (f"; on the held rig its gravity changes the model's error there by "
-                 f"{100 * resolved['gravity_mismatch']:.0f} %, which the weightless free flight does not have")
+        limit = (f"; the rig's gravity, which the simulation does not have, changes the held model error there by "
+                 f"{100 * resolved['gravity_mismatch']:.0f} %")
     return (f"{'follows the truth' if entry_follows(entry) else 'does not follow'} ({what}; ratio "
             f"{entry['ratio']:.3f}{limit})")
 

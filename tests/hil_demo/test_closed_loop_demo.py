@@ -39,7 +39,9 @@ FOLLOWING_RATIO_MAX = 1.5
 #: 4.4-203 uN of noise in the table, SNR 0.00-0.07 in all 23 runs that closed), and wy: where its drift carries most of its
 #: departure, not resolvable (the stroke mean of my, 3.6-5.0 nN m against 19 nN m of noise or more, SNR 0.00-0.21 in
 #: the 11 runs so decided); over a 5 s run's 2-4 s compared its periodic part often carries more, whose my harmonics
-#: are resolvable (SNR 2.0-6.2 in 8 runs) and not followed, even offline with exact sensors (not explained yet).
+#: are resolvable (SNR 2.0-6.2 in 8 runs) and followed about half-way: the rig's gravity changes the held my error's
+#: harmonics by 43 % (the first to 0.52 at -30 deg), which the weightless free flight does not have, and the drift is
+#: not fed back (docs/closed-loop.md, "What keeps the pitch rate from the truth").
 #: Either way the loop does not take them along the truth's departure: gain -0.33 to 0.16 (vz, 23 runs), -1.80 to
 #: 0.34 (wy, 23 runs); band below 0.5
 NOT_FOLLOWED = ("vz", "wy")
@@ -48,6 +50,10 @@ NOT_FOLLOWED_GAIN_MAX = 0.5
 #: measured 23.4-23.7 uN in all 23 runs that closed; independently, offline and tethered, the stiffer roots change the tether's fx
 #: by 24 uN in those harmonics (docs/closed-loop.md, "The signal is small"): the free and the held thorax agree
 VX_SIGNAL_N, VX_SIGNAL_BAND = 24e-6, 0.1
+#: the rig's gravity (9.81 m/s^2; the demo's thorax flies weightless) changes the held model error's stroke
+#: harmonics of my by 0.430 and of fx by 0.0004 (hil.experiment.closed_loop.gravity_mismatch: offline, the same in
+#: every run; fitted over other stretches the same to 3 digits): bands +-0.03, below 0.01
+MY_GRAVITY_MISMATCH, MY_GRAVITY_BAND, FX_GRAVITY_MISMATCH_MAX = 0.43, 0.03, 0.01
 
 
 def _thorax_weight_difference_n() -> float:
@@ -118,6 +124,13 @@ def _assert_the_verdict_follows_from_the_numbers(figures: dict, stdout: str) -> 
             assert f"thorax {name}: not resolvable by this rig's sensor (the stroke mean of " in stdout
         assert entry["gain"] < NOT_FOLLOWED_GAIN_MAX, (name, entry)
     assert components["vz"]["resolvability"]["dominant"] == "mean", components["vz"]
+    # the captive limit of a rig on the Earth: its gravity is in the pitching moment's error, not in the forward force's
+    wy = components["wy"]["resolvability"]
+    assert abs(wy["gravity_mismatch"] - MY_GRAVITY_MISMATCH) < MY_GRAVITY_BAND, wy
+    assert vx["gravity_mismatch"] < FX_GRAVITY_MISMATCH_MAX, vx
+    if wy["resolvable"] and wy["dominant"] == "harmonics":
+        assert (f"the rig's gravity, which the simulation does not have, changes the held model error there by "
+                f"{100 * wy['gravity_mismatch']:.0f} %") in stdout
     if vx["resolvable"]:
         assert FOLLOWING_GAIN_BAND[0] < components["vx"]["gain"] < FOLLOWING_GAIN_BAND[1], components["vx"]
         assert components["vx"]["ratio"] < FOLLOWING_RATIO_MAX, components["vx"]
