@@ -61,6 +61,7 @@ DEFAULT_MAX_GROWTH = 2.0
 DEFAULT_GROWTH_WINDOW_S = 0.1
 DEFAULT_PERIODS = 8
 DEFAULT_HARMONICS = 4
+DEFAULT_AVERAGE = "median"
 #: consecutive windows whose RMS grows by more than max_growth each: an unstable loop (one window could be a
 #: transient: a stroke starting)
 GROWTH_WINDOWS = 3
@@ -111,7 +112,7 @@ class FeedbackSpec:
     #: averaged over the last period_s: :class:`AveragedAttitude`)
     frame: str = "body"
     #: periodic: how each bin's samples over the last ``periods`` periods are averaged (:data:`AVERAGES`)
-    average: str = "median"
+    average: str = DEFAULT_AVERAGE
 
 
 def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
@@ -149,7 +150,7 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
         gravity=float(table["gravity"]) if "gravity" in table else None,
         sensor_delay_samples=int(table.get("sensor_delay_samples", 0)), left_out=tuple(wrench.get("left_out", ())),
         smoothing_s=float(table.get("smoothing_s", 0.0)), mean=bool(table.get("mean", True)),
-        frame=table.get("frame", "body"), average=table.get("average", "median"))
+        frame=table.get("frame", "body"), average=table.get("average", DEFAULT_AVERAGE))
 
 
 def fed_channels(spec: FeedbackSpec) -> np.ndarray:
@@ -217,7 +218,7 @@ class PhaseTable:
     mean keeps the harmonics' phase where a noise that is not symmetric in every bin moves the median's."""
 
     def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int, smoothing: int = 1,
-                 mean: bool = True, average: str = "median"):
+                 mean: bool = True, average: str = DEFAULT_AVERAGE):
         self.n = max(2, round(period_s / bin_s))
         #: the causal moving average of ``smoothing`` samples each sample passes first (the structure's free
         #: vibration, not locked to the drive, would leave its noise in every bin), and its response (harmonics + 1,)
