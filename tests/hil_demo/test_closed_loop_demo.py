@@ -30,7 +30,8 @@ INERT_FRACTION = 0.01
 #: on vx (2026-11-28, 1-minute load 5.6-14.5 from four other sessions; 5 s runs: ratio 1.155, 0.554, 0.394, 1.321,
 #: 0.987, 0.749, 0.881, gain 0.48, 0.62, 0.83, 0.97, 0.42, 0.79, 0.75; 10 s runs: ratio 0.638, 0.739, 1.066, 0.885,
 #: 1.317, gain 0.64, 0.68, 0.61, 0.56, 0.64;
-#: the lead's idle 10 s runs: ratio 0.48-0.72, gain 0.61-0.71). The gain (how far along the truth's departure from
+#: the lead's idle 10 s runs: ratio 0.48-0.72, gain 0.61-0.71; with the table's mean, [feedback] average, 3 runs of 5 s at
+#: load 15-18: ratio 0.439, 0.695, 0.649, gain 0.73, 0.85, 0.67). The gain (how far along the truth's departure from
 #: the model the loop took the thorax) is the nearness: 0.42-0.97 measured, band 0.3-1.3; the ratio (closed / open
 #: RMS from the truth), to which the loop's own noise adds, 0.39-1.32 measured, band below 1.5
 FOLLOWING_GAIN_BAND = (0.3, 1.3)
@@ -43,7 +44,7 @@ FOLLOWING_RATIO_MAX = 1.5
 #: harmonics by 43 % (the first to 0.52 at -30 deg), which the weightless free flight does not have, and the drift is
 #: not fed back (docs/closed-loop.md, "What keeps the pitch rate from the truth").
 #: Either way the loop does not take them along the truth's departure: gain -0.33 to 0.16 (vz, 23 runs), -1.80 to
-#: 0.34 (wy, 23 runs); band below 0.5
+#: 0.34 (wy, 23 runs); with the table's mean -0.13 to -0.03 (vz) and -0.17 to 0.09 (wy) in 3 runs; band below 0.5
 NOT_FOLLOWED = ("vz", "wy")
 NOT_FOLLOWED_GAIN_MAX = 0.5
 #: N: the wrench the truth's vx departure asks of the loop, the stroke harmonics 1-4 of fx (M*_0 d(truth - open)/dt),
