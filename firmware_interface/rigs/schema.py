@@ -209,6 +209,7 @@ def feedback_schema(load_names: list[str], angle_names: list[str]) -> dict[str, 
         "smoothing_s": number(0.0, MAX_FEEDBACK_AGE_S, expected=f"a window in [0, {MAX_FEEDBACK_AGE_S:g}] s"),
         "mean": {"type": "boolean", EXPECTED: "true or false"},
         "frame": one_of("body", "averaged"),
+        "average": one_of("median", "mean"),
         "wrench": table({
             "channels": array(channel, len(WRENCH_COMPONENTS), len(WRENCH_COMPONENTS),
                               expected="six [[load]] channels: fx, fy, fz (N), mx, my, mz (N m), body frame"),

@@ -61,6 +61,7 @@ DEFAULT_MAX_GROWTH = 2.0
 DEFAULT_GROWTH_WINDOW_S = 0.1
 DEFAULT_PERIODS = 8
 DEFAULT_HARMONICS = 4
+DEFAULT_AVERAGE = "median"
 #: consecutive windows whose RMS grows by more than max_growth each: an unstable loop (one window could be a
 #: transient: a stroke starting)
 GROWTH_WINDOWS = 3
@@ -110,6 +111,8 @@ class FeedbackSpec:
     #: the frame the wrench is applied in: "body" (the body's own, as it moves) or "averaged" (the body's attitude
     #: averaged over the last period_s: :class:`AveragedAttitude`)
     frame: str = "body"
+    #: periodic: how each bin's samples over the last ``periods`` periods are averaged (:data:`AVERAGES`)
+    average: str = DEFAULT_AVERAGE
 
 
 def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
@@ -147,7 +150,7 @@ def load_feedback(path: Path) -> tuple[Rig, FeedbackSpec]:
         gravity=float(table["gravity"]) if "gravity" in table else None,
         sensor_delay_samples=int(table.get("sensor_delay_samples", 0)), left_out=tuple(wrench.get("left_out", ())),
         smoothing_s=float(table.get("smoothing_s", 0.0)), mean=bool(table.get("mean", True)),
-        frame=table.get("frame", "body"))
+        frame=table.get("frame", "body"), average=table.get("average", DEFAULT_AVERAGE))
 
 
 def fed_channels(spec: FeedbackSpec) -> np.ndarray:
@@ -195,19 +198,27 @@ def slope(times: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.zeros(values.shape[1]) if denominator == 0.0 else centred @ (values - values.mean(0)) / denominator
 
 
+#: the averages of a phase table's bins over its periods, by name ([feedback] average): the median leaves out a
+#: disturbance in fewer than half of the periods; the mean does not, and on the flapper rig's live error (the wings'
+#: ringing, the samples' timing) it keeps the harmonics' phase where the median advanced the first by 15-37 deg
+#: (docs/closed-loop.md, "The table's median")
+AVERAGES = {"median": np.median, "mean": np.mean}
+
+
 class PhaseTable:
     """The model's error as a function of a periodic drive's phase: ``n`` bins of one drive period, each the
-    median of the samples that fell in it over the last ``periods`` periods, read through its first ``harmonics``
-    harmonics of the drive frequency (recomputed once per period of samples). A synchronous average: what is not
-    locked to the drive (sensor noise) averages out, what is locked but above the harmonics kept (the structure's
-    free vibration rung by the servos' steps, which the simulation's smooth drive does not have) is cut, and a bin
-    is read one period after it was measured, whatever the loop's latency. The median, not the mean: a
-    disturbance of the rig in fewer than half of the periods is left out, not spread over the table for
+    ``average`` (:data:`AVERAGES`) of the samples that fell in it over the last ``periods`` periods, read through its
+    first ``harmonics`` harmonics of the drive frequency (recomputed once per period of samples). A synchronous
+    average: what is not locked to the drive (sensor noise) averages out, what is locked but above the harmonics
+    kept (the structure's free vibration rung by the servos' steps, which the simulation's smooth drive does not
+    have) is cut, and a bin is read one period after it was measured, whatever the loop's latency. The median (the
+    default) leaves a disturbance of the rig in fewer than half of the periods out, not spread over the table for
     ``periods`` periods (live, the emulated plant's late steps rang its wings at 100 mN, 10x the stroke's load, for
-    0.3 s: 270-370 uN in the harmonics kept, 10x the model's error the loop feeds back; docs/closed-loop.md)."""
+    0.3 s: 270-370 uN in the harmonics kept, 10x the model's error the loop feeds back; docs/closed-loop.md); the
+    mean keeps the harmonics' phase where a noise that is not symmetric in every bin moves the median's."""
 
     def __init__(self, period_s: float, bin_s: float, periods: int, harmonics: int, smoothing: int = 1,
-                 mean: bool = True):
+                 mean: bool = True, average: str = DEFAULT_AVERAGE):
         self.n = max(2, round(period_s / bin_s))
         #: the causal moving average of ``smoothing`` samples each sample passes first (the structure's free
         #: vibration, not locked to the drive, would leave its noise in every bin), and its response (harmonics + 1,)
@@ -219,6 +230,7 @@ class PhaseTable:
         #: the mean over a period kept (else only harmonics 1..harmonics): a free body integrates the mean of what is
         #: fed back, so its noise walks the body's speed away where the harmonics' only shake it
         self.mean = mean
+        self.average = AVERAGES[average]     # (periods, n, 6) -> (n, 6): each bin over its periods
         self.history = np.zeros((periods, self.n, 6))   # (periods, n, 6) N, N m: each bin's last samples
         self.values = np.zeros((self.n, 6))          # (n, 6) N, N m: their medians (refreshed with smooth)
         self.smooth = np.zeros((self.n, 6))          # (n, 6) N, N m: the medians' first harmonics
@@ -235,7 +247,7 @@ class PhaseTable:
         self.written[b] += 1
         self.added += 1
         if self.added % self.n == 0 and self.full():
-            self.values = np.median(self.history, axis=0)
+            self.values = self.average(self.history, axis=0)
             spectrum = np.fft.rfft(self.values, axis=0)
             spectrum[self.harmonics + 1:] = 0.0
             if not self.mean:
@@ -266,7 +278,7 @@ class PhaseTable:
 def phase_table(spec: FeedbackSpec, sample_s: float) -> PhaseTable:
     """The phase table of a ``[feedback]`` table, for samples every ``sample_s`` (s)."""
     return PhaseTable(spec.period_s, sample_s, spec.periods, spec.harmonics, max(1, round(spec.smoothing_s / sample_s)),
-                      spec.mean)
+                      spec.mean, spec.average)
 
 
 class AveragedAttitude:

@@ -188,3 +188,35 @@ def test_an_averaged_frame_needs_the_drives_period_and_the_base(tmp_path):
     assert 'feedback.period_s: missing: frame = "averaged" needs the drive\'s period' in line
     line = refused(base.replace("body = 0", "body = 1"))
     assert 'feedback.frame: got "averaged" with wrench.body 1, expected the base\'s wrench (body 0)' in line
+
+
+def test_the_mean_average_keeps_each_bins_mean_and_a_bad_average_is_refused(tmp_path):
+    """``[feedback] average = "mean"``: each bin the mean of its periods' samples (computed here from the inputs:
+    the burst of the median's test above, in 3 of 8 periods, then stays in the bins by 3/8 of its value), read
+    through the harmonics kept; a value not known is one line naming the file and the key."""
+    from hil.feedback.loop import PhaseTable, load_feedback
+    from sim.config import ConfigError
+
+    error = lambda t: np.cos(2 * np.pi * 5.0 * t) + 0.3 * np.sin(2 * np.pi * 10.0 * t)  # noqa: E731
+    burst = lambda k: 10.0 * np.sin(2 * np.pi * 47.0 * k * 1e-3) if 200 <= k < 800 else 0.0  # noqa: E731
+    table = PhaseTable(0.2, 1e-3, 8, 4, average="mean")
+    inputs = np.zeros((8, 200))
+    for k in range(1, 8 * 200 + 1):
+        value = error(k * 1e-3) + burst(k)
+        table.add(k * 1e-3, np.full(6, value))
+        inputs[(k - 1) // 200, k % 200] = value            # bin k mod 200 of period (k - 1) // 200
+    spectrum = np.fft.rfft(inputs.mean(axis=0))
+    spectrum[5:] = 0.0
+    assert table.full() and np.allclose(table.smooth[:, 0], np.fft.irfft(spectrum, 200), rtol=0.0, atol=1e-12)
+    # the burst is in it: 3/8 of its per-bin mean, where the median's table above left it out
+    assert np.abs(table.smooth[:, 0] - error(np.arange(200) * 1e-3)).max() > 1e-3
+
+    shipped = RIGS["flapper"].rig
+    text = shipped.read_text().replace('robot = "../robots/', f'robot = "{shipped.parent.parent}/robots/')
+    assert 'average = "mean"' in text
+    rig = tmp_path / "rig.toml"
+    rig.write_text(text.replace('average = "mean"', 'average = "mode"'))
+    with pytest.raises(ConfigError) as caught:
+        load_feedback(rig)
+    line = str(caught.value)
+    assert line.startswith(str(rig)) and "feedback.average" in line and "\n" not in line, line

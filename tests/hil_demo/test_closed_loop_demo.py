@@ -30,7 +30,8 @@ INERT_FRACTION = 0.01
 #: on vx (2026-11-28, 1-minute load 5.6-14.5 from four other sessions; 5 s runs: ratio 1.155, 0.554, 0.394, 1.321,
 #: 0.987, 0.749, 0.881, gain 0.48, 0.62, 0.83, 0.97, 0.42, 0.79, 0.75; 10 s runs: ratio 0.638, 0.739, 1.066, 0.885,
 #: 1.317, gain 0.64, 0.68, 0.61, 0.56, 0.64;
-#: the lead's idle 10 s runs: ratio 0.48-0.72, gain 0.61-0.71). The gain (how far along the truth's departure from
+#: the lead's idle 10 s runs: ratio 0.48-0.72, gain 0.61-0.71; with the table's mean, [feedback] average, 3 runs of 5 s at
+#: load 15-18: ratio 0.439, 0.695, 0.649, gain 0.73, 0.85, 0.67). The gain (how far along the truth's departure from
 #: the model the loop took the thorax) is the nearness: 0.42-0.97 measured, band 0.3-1.3; the ratio (closed / open
 #: RMS from the truth), to which the loop's own noise adds, 0.39-1.32 measured, band below 1.5
 FOLLOWING_GAIN_BAND = (0.3, 1.3)
@@ -39,15 +40,21 @@ FOLLOWING_RATIO_MAX = 1.5
 #: 4.4-203 uN of noise in the table, SNR 0.00-0.07 in all 23 runs that closed), and wy: where its drift carries most of its
 #: departure, not resolvable (the stroke mean of my, 3.6-5.0 nN m against 19 nN m of noise or more, SNR 0.00-0.21 in
 #: the 11 runs so decided); over a 5 s run's 2-4 s compared its periodic part often carries more, whose my harmonics
-#: are resolvable (SNR 2.0-6.2 in 8 runs) and not followed, even offline with exact sensors (not explained yet).
+#: are resolvable (SNR 2.0-6.2 in 8 runs) and followed about half-way: the rig's gravity changes the held my error's
+#: harmonics by 43 % (the first to 0.52 at -30 deg), which the weightless free flight does not have, and the drift is
+#: not fed back (docs/closed-loop.md, "What keeps the pitch rate from the truth").
 #: Either way the loop does not take them along the truth's departure: gain -0.33 to 0.16 (vz, 23 runs), -1.80 to
-#: 0.34 (wy, 23 runs); band below 0.5
+#: 0.34 (wy, 23 runs); with the table's mean -0.13 to -0.03 (vz) and -0.17 to 0.09 (wy) in 3 runs; band below 0.5
 NOT_FOLLOWED = ("vz", "wy")
 NOT_FOLLOWED_GAIN_MAX = 0.5
 #: N: the wrench the truth's vx departure asks of the loop, the stroke harmonics 1-4 of fx (M*_0 d(truth - open)/dt),
 #: measured 23.4-23.7 uN in all 23 runs that closed; independently, offline and tethered, the stiffer roots change the tether's fx
 #: by 24 uN in those harmonics (docs/closed-loop.md, "The signal is small"): the free and the held thorax agree
 VX_SIGNAL_N, VX_SIGNAL_BAND = 24e-6, 0.1
+#: the rig's gravity (9.81 m/s^2; the demo's thorax flies weightless) changes the held model error's stroke
+#: harmonics of my by 0.430 and of fx by 0.0004 (hil.experiment.closed_loop.gravity_mismatch: offline, the same in
+#: every run; fitted over other stretches the same to 3 digits): bands +-0.03, below 0.01
+MY_GRAVITY_MISMATCH, MY_GRAVITY_BAND, FX_GRAVITY_MISMATCH_MAX = 0.43, 0.03, 0.01
 
 
 def _thorax_weight_difference_n() -> float:
@@ -118,6 +125,13 @@ def _assert_the_verdict_follows_from_the_numbers(figures: dict, stdout: str) -> 
             assert f"thorax {name}: not resolvable by this rig's sensor (the stroke mean of " in stdout
         assert entry["gain"] < NOT_FOLLOWED_GAIN_MAX, (name, entry)
     assert components["vz"]["resolvability"]["dominant"] == "mean", components["vz"]
+    # the captive limit of a rig on the Earth: its gravity is in the pitching moment's error, not in the forward force's
+    wy = components["wy"]["resolvability"]
+    assert abs(wy["gravity_mismatch"] - MY_GRAVITY_MISMATCH) < MY_GRAVITY_BAND, wy
+    assert vx["gravity_mismatch"] < FX_GRAVITY_MISMATCH_MAX, vx
+    if wy["resolvable"] and wy["dominant"] == "harmonics":
+        assert (f"the rig's gravity, which the simulation does not have, changes the held model error there by "
+                f"{100 * wy['gravity_mismatch']:.0f} %") in stdout
     if vx["resolvable"]:
         assert FOLLOWING_GAIN_BAND[0] < components["vx"]["gain"] < FOLLOWING_GAIN_BAND[1], components["vx"]
         assert components["vx"]["ratio"] < FOLLOWING_RATIO_MAX, components["vx"]
