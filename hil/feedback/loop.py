@@ -70,11 +70,6 @@ GROWTH_FLOOR = 0.1
 ESTOP_REPLY_MS = 500
 #: realtime: the twin's last steps whose median wall time (s) :meth:`FeedbackLoop.digest` expects the next to take
 TWIN_STEPS_TIMED = 8
-#: s: the device clock is put on the host's by the smallest delay (a frame's host receipt minus its newest sample's
-#: device time) over the frames of this window (:class:`DeviceClock`): longer than the stalls of the rig's telemetry
-#: path to see through (up to 0.49 s live, docs/closed-loop.md), short enough that a device clock drifting 100 ppm
-#: from the host's moves 0.2 ms inside it
-CLOCK_WINDOW_S = 2.0
 #: samples kept for the rate estimate, at most (a 20 kHz device over a 0.05 s window; the window's own length
 #: trims it first)
 MAX_RATE_SAMPLES = 1000
@@ -189,32 +184,6 @@ class ModelTwin:
         self.core.set_inputs(*self.inputs[0])
         self.core.advance_to(t)
         return self.core.read()[self.columns]
-
-
-class DeviceClock:
-    """When each telemetry sample was taken, on the host's clock: its device time plus the device clock's offset,
-    the smallest of ``receipt - device time of the frame's newest sample`` over the frames of the last
-    ``window_s`` (the frame that came through the quickest; a minimum-delay clock filter, as NTP's). Counted from
-    the receipt instead, the frames of a burst that follows a stall of the telemetry path (the device, its link or the
-    driver starved: 0.15-0.49 s live) are all as young as the last, however old: the age limit passes them and the
-    phase table takes them a stall's length off their phase. ``window_s``: longer than such stalls, shorter than the
-    clocks drift apart by a fraction of the sample period."""
-
-    def __init__(self, window_s: float):
-        self.window_s = window_s
-        #: (receipt s, offset s) of the frames of the window whose offset no later frame's undercuts, the smallest first
-        self.offsets: deque[tuple[float, float]] = deque()
-
-    def add(self, received: float, device_s: float) -> float:
-        """A frame received at ``received`` (s, host) whose newest sample's device time is ``device_s`` (s); the
-        offset (s) that puts device times on the host's clock."""
-        offset = received - device_s
-        while self.offsets and self.offsets[-1][1] >= offset:
-            self.offsets.pop()
-        self.offsets.append((received, offset))
-        while received - self.offsets[0][0] > self.window_s:
-            self.offsets.popleft()
-        return self.offsets[0][1]
 
 
 def slope(times: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -400,7 +369,6 @@ class FeedbackLoop:
         #: rad (n_servo,), load (6,), joint angles (n_joints,))
         self.pending: deque[tuple[float, int, np.ndarray, np.ndarray, np.ndarray]] = deque()
         self.t_device0: int | None = None      # device clock of the twin's t = 0, us
-        self.device_clock = DeviceClock(CLOCK_WINDOW_S)
         self.previous: tuple[float, np.ndarray] | None = None   # (twin t s, servo rad) of the last sample
         self.tare_sum, self.tare_count, self.tare_from = np.zeros(6), 0, None
         self.tare: np.ndarray | None = None     # (6,) mean model error while taring; None until done
@@ -627,11 +595,9 @@ class FeedbackLoop:
         self.last_frame_at = max(received, self.last_frame_at or -math.inf)
         if self.t_device0 is None:
             self.t_device0 = int(device_us[0])
-        device_s = (device_us - self.t_device0) * 1e-6              # (s,) s since the twin's t = 0
-        offset = self.device_clock.add(received, float(device_s[-1]))
         for k in range(device_us.size):
             self.samples += 1
-            sampled = offset + float(device_s[k])                   # taken then, on self.clock
+            sampled = received - (device_us[-1] - device_us[k]) * 1e-6
             if self.clock() - sampled > self.spec.max_age_s:
                 self.refused["telemetry:too_old"] += 1
                 continue

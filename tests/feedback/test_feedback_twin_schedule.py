@@ -20,22 +20,17 @@ DT_S = 1e-3
 
 
 class Telemetry:
-    """Frames of SAMPLES_PER_FRAME samples published on the driver's PUB endpoint when asked: all loads 0. Their
-    device clock keeps the wall clock's pace, as a device's does (the loop times samples by it: hil.feedback.loop.
-    DeviceClock), or runs ahead of it when frames are asked for faster than a device takes them."""
+    """Frames of SAMPLES_PER_FRAME samples published on the driver's PUB endpoint when asked: all loads 0."""
 
     def __init__(self, context: zmq.Context, endpoint: str):
         self.pub = context.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(endpoint)
-        self.device_us = 0                       # the next sample's device time, us
-        self.started = time.perf_counter()
+        self.device_us = 0
 
     def frame(self) -> None:
-        newest_us = max(self.device_us + (SAMPLES_PER_FRAME - 1) * 1000,
-                        round((time.perf_counter() - self.started) * 1e6))
-        samples = list(range(newest_us - (SAMPLES_PER_FRAME - 1) * 1000, newest_us + 1, 1000))
-        self.device_us = newest_us + 1000
+        samples = list(range(self.device_us, self.device_us + SAMPLES_PER_FRAME * 1000, 1000))
+        self.device_us += SAMPLES_PER_FRAME * 1000
         self.pub.send_multipart(encode(TOPIC_HW_TELEMETRY, {
             "v": 1, "seq": 0, "stamp_ns": time.time_ns(), "host_ns": time.time_ns(), "device_us": samples,
             "servo_names": ["shoulder_servo"], "servo_rad": [[0.0]] * len(samples), "strain_names": ["elbow_gauge"],
