@@ -189,7 +189,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "wrench fed back (mms serve --feedback, docs/closed-loop.md) and the thorax's motion is "
                              "compared with the open loop's and the truth's, with a verdict per component: follows the truth, "
                              "does not, or not resolvable by the rig's sensor (signal vs noise; instead of the "
-                             "validation)")
+                             "validation); a run the loop's guard held while the rig ran, or whose loop never closed, "
+                             "says so and exits 3 (INVALID)")
     parser.add_argument("--no-replay", action="store_true",
                         help="skip the second validation against the model driven by the measured servo motion "
                              "(mms validate --sim recorded)")
