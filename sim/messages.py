@@ -76,7 +76,7 @@ SCHEMAS: dict[str, dict] = {
          "feedback": _object({"rig": _str, "ready": _bool, "samples": _int, "used": _int,
                               "refused": {"type": "object", "additionalProperties": _int}, "age_s": _num,
                               "wrench": _vec(6), "trips": _int, "holds": _int, "tare": _vec(),
-                              "joints": _vec(), "closed_at_s": _num},
+                              "joints": _vec(), "closed_at_s": _num, "frame_age_s": _num},
                              ["ready", "samples", "used", "refused", "age_s", "wrench", "trips", "holds"])},
         ["v", "seq", "t", "stamp_ns", "mode", "state", "rtf", "step_us", "deadline_misses",
          "state_rate_hz", "robot", "joint_names", "actuated"]),

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -188,7 +189,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "wrench fed back (mms serve --feedback, docs/closed-loop.md) and the thorax's motion is "
                              "compared with the open loop's and the truth's, with a verdict per component: follows the truth, "
                              "does not, or not resolvable by the rig's sensor (signal vs noise; instead of the "
-                             "validation)")
+                             "validation); a run the loop's guard held while the rig ran, or whose loop never closed, "
+                             "says so and exits 3 (INVALID)")
     parser.add_argument("--no-replay", action="store_true",
                         help="skip the second validation against the model driven by the measured servo motion "
                              "(mms validate --sim recorded)")
@@ -350,11 +352,7 @@ def run(args: argparse.Namespace) -> int:
 
     say(f"recording: {recording}")
     if args.closed_loop:
-        # the free-flying model has no tether to pair with the rig's channels: the thorax's motion is the result
-        from hil.experiment.closed_loop import compare
-
-        compare(recording, robot, rig.rig, report_dir, say)
-        return 0
+        return _closed_loop_report(recording, robot, rig.rig, report_dir, say)
     metrics = _validate(recording, robot, rig.rig, report_dir, say)
     if metrics is None:
         return 1
@@ -379,6 +377,80 @@ def run(args: argparse.Namespace) -> int:
     from hil.validation.validate import EXIT_INVALID
 
     return EXIT_INVALID if metrics["health"]["valid"] is False else 0
+
+
+@dataclass(frozen=True)
+class GuardHold:
+    """The closed loop's guard pausing the simulation (docs/closed-loop.md, "Guards"), as the recording's sim/status
+    says it."""
+    t: float                # simulated time held at, s
+    reason: str             # sim/status ``reason``: "feedback stale: ..." or "feedback unstable: ..."
+    #: the driver was still active (the run was cut short), not deactivated by the demo's stop, after which its
+    #: telemetry ends and the stale hold is the right answer that no one needs
+    mid_run: bool
+
+
+def guard_hold(raw) -> GuardHold | None:
+    """The first hold of the closed loop's guard in ``raw`` (:class:`hil.recording.mcap_io.RawRecording` with
+    sim/status and hw/status), or None. Mid-run when no hw/status stamped before it had the driver no longer
+    active after having been active (the stamps: the host's clock, both publishers on the same machine)."""
+    import msgpack
+
+    def decoded(topic: str) -> list[dict]:
+        return [msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(topic, [])]
+
+    hold = next((status for status in decoded(messages.TOPIC_SIM_STATUS) if status.get("state") == "paused"
+                 and str(status.get("reason", "")).startswith("feedback ")), None)
+    if hold is None:
+        return None
+    lifecycle = [(status["stamp_ns"], status.get("lifecycle")) for status in decoded(messages.TOPIC_HW_STATUS)]
+    active = [stamp for stamp, state in lifecycle if state == "active"]
+    stopped = next((stamp for stamp, state in lifecycle if active and stamp > active[0] and state != "active"), None)
+    return GuardHold(float(hold["t"]), str(hold["reason"]), stopped is None or hold["stamp_ns"] < stopped)
+
+
+def _closed_loop_report(recording: Path, robot: Path, rig: Path, out: Path, say) -> int:
+    """The closed loop against the open loop and the truth (hil.experiment.closed_loop.compare), or, when the loop
+    never closed, why not with the run's health; a guard's hold while the driver was active is said, goes into
+    closed_loop.json (``hold``) and makes the run INVALID: the figures then cover the run up to it only. The
+    free-flying model has no tether to pair with the rig's channels: the thorax's motion is the result."""
+    import msgpack
+
+    from hil.experiment.closed_loop import compare, health_summary, run_health
+    from hil.recording.mcap_io import read_recording
+    from hil.validation.validate import EXIT_INVALID
+    from sim.config import load_toml
+
+    statuses = read_recording(recording, topics={messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_STATUS})
+    hold = guard_hold(statuses)
+    if hold is not None and not hold.mid_run:
+        say(f"the loop's guard held at the stop (t = {hold.t:.3f} s): the driver, deactivated, sent no more "
+            "telemetry")
+        hold = None
+    if hold is not None:
+        say(f"HELD at t = {hold.t:.3f} s simulated, the rig still active: {hold.reason}")
+    closed = any(msgpack.unpackb(data, raw=False).get("feedback", {}).get("closed_at_s", -1.0) >= 0.0
+                 for _log_ns, _publish_ns, data in statuses.messages.get(messages.TOPIC_SIM_STATUS, []))
+    if not closed:
+        say("verdict: no figures: the loop never closed (its phase table was not full)"
+            + ("" if hold is None else f"; held at t = {hold.t:.3f} s before it closed"))
+        raw = read_recording(recording, topics={messages.TOPIC_SIM_STATE, messages.TOPIC_HW_TELEMETRY,
+                                                messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_STATUS,
+                                                messages.TOPIC_HW_COMMAND})
+        states = raw.messages.get(messages.TOPIC_SIM_STATE, [])
+        last_t = msgpack.unpackb(states[-1][2], raw=False)["t"] if states else 0.0
+        health = run_health(raw, load_toml(rig)["feedback"].get("period_s"), (0.0, last_t))
+        for line in health_summary({**health, "compared_disturbances": []}):     # no stretch was compared
+            say(line)
+        return EXIT_INVALID
+    figures = compare(recording, robot, rig, out, say)
+    if hold is None:
+        return 0
+    figures["hold"] = dataclasses.asdict(hold)
+    (out / "closed_loop.json").write_text(json.dumps(figures, indent=2))
+    say(f"verdict (held): the figures above cover {figures['closed_at_s']:.3f}-{hold.t:.3f} s simulated, cut short "
+        "by the hold, not the run asked for")
+    return EXIT_INVALID
 
 
 def _validate(recording: Path, robot: Path, rig: Path, out: Path, say, replay: bool = False) -> dict | None:

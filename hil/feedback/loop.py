@@ -386,6 +386,10 @@ class FeedbackLoop:
         self.tare: np.ndarray | None = None     # (6,) mean model error while taring; None until done
         self.recent: deque[tuple[float, np.ndarray]] = deque(maxlen=MAX_RATE_SAMPLES)   # (wall s, w (6,))
         self.last_used_at: float | None = None  # wall s (self.clock) of the newest usable sample
+        #: wall s (self.clock) at which the driver received the newest hw/telemetry frame, usable or not: a stale hold
+        #: says whether the rig's telemetry stopped coming or came and was refused
+        self.last_frame_at: float | None = None
+        self.refused_at_used = 0                # samples refused in all when the newest usable one was taken
         self.fresh = 0                          # usable samples since the last wait_fresh
         self.applied = np.zeros(6)
         self.closed_at: float | None = None     # simulated time of the first wrench fed back, s
@@ -490,7 +494,8 @@ class FeedbackLoop:
         age = 0.0 if self.lockstep else now - self.last_used_at
         if age > self.spec.stale_s:
             return self._hold(f"feedback stale: no usable hw/telemetry for {age:.3f} s (stale_s "
-                              f"{self.spec.stale_s:g} s); the driver's watchdog holds the servos", simulation)
+                              f"{self.spec.stale_s:g} s; {self._since_used(now)}); the driver's watchdog holds the "
+                              "servos", simulation)
         if self.phases is not None:
             value, rate = self.phases.at(t)
         else:
@@ -517,6 +522,17 @@ class FeedbackLoop:
         self._set_joints(age)
         return None
 
+    def _since_used(self, now: float) -> str:
+        """What came from the rig since the newest usable sample: whether its telemetry stopped (the rig, its link or
+        the driver stalled) or arrived and was refused, and why."""
+        refused = sum(self.refused.values()) - self.refused_at_used
+        frame_age = now - self.last_frame_at
+        came = f"the newest frame received by the driver {frame_age:.3f} s ago"
+        if refused == 0:
+            return came
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(self.refused.items()))
+        return f"{came}, {refused} samples refused since (in all: {reasons})"
+
     def _set_joints(self, age: float) -> None:
         """The measured joints' angles (rad), carried over the age and latency with their rate (as "extrapolate";
         "none": as measured), into their motion laws (held over the next integration call)."""
@@ -536,6 +552,7 @@ class FeedbackLoop:
                 "used": self.used, "refused": dict(self.refused), "age_s": -1.0 if age is None else age,
                 "wrench": self.applied.tolist(), "trips": self.trips, "holds": self.holds,
                 "tare": [] if self.tare is None else self.tare.tolist(), "joints": self.joint_angles.tolist(),
+                "frame_age_s": -1.0 if self.last_frame_at is None else self.clock() - self.last_frame_at,
                 "closed_at_s": -1.0 if self.closed_at is None else self.closed_at}
 
     # ---------------------------------------------------------------- inside
@@ -587,6 +604,7 @@ class FeedbackLoop:
         """One hw/telemetry frame: its samples young enough onto the queue of the twin (bad frames refused)."""
         servo, load, angles, device_us = _frame_arrays(payload, self.rig, self.spec)
         received = self.clock() - (time.time_ns() - payload["host_ns"]) * 1e-9   # host receipt on self.clock
+        self.last_frame_at = max(received, self.last_frame_at or -math.inf)
         if self.t_device0 is None:
             self.t_device0 = int(device_us[0])
         for k in range(device_us.size):
@@ -639,6 +657,7 @@ class FeedbackLoop:
             while sampled - recent[0][0] > self.spec.rate_window_s:       # only the rate's window is kept
                 recent.popleft()
         self.last_used_at = max(sampled, self.last_used_at or -math.inf)
+        self.refused_at_used = sum(self.refused.values())
 
 
 class _Refused(ValueError):

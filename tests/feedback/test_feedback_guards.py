@@ -58,6 +58,7 @@ def test_stale_measurements_hold_the_simulation_and_leave_the_driver_to_its_watc
         held = wait_for(lambda: _held(sim, "feedback stale"), 10, what="the stale hold", logs=[server.log_path])
         assert held["feedback"]["holds"] >= 1 and held["feedback"]["trips"] == 0
         assert held["feedback"]["age_s"] > STALE_S
+        assert "the newest frame received by the driver" in held["reason"]   # the rig stopped: nothing came
         last = sim.last("sim/state")["t"]
         time.sleep(0.3)                                # the window of the claim: held, no state advances
         assert sim.last("sim/state")["t"] == last
@@ -78,6 +79,9 @@ def test_measurements_older_than_the_age_limit_are_dropped_and_the_loop_never_cl
         fake.age_s = 0.2 * MAX_AGE_S                   # fresh enough now
         wait_for(lambda: _running_closed(sim, 0.1), 20, what="the loop closed on fresh samples",
                  logs=[server.log_path])
+        fake.age_s = 4 * MAX_AGE_S                     # old again: frames keep coming, and are refused
+        held = wait_for(lambda: _held(sim, "feedback stale"), 20, what="the stale hold", logs=[server.log_path])
+        assert "samples refused since (in all: telemetry:too_old" in held["reason"], held["reason"]
     finally:
         sim.close()
 
