@@ -140,11 +140,11 @@ def test_bad_input_is_a_one_line_error_without_traceback(serve, pendulum, tmp_pa
     bad_robot = tmp_path / "bad_robot.toml"
     bad_robot.write_text(pendulum.config.read_text().replace('kind = "urdf"', 'kind = "zeppelin"'))
     cases.append(((bad_robot,), "robot.kind"))
-    # all started at once: each pays the imports before it reads its arguments (about 1.5 s of CPU), and each is
-    # given the time a start is given (wait_exit of a server never seen ready): at load 10 on the 2-core machine each
-    # took 10-15 s to exit, one at a time, where 20 s was the limit
-    servers = [(serve(arguments[0], *arguments[1:], check_ready=False), says) for arguments, says in cases]
-    for server, says in servers:
+    # each pays the imports before it reads its arguments (about 1.5 s of CPU) and is given the time a start is given
+    # (wait_exit of a server never seen ready): at load 10 on the 2-core machine each took 10-15 s to exit, where
+    # 20 s was the limit
+    for arguments, says in cases:
+        server = serve(arguments[0], *arguments[1:], check_ready=False)
         assert server.wait_exit() == 2, server.stderr()
         err = server.stderr().strip()
         assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
