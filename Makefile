@@ -28,11 +28,15 @@ $(RUNTIME): pyproject.toml
 # installed. After `make demo` this adds the extra; the warm-up then compiles nothing unless the resolver moved
 # numpy or numba (every kernel is cached for the installed versions). PyElastica's kernels (a test reference that
 # compiles on first use, cached in its install) are compiled beside the warm-up, on the core it leaves idle while
-# it imports (docs/install.md).
+# it imports (docs/install.md). Its wait has a limit: 28 s of CPU when it compiles, 600 s is that at a twentieth of a
+# core; past it the job is ended (SIGTERM, SIGKILL 10 s later) and the line fails saying so, instead of holding CI.
+PYELASTICA_WARMUP_LIMIT_S := 600
 $(TESTING): pyproject.toml
 	$(call install,.[test])
-	$(BIN)/python tests/cosserat/warm_pyelastica.py & references=$$!; \
-	    $(BIN)/python -m sim.warmup; warmed=$$?; wait $$references && exit $$warmed
+	timeout --kill-after=10 $(PYELASTICA_WARMUP_LIMIT_S) $(BIN)/python tests/cosserat/warm_pyelastica.py & \
+	    references=$$!; $(BIN)/python -m sim.warmup; warmed=$$?; \
+	    wait $$references || { status=$$?; echo "tests/cosserat/warm_pyelastica.py failed (exit $$status; 124: still" \
+	        "running after $(PYELASTICA_WARMUP_LIMIT_S) s)" >&2; exit $$status; }; exit $$warmed
 	touch $(RUNTIME) $(TESTING)
 
 demo: $(RUNTIME)

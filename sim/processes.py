@@ -71,8 +71,35 @@ SHORT_SLICE_S = MIN_SLICE_S
 ZMQ_THREAD_PREFIX = "ZMQbg/"
 
 
-def threads_named(prefix: str) -> list[int]:
-    """The ids of this process's threads whose name starts with ``prefix`` (none where /proc does not say)."""
+#: how long the threads ZeroMQ started with a context's first socket may take to name themselves, s: each one
+#: names itself (pthread_setname_np) when it first runs, which on a loaded machine comes after its creator has
+#: returned and looks for it (the reason a ZeroMQ thread kept the default slice in loaded CI runs)
+THREAD_NAMING_DEADLINE_S = 5.0
+#: how often the names are read again while a thread has not named itself yet, s
+THREAD_NAMING_POLL_S = 1e-3
+
+
+def zmq_thread_count(io_threads: int) -> int:
+    """How many threads a ZeroMQ context with ``io_threads`` I/O threads runs once it has a socket: those and its
+    reaper (libzmq's ctx_t::start)."""
+    return io_threads + 1
+
+
+def threads_named(prefix: str, count: int = 0, deadline_s: float = THREAD_NAMING_DEADLINE_S) -> list[int]:
+    """The ids of this process's threads whose name starts with ``prefix`` (none where /proc does not say). With
+    ``count``: waits up to ``deadline_s`` until that many have the name (threads just started that have not named
+    themselves yet), then says on stderr if fewer did and returns those."""
+    deadline = time.monotonic() + deadline_s
+    while len(tids := _threads_named_now(prefix)) < count and os.path.isdir("/proc/self/task"):
+        if time.monotonic() > deadline:
+            print(f"{len(tids)} of {count} threads named {prefix!r} found after {deadline_s:g} s",
+                  file=sys.stderr, flush=True)
+            break
+        time.sleep(THREAD_NAMING_POLL_S)
+    return tids
+
+
+def _threads_named_now(prefix: str) -> list[int]:
     tids = []
     for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ():
         try:

@@ -51,7 +51,8 @@ from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
 from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, ZMQ_THREAD_PREFIX, fine_timer_slack,
-                           leave_realtime_class, realtime_refusal, request_slice, threads_named)
+                           leave_realtime_class, realtime_refusal, request_slice, threads_named,
+                           zmq_thread_count)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
@@ -211,6 +212,7 @@ class SimulationServer:
         self.pub: zmq.Socket | None = None
         self.control: zmq.Socket | None = None
         self.poller = zmq.Poller()
+        self.zmq_threads = 0         # ZeroMQ's threads, once open() has made its sockets
         # publication counters
         self.state_seq = 0
         self.status_seq = 0
@@ -347,6 +349,8 @@ class SimulationServer:
             self.close()
             raise
         self.poller.register(self.control, zmq.POLLIN)
+        # started with the first socket; each names itself when it first runs, which take_scheduler waits for
+        self.zmq_threads = zmq_thread_count(context.get(zmq.IO_THREADS))
 
     def close(self) -> None:
         for socket in (self.control, self.pub):
@@ -713,7 +717,7 @@ class SimulationServer:
             return
         leave_realtime_class("mms serve", why)
         if self.slice_s > 0:
-            request_slice(self.slice_s, threads_named(ZMQ_THREAD_PREFIX))
+            request_slice(self.slice_s, threads_named(ZMQ_THREAD_PREFIX, self.zmq_threads))
         self.rt_priority, self.scheduler_note = 0, f"left SCHED_FIFO: {why}"
 
     def take_scheduler(self, priority: int, slice_s: float) -> None:
@@ -721,7 +725,7 @@ class SimulationServer:
         publishes): SCHED_FIFO at ``priority`` unless the model is slower than real time or the permission is
         missing (then the fair scheduler's slice ``slice_s``, 0: the kernel's); the outcome goes into sim/status
         (``rt_priority``, ``scheduler_note``)."""
-        zmq_threads = threads_named(ZMQ_THREAD_PREFIX)
+        zmq_threads = threads_named(ZMQ_THREAD_PREFIX, self.zmq_threads)
         refusal = realtime_refusal(priority, "mms serve", self.warmup["rtf_cpu"], zmq_threads)
         self.rt_priority = priority if priority and refusal is None else 0
         self.scheduler_note = None if refusal is None else f"SCHED_FIFO priority {priority} not taken: {refusal}"

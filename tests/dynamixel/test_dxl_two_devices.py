@@ -24,6 +24,9 @@ AMPLITUDE_RAD, FREQUENCY_HZ = 0.3, 0.5
 AWAY_RAD = 0.15
 NEUTRAL_TOL_RAD = 0.02          # the driver's own "arrived at neutral"
 SIM_RATE_HZ = 250
+#: the first status waited for comes after three Python processes have started (the driver, then the two emulators
+#: it runs), each paying its imports: at load 15-20 on the 2-core machine the driver had printed nothing 20 s in
+STARTUP_S = 120.0
 
 
 def _stroke(t: float) -> list[float]:
@@ -45,7 +48,8 @@ def test_button_reset_and_sensor_unplug(stack):
     stack.sim(JOINTS, _stroke, rate_hz=SIM_RATE_HZ)
     drv = stack.driver("--emulate", "--autostart", "--allow-remote-reset", rig=RIG)
     wait = lambda predicate, what: stack.wait_for(predicate, what=what, logs=(drv.log_path,))  # noqa: E731
-    status = drv.wait_status(lambda s: s["lifecycle"] == "active" and s["link"]["state"] == "up", "active")
+    status = drv.wait_status(lambda s: s["lifecycle"] == "active" and s["link"]["state"] == "up", "active",
+                             STARTUP_S)
     sensor_pid = status["link"]["sensor"]["emulator_pid"]
     assert sensor_pid and stack.alive(sensor_pid)
 
@@ -98,7 +102,7 @@ def test_button_reset_and_sensor_unplug(stack):
 def test_servo_hardware_error_latches_the_microcontroller(stack):
     stack.sim(JOINTS, _stroke, rate_hz=SIM_RATE_HZ)
     drv = stack.driver("--emulate", "--autostart", "--emulator-args", "--hw-error 3.0:2:32", rig=RIG)
-    latched = drv.wait_status(lambda s: s["estop"], "the e-stop latched by the overload")
+    latched = drv.wait_status(lambda s: s["estop"], "the e-stop latched by the overload", STARTUP_S)
     assert "device:fault" in latched["estop_sources"], latched["estop_sources"]
     assert latched["link"]["hardware_error_status"]["2"] == 32
     # the microcontroller was told: its own flags (not merged with the bus's) carry the e-stop
