@@ -66,6 +66,13 @@ DEFAULT_KEYS = ("strain",)
 #: the fit's default low-pass, in harmonics of the drive's dominant frequency: a stroke's response keeps its first
 #: few; the demo's wing vibrates at ~10 harmonics (50 Hz at a 5 Hz stroke), attenuated 1e-3 at 4
 FIT_HARMONICS = 4.0
+#: the time blocks of the fit's block jackknife, s: many of the residuals' correlation times (36-62 ms on the demo)
+#: and five of the demo's strokes, so that a run of 20 s gives some twenty blocks
+BLOCK_S = 1.0
+#: a block ratio (:attr:`Fit.block_ratio`) above this: the run's stretches disagree beyond their noise, the blocks'
+#: scatter is the standard error's time part, and the report says so (measured on the demo: idle 0.06, on a loaded
+#: host 1.4 and more; docs/identify.md)
+UNSTEADY_RATIO = 1.0
 #: the zero-phase filter's start and end transients are kept out of the fitted samples, in periods of the cutoff
 FILTER_EDGE_PERIODS = 5.0
 
@@ -128,6 +135,9 @@ class Fit:
     extra: dict = field(default_factory=dict)
     #: (p,) the standard errors' part from the channels' disagreement (:func:`channel_jackknife`), parameter units
     channel_errors: np.ndarray | None = None
+    #: the stroke blocks' scatter (:func:`block_jackknife`) over the stationary noise's standard error: about 1 for
+    #: a run disturbed alike throughout, above UNSTEADY_RATIO when stretches of it disagree (a loaded host)
+    block_ratio: float = 1.0
 
     def _channel_errors(self) -> np.ndarray:
         return self.channel_errors if self.channel_errors is not None else np.zeros(len(self.parameters))
@@ -141,7 +151,7 @@ class Fit:
                 "correlations": self.correlations.tolist(), "residual_rms": self.residual_rms,
                 "start_rms": self.start_rms, "correlation_time_samples": self.correlation_time,
                 "samples_per_channel": self.samples, "windows": [list(w) for w in self.windows],
-                "simulations": self.simulations, "optimizer": self.message, "evaluated_on": self.where,
+                "block_ratio": self.block_ratio, "simulations": self.simulations, "optimizer": self.message, "evaluated_on": self.where,
                 **self.extra}
 
 
@@ -272,6 +282,35 @@ def _predict_item(item: tuple[Problem, np.ndarray]) -> np.ndarray:
     return predict(problem, values)
 
 
+def _leave_out_steps(J: np.ndarray, r: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per group g of the residuals (``groups`` (n,) labels of ``r`` (n,)), the Gauss-Newton step (p,) from the
+    joint optimum that all the other residuals take (the linearised leave-one-group-out estimate, no simulation)."""
+    steps = []
+    for g in np.unique(groups):
+        keep = groups != g
+        Jg = J[keep]
+        steps.append(-np.linalg.pinv(Jg.T @ Jg) @ (Jg.T @ r[keep]))
+    return np.array(steps)
+
+
+def _jackknife(steps: np.ndarray) -> np.ndarray:
+    """The delete-one jackknife covariance ``(G-1)/G sum_g (d_g - d)(d_g - d)^T`` of G leave-one-out steps (G, p)."""
+    deviations = steps - steps.mean(axis=0)
+    return (len(steps) - 1) / len(steps) * deviations.T @ deviations
+
+
+def block_jackknife(J: np.ndarray, r: np.ndarray, sample_t: np.ndarray) -> np.ndarray:
+    """The estimates' covariance (p, p), in the optimiser's units, from their scatter over time: the delete-one-block
+    jackknife (Kunsch 1989; Shao & Tu 1995, ch. 9) over blocks of :data:`BLOCK_S` of the fitted samples' times
+    ``sample_t`` (m,) s, ``J`` (C m, p) and ``r`` (C, m) as in :func:`channel_jackknife`. Blocks far longer than
+    the residuals' correlation time make it the sampling variance of dependent errors; when a stretch of the run
+    was disturbed (a loaded host's late plant steps), the blocks disagree and it grows. Zero with one block."""
+    blocks = np.floor((sample_t - sample_t[0]) / BLOCK_S).astype(int)
+    if np.unique(blocks).size < 2:
+        return np.zeros((J.shape[1], J.shape[1]))
+    return _jackknife(_leave_out_steps(J, r.ravel(), np.tile(blocks, r.shape[0])))
+
+
 def channel_jackknife(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     """The estimates' covariance (p, p), in the optimiser's units, from the fitted channels' disagreement: the
     delete-one-channel jackknife (Efron & Stein 1981; Shao & Tu 1995, ch. 2) ``(C-1)/C sum_c (d_c - d)(d_c - d)^T``
@@ -282,17 +321,9 @@ def channel_jackknife(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     show; the channels then disagree, and this term says by how much (docs/identify.md, "Why the fit was biased").
     """
     channels, m = r.shape
-    p = J.shape[1]
     if channels < 2:
-        return np.zeros((p, p))
-    steps = []
-    for c in range(channels):
-        keep = np.ones(channels * m, dtype=bool)
-        keep[c * m:(c + 1) * m] = False
-        Jc = J[keep]
-        steps.append(-np.linalg.pinv(Jc.T @ Jc) @ (Jc.T @ r.ravel()[keep]))
-    deviations = np.array(steps) - np.mean(steps, axis=0)
-    return (channels - 1) / channels * deviations.T @ deviations
+        return np.zeros((J.shape[1], J.shape[1]))
+    return _jackknife(_leave_out_steps(J, r.ravel(), np.repeat(np.arange(channels), m)))
 
 
 def correlation_time(residuals: np.ndarray) -> float:
@@ -426,8 +457,12 @@ def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, eva
     variance = float(np.sum(r ** 2)) / max(m - p, 1)
     J = jacobian(result.x)
     statistical_u = variance * tau * np.linalg.pinv(J.T @ J)
+    blocks_u = block_jackknife(J, r, problem.sample_t)
+    # two estimates of the sampling variance over time: the larger (a run disturbed in stretches has the blocks'
+    # scatter above the stationary noise's)
+    over_time_u = blocks_u if np.trace(blocks_u) > UNSTEADY_RATIO ** 2 * np.trace(statistical_u) else statistical_u
     between_u = channel_jackknife(J, r)
-    covariance = (statistical_u + between_u) * np.outer(scales, scales)
+    covariance = (over_time_u + between_u) * np.outer(scales, scales)
     se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
         correlations = covariance / np.outer(se, se)
@@ -435,9 +470,10 @@ def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, eva
     rms = lambda pred: {n: float(np.sqrt(np.mean((pr - me) ** 2)))  # noqa: E731 - one-line local helper
                         for n, pr, me in zip(names, pred, measured)}
     channel_se = np.sqrt(np.maximum(np.diag(between_u), 0.0)) * scales
+    block_ratio = float(np.sqrt(np.trace(blocks_u) / np.trace(statistical_u))) if np.trace(statistical_u) > 0 else 1.0
     return Fit(parameters, result.x * scales, se, np.nan_to_num(correlations), rms(final), rms(start_prediction),
                tau, measured.shape[1], [], count[0], result.message, evaluator.where,
-               channel_errors=channel_se), final
+               channel_errors=channel_se, block_ratio=block_ratio), final
 
 
 # ------------------------------------------------------------------------------------------- the command
@@ -572,6 +608,10 @@ def report_lines(fit_result: Fit) -> list[str]:
                                                   for i in range(len(names)) for j in range(i + 1, len(names))))
     lines.append("residual rms per channel (start -> fit): " + "; ".join(
         f"{n} {fit_result.start_rms[n]:.3g} -> {v:.3g}" for n, v in fit_result.residual_rms.items()))
+    if fit_result.block_ratio > UNSTEADY_RATIO:
+        lines.append(f"warning: the estimates scatter over the run's {BLOCK_S:g} s blocks {fit_result.block_ratio:.1f}x "
+                     "more than the noise explains (a disturbed run: a loaded host?); the standard errors include "
+                     "that scatter, the estimates may still be biased")
     lines.append(f"standard errors include the residuals' correlation time ({fit_result.correlation_time:.1f} "
                  "samples) and the channels' disagreement (delete-one-channel jackknife: " + ", ".join(
                      f"{p.name} {c:.3g}" for p, c in zip(fit_result.parameters, fit_result._channel_errors())) + ")")
