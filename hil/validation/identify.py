@@ -6,27 +6,31 @@ Method:
 1. The run's health (hil/validation/health.py) gives its healthy windows; a run that is not valid is refused with
    the reasons, before anything is fitted. Only samples inside the healthy windows, after the re-simulation's
    warm-up, enter the fit.
-2. The model is re-simulated driven by the measured servo motion (hil/validation/resim.py, the replay of
+2. The telemetry goes on the device's own sample clock (:func:`hil.validation.resim.on_device_clock`): the host's
+   per-frame receive stamps scatter by a millisecond and reorder samples. The health (step 1) keeps the host's.
+3. The model is re-simulated driven by the measured servo motion (hil/validation/resim.py, the replay of
    ``mms validate --sim``), with the parameters set in its config; ``servo.lag_s`` (not a config key) shifts the
    measured motion in time: the joints move at ``t`` as the servos were measured at ``t + lag`` (a positive lag: the
    servo angle is reported late).
-3. The residuals are the differences between each fitted channel (a rig sensor with a declared map to a simulated
+4. The residuals are the differences between each fitted channel (a rig sensor with a declared map to a simulated
    signal: ``measured = scale * simulated + offset``) and its prediction, both low-passed forward and backward at
    ``--cutoff`` (default :data:`FIT_HARMONICS` times the drive's dominant frequency): the smoothed servo motion
    determines the response at the stroke's first harmonics, not the structure's free vibration above them, which
    the rig's own servo jitter excites and the smooth drive cannot (on the demo's rig the wing's ~50 Hz bending
    vibration would otherwise pull the stiffness to detune the model's mode). Each channel is divided by its
    filtered measured standard deviation over the fitted samples (so that strains and forces weigh alike).
-4. ``scipy.optimize.least_squares`` (trust region reflective, bounded) minimises their sum of squares, in units
+5. ``scipy.optimize.least_squares`` (trust region reflective, bounded) minimises their sum of squares, in units
    of each parameter's scale (its start value; :data:`LAG_SCALE_S` for the lag). The Jacobian is by forward
    differences of :data:`DIFF_STEP` scales, its columns evaluated as one batch of independent simulations
    (:mod:`sim.studies`: a local Dask cluster by default, ``--scheduler``).
-5. Uncertainty: covariance ``s^2 (J^T J)^-1`` at the optimum, with ``s^2`` the residual variance (sum of squares
-   over samples minus parameters), multiplied by the residuals' integrated autocorrelation time (samples a
-   millisecond apart do not carry independent errors: model mismatch and the sensors' low-pass make the residual
-   a smooth signal; white noise gives a factor 1). Standard errors are its diagonal's roots, correlations its
-   normalised off-diagonal.
-6. The corrected config is the robot config with the estimates written in (``servo.lag_s``, not a config key, is
+6. Uncertainty: the sum of a part over time and a part between channels (both linearised at the optimum, no
+   further simulation). Over time: the larger of ``s^2 (J^T J)^-1`` (``s^2`` the residual variance, sum of squares
+   over samples minus parameters, multiplied by the residuals' integrated autocorrelation time: samples a
+   millisecond apart do not carry independent errors; white noise gives a factor 1) and the delete-one-block
+   jackknife over :data:`BLOCK_S` blocks (:func:`block_jackknife`: a run disturbed in stretches). Between channels:
+   the delete-one-channel jackknife (:func:`channel_jackknife`: a gauge whose calibration is off). Standard errors
+   are the diagonal's roots, correlations the normalised off-diagonal.
+7. The corrected config is the robot config with the estimates written in (``servo.lag_s``, not a config key, is
    written as a comment).
 """
 from __future__ import annotations
@@ -135,11 +139,13 @@ class Fit:
     extra: dict = field(default_factory=dict)
     #: (p,) the standard errors' part from the channels' disagreement (:func:`channel_jackknife`), parameter units
     channel_errors: np.ndarray | None = None
-    #: the stroke blocks' scatter (:func:`block_jackknife`) over the stationary noise's standard error: about 1 for
-    #: a run disturbed alike throughout, above UNSTEADY_RATIO when stretches of it disagree (a loaded host)
+    #: the 1 s blocks' scatter (:func:`block_jackknife`) over the stationary noise's standard error: below 1 when
+    #: the run is alike throughout (0.06-0.57 on the demo), above UNSTEADY_RATIO when stretches disagree (loaded host)
     block_ratio: float = 1.0
 
-    def _channel_errors(self) -> np.ndarray:
+    @property
+    def channel_parts(self) -> np.ndarray:
+        """(p,) :attr:`channel_errors`, zeros when not computed."""
         return self.channel_errors if self.channel_errors is not None else np.zeros(len(self.parameters))
 
     def as_dict(self) -> dict:
@@ -147,11 +153,12 @@ class Fit:
                                 "estimate": float(e), "standard_error": float(s),
                                 "channel_error": float(c)}
                                for p, e, s, c in zip(self.parameters, self.estimates, self.standard_errors,
-                                                     self._channel_errors())],
+                                                     self.channel_parts)],
                 "correlations": self.correlations.tolist(), "residual_rms": self.residual_rms,
                 "start_rms": self.start_rms, "correlation_time_samples": self.correlation_time,
                 "samples_per_channel": self.samples, "windows": [list(w) for w in self.windows],
-                "block_ratio": self.block_ratio, "simulations": self.simulations, "optimizer": self.message, "evaluated_on": self.where,
+                "block_ratio": self.block_ratio, "simulations": self.simulations, "optimizer": self.message,
+                "evaluated_on": self.where,
                 **self.extra}
 
 
@@ -409,7 +416,7 @@ def fitted_samples(telemetry_t: np.ndarray, windows: list[tuple[float, float]], 
 # ------------------------------------------------------------------------------------------- the fit
 def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, evaluator,
         progress: bool = False) -> tuple[Fit, np.ndarray]:
-    """Least squares of :func:`predict` against ``measured`` (n_channels, m) (module docstring, steps 3-5);
+    """Least squares of :func:`predict` against ``measured`` (n_channels, m) (module docstring, steps 4-6);
     returns the fit and the predictions at the estimates."""
     from scipy.optimize import least_squares
 
@@ -614,7 +621,7 @@ def report_lines(fit_result: Fit) -> list[str]:
                      "that scatter, the estimates may still be biased")
     lines.append(f"standard errors include the residuals' correlation time ({fit_result.correlation_time:.1f} "
                  "samples) and the channels' disagreement (delete-one-channel jackknife: " + ", ".join(
-                     f"{p.name} {c:.3g}" for p, c in zip(fit_result.parameters, fit_result._channel_errors())) + ")")
+                     f"{p.name} {c:.3g}" for p, c in zip(fit_result.parameters, fit_result.channel_parts)) + ")")
     return lines
 
 

@@ -165,6 +165,7 @@ def test_the_command_writes_the_corrected_config_and_the_residuals(tmp_path, rec
     assert printed.startswith("VALID") and "joints.elbow.law.k" in printed
     document = json.loads((out / "identify.json").read_text())
     (k,) = document["parameters"]
+    assert k["channel_error"] == 0.0 and document["block_ratio"] > 0.0   # one channel: no disagreement to count
     corrected = load_toml(out / "pendulum_model_identified.toml")
     assert corrected["joints"]["elbow"]["law"]["k"] == pytest.approx(k["estimate"], rel=1e-9)
     # k alone, with the model's damping and lag wrong: a biased estimate whose residuals say so
