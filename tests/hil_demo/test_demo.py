@@ -183,8 +183,9 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
 #: The identification's bar on the demo (issue 21): the rig's truth recovered within 3 %, and inside two of its standard
 #: errors. Measured with the device clock and the jackknifed standard errors (docs/identify.md, "Measured on the demo"):
 #: idle -1.40 to -1.15 % (3 runs), beside other load +0.02 to -1.25 % (4), at load 10-19 +2.24 % (1), beside a CPU hog
-#: (load 5-7) -0.70 to +0.76 % (5), this test at load 3-4 -1.12, -0.36, +0.56 % (3); standard errors 1.20-1.44 % (1.2 % of it the two bending gauges' disagreement), the
-#: truth 0.02-1.72 of them away. Before (host time stamps, noise-only errors): idle -0.6 to -1.3 % +- 0.22-0.32 %.
+#: (load 5-7) -0.70 to +0.76 % (5), this test at load 3-4 -1.12, -0.36, +0.56 % (3); standard errors 1.20-1.44 % (1.2 %
+#: of it the two bending gauges' disagreement), the truth 0.02-1.72 of them away. Before (host time stamps, noise-only
+#: errors): idle -0.6 to -1.3 % +- 0.22-0.32 %.
 IDENTIFY_BAND = 0.03
 #: the truth within this many standard errors of the estimate (issue 21's bar)
 IDENTIFY_COVERAGE = 2.0
