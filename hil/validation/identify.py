@@ -6,27 +6,31 @@ Method:
 1. The run's health (hil/validation/health.py) gives its healthy windows; a run that is not valid is refused with
    the reasons, before anything is fitted. Only samples inside the healthy windows, after the re-simulation's
    warm-up, enter the fit.
-2. The model is re-simulated driven by the measured servo motion (hil/validation/resim.py, the replay of
+2. The telemetry goes on the device's own sample clock (:func:`hil.validation.resim.on_device_clock`): the host's
+   per-frame receive stamps scatter by a millisecond and reorder samples. The health (step 1) keeps the host's.
+3. The model is re-simulated driven by the measured servo motion (hil/validation/resim.py, the replay of
    ``mms validate --sim``), with the parameters set in its config; ``servo.lag_s`` (not a config key) shifts the
    measured motion in time: the joints move at ``t`` as the servos were measured at ``t + lag`` (a positive lag: the
    servo angle is reported late).
-3. The residuals are the differences between each fitted channel (a rig sensor with a declared map to a simulated
+4. The residuals are the differences between each fitted channel (a rig sensor with a declared map to a simulated
    signal: ``measured = scale * simulated + offset``) and its prediction, both low-passed forward and backward at
    ``--cutoff`` (default :data:`FIT_HARMONICS` times the drive's dominant frequency): the smoothed servo motion
    determines the response at the stroke's first harmonics, not the structure's free vibration above them, which
    the rig's own servo jitter excites and the smooth drive cannot (on the demo's rig the wing's ~50 Hz bending
    vibration would otherwise pull the stiffness to detune the model's mode). Each channel is divided by its
    filtered measured standard deviation over the fitted samples (so that strains and forces weigh alike).
-4. ``scipy.optimize.least_squares`` (trust region reflective, bounded) minimises their sum of squares, in units
+5. ``scipy.optimize.least_squares`` (trust region reflective, bounded) minimises their sum of squares, in units
    of each parameter's scale (its start value; :data:`LAG_SCALE_S` for the lag). The Jacobian is by forward
    differences of :data:`DIFF_STEP` scales, its columns evaluated as one batch of independent simulations
    (:mod:`sim.studies`: a local Dask cluster by default, ``--scheduler``).
-5. Uncertainty: covariance ``s^2 (J^T J)^-1`` at the optimum, with ``s^2`` the residual variance (sum of squares
-   over samples minus parameters), multiplied by the residuals' integrated autocorrelation time (samples a
-   millisecond apart do not carry independent errors: model mismatch and the sensors' low-pass make the residual
-   a smooth signal; white noise gives a factor 1). Standard errors are its diagonal's roots, correlations its
-   normalised off-diagonal.
-6. The corrected config is the robot config with the estimates written in (``servo.lag_s``, not a config key, is
+6. Uncertainty: the sum of a part over time and a part between channels (both linearised at the optimum, no
+   further simulation). Over time: the larger of ``s^2 (J^T J)^-1`` (``s^2`` the residual variance, sum of squares
+   over samples minus parameters, multiplied by the residuals' integrated autocorrelation time: samples a
+   millisecond apart do not carry independent errors; white noise gives a factor 1) and the delete-one-block
+   jackknife over :data:`BLOCK_S` blocks (:func:`block_jackknife`: a run disturbed in stretches). Between channels:
+   the delete-one-channel jackknife (:func:`channel_jackknife`: a gauge whose calibration is off). Standard errors
+   are the diagonal's roots, correlations the normalised off-diagonal.
+7. The corrected config is the robot config with the estimates written in (``servo.lag_s``, not a config key, is
    written as a comment).
 """
 from __future__ import annotations
@@ -66,6 +70,13 @@ DEFAULT_KEYS = ("strain",)
 #: the fit's default low-pass, in harmonics of the drive's dominant frequency: a stroke's response keeps its first
 #: few; the demo's wing vibrates at ~10 harmonics (50 Hz at a 5 Hz stroke), attenuated 1e-3 at 4
 FIT_HARMONICS = 4.0
+#: the time blocks of the fit's block jackknife, s: many of the residuals' correlation times (36-62 ms on the demo)
+#: and five of the demo's strokes, so that a run of 20 s gives some twenty blocks
+BLOCK_S = 1.0
+#: a block ratio (:attr:`Fit.block_ratio`) above this: the run's stretches disagree beyond their noise, the blocks'
+#: scatter is the standard error's time part, and the report says so (measured on the demo: idle 0.06, on a loaded
+#: host 1.4 and more; docs/identify.md)
+UNSTEADY_RATIO = 1.0
 #: the zero-phase filter's start and end transients are kept out of the fitted samples, in periods of the cutoff
 FILTER_EDGE_PERIODS = 5.0
 
@@ -126,15 +137,28 @@ class Fit:
     message: str
     where: str
     extra: dict = field(default_factory=dict)
+    #: (p,) the standard errors' part from the channels' disagreement (:func:`channel_jackknife`), parameter units
+    channel_errors: np.ndarray | None = None
+    #: the 1 s blocks' scatter (:func:`block_jackknife`) over the stationary noise's standard error: below 1 when
+    #: the run is alike throughout (0.06-0.57 on the demo), above UNSTEADY_RATIO when stretches disagree (loaded host)
+    block_ratio: float = 1.0
+
+    @property
+    def channel_parts(self) -> np.ndarray:
+        """(p,) :attr:`channel_errors`, zeros when not computed."""
+        return self.channel_errors if self.channel_errors is not None else np.zeros(len(self.parameters))
 
     def as_dict(self) -> dict:
         return {"parameters": [{"name": p.name, "start": p.start, "lower": p.lower, "upper": p.upper,
-                                "estimate": float(e), "standard_error": float(s)}
-                               for p, e, s in zip(self.parameters, self.estimates, self.standard_errors)],
+                                "estimate": float(e), "standard_error": float(s),
+                                "channel_error": float(c)}
+                               for p, e, s, c in zip(self.parameters, self.estimates, self.standard_errors,
+                                                     self.channel_parts)],
                 "correlations": self.correlations.tolist(), "residual_rms": self.residual_rms,
                 "start_rms": self.start_rms, "correlation_time_samples": self.correlation_time,
                 "samples_per_channel": self.samples, "windows": [list(w) for w in self.windows],
-                "simulations": self.simulations, "optimizer": self.message, "evaluated_on": self.where,
+                "block_ratio": self.block_ratio, "simulations": self.simulations, "optimizer": self.message,
+                "evaluated_on": self.where,
                 **self.extra}
 
 
@@ -265,6 +289,50 @@ def _predict_item(item: tuple[Problem, np.ndarray]) -> np.ndarray:
     return predict(problem, values)
 
 
+def _leave_out_steps(J: np.ndarray, r: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per group g of the residuals (``groups`` (n,) labels of ``r`` (n,)), the Gauss-Newton step (p,) from the
+    joint optimum that all the other residuals take (the linearised leave-one-group-out estimate, no simulation)."""
+    steps = []
+    for g in np.unique(groups):
+        keep = groups != g
+        Jg = J[keep]
+        steps.append(-np.linalg.pinv(Jg.T @ Jg) @ (Jg.T @ r[keep]))
+    return np.array(steps)
+
+
+def _jackknife(steps: np.ndarray) -> np.ndarray:
+    """The delete-one jackknife covariance ``(G-1)/G sum_g (d_g - d)(d_g - d)^T`` of G leave-one-out steps (G, p)."""
+    deviations = steps - steps.mean(axis=0)
+    return (len(steps) - 1) / len(steps) * deviations.T @ deviations
+
+
+def block_jackknife(J: np.ndarray, r: np.ndarray, sample_t: np.ndarray) -> np.ndarray:
+    """The estimates' covariance (p, p), in the optimiser's units, from their scatter over time: the delete-one-block
+    jackknife (Kunsch 1989; Shao & Tu 1995, ch. 9) over blocks of :data:`BLOCK_S` of the fitted samples' times
+    ``sample_t`` (m,) s, ``J`` (C m, p) and ``r`` (C, m) as in :func:`channel_jackknife`. Blocks far longer than
+    the residuals' correlation time make it the sampling variance of dependent errors; when a stretch of the run
+    was disturbed (a loaded host's late plant steps), the blocks disagree and it grows. Zero with one block."""
+    blocks = np.floor((sample_t - sample_t[0]) / BLOCK_S).astype(int)
+    if np.unique(blocks).size < 2:
+        return np.zeros((J.shape[1], J.shape[1]))
+    return _jackknife(_leave_out_steps(J, r.ravel(), np.tile(blocks, r.shape[0])))
+
+
+def channel_jackknife(J: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """The estimates' covariance (p, p), in the optimiser's units, from the fitted channels' disagreement: the
+    delete-one-channel jackknife (Efron & Stein 1981; Shao & Tu 1995, ch. 2) ``(C-1)/C sum_c (d_c - d)(d_c - d)^T``
+    over the C channels, ``d_c`` the Gauss-Newton step from the joint optimum that the residuals ``r`` (C, m) of
+    all channels but ``c`` take (``J`` (C m, p): the residuals' Jacobian, channel-major as ``r.ravel()``), ``d``
+    their mean. Zero for a single channel. Why: a gauge whose calibration is off (the demo rig's left root gauge
+    reads 2 % high) pulls every estimate by a bias the sensor noise and the residuals' correlation time do not
+    show; the channels then disagree, and this term says by how much (docs/identify.md, "Why the fit was biased").
+    """
+    channels, m = r.shape
+    if channels < 2:
+        return np.zeros((J.shape[1], J.shape[1]))
+    return _jackknife(_leave_out_steps(J, r.ravel(), np.repeat(np.arange(channels), m)))
+
+
 def correlation_time(residuals: np.ndarray) -> float:
     """Integrated autocorrelation time of residual series (n_channels, m), in samples, pooled over channels:
     ``1 + 2 sum_k rho_k`` summed while the autocorrelation stays positive (the initial positive sequence); at
@@ -348,7 +416,7 @@ def fitted_samples(telemetry_t: np.ndarray, windows: list[tuple[float, float]], 
 # ------------------------------------------------------------------------------------------- the fit
 def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, evaluator,
         progress: bool = False) -> tuple[Fit, np.ndarray]:
-    """Least squares of :func:`predict` against ``measured`` (n_channels, m) (module docstring, steps 3-5);
+    """Least squares of :func:`predict` against ``measured`` (n_channels, m) (module docstring, steps 4-6);
     returns the fit and the predictions at the estimates."""
     from scipy.optimize import least_squares
 
@@ -395,16 +463,24 @@ def fit(problem: Problem, parameters: list[Parameter], measured: np.ndarray, eva
     tau = correlation_time(r)
     variance = float(np.sum(r ** 2)) / max(m - p, 1)
     J = jacobian(result.x)
-    covariance_u = variance * tau * np.linalg.pinv(J.T @ J)
-    covariance = covariance_u * np.outer(scales, scales)
+    statistical_u = variance * tau * np.linalg.pinv(J.T @ J)
+    blocks_u = block_jackknife(J, r, problem.sample_t)
+    # two estimates of the sampling variance over time: the larger (a run disturbed in stretches has the blocks'
+    # scatter above the stationary noise's)
+    over_time_u = blocks_u if np.trace(blocks_u) > UNSTEADY_RATIO ** 2 * np.trace(statistical_u) else statistical_u
+    between_u = channel_jackknife(J, r)
+    covariance = (over_time_u + between_u) * np.outer(scales, scales)
     se = np.sqrt(np.maximum(np.diag(covariance), 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
         correlations = covariance / np.outer(se, se)
     names = [c.name for c in problem.channels]
     rms = lambda pred: {n: float(np.sqrt(np.mean((pr - me) ** 2)))  # noqa: E731 - one-line local helper
                         for n, pr, me in zip(names, pred, measured)}
+    channel_se = np.sqrt(np.maximum(np.diag(between_u), 0.0)) * scales
+    block_ratio = float(np.sqrt(np.trace(blocks_u) / np.trace(statistical_u))) if np.trace(statistical_u) > 0 else 1.0
     return Fit(parameters, result.x * scales, se, np.nan_to_num(correlations), rms(final), rms(start_prediction),
-               tau, measured.shape[1], [], count[0], result.message, evaluator.where), final
+               tau, measured.shape[1], [], count[0], result.message, evaluator.where,
+               channel_errors=channel_se, block_ratio=block_ratio), final
 
 
 # ------------------------------------------------------------------------------------------- the command
@@ -448,7 +524,8 @@ def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | N
     from hil.recording.mcap_io import read_recording
     from hil.recording.series import build_tables
     from hil.validation.health import HealthCriteria, recording_health
-    from hil.validation.resim import WARMUP_S, _drive_with_splines, load_config, measured_drive, smoothed
+    from hil.validation.resim import (WARMUP_S, _drive_with_splines, load_config, measured_drive,
+                                      on_device_clock, smoothed)
     from hil.validation.validate import RecordingError, run_rig
     from sim.cli_options import RECORDED, config_type
     from sim.messages import TOPIC_HW_TELEMETRY
@@ -469,10 +546,11 @@ def prepare(run: Path, params: str, robot: str, rig_path, channel_names: str | N
     model = build_robot(config, config_path)
     names = [n.strip() for n in channel_names.split(",") if n.strip()] if channel_names else None
     channels = channels_from_rig(rig, names, model) if rig is not None else channels_by_name(tables, names, model)
+    health_tables, tables = tables, on_device_clock(tables)
     drive = measured_drive(tables, rig, list(model.joint_names), None, warmup_s)
     _drive_with_splines(model, drive.samples)    # a servo on a passive joint is said now, not in a worker
     frequency = _stroke_frequency(drive)
-    health = recording_health(recording, tables, HealthCriteria(), frequency)
+    health = recording_health(recording, health_tables, HealthCriteria(), frequency)
     if health.valid is False:
         raise RecordingError(f"{run}: INVALID: " + "; ".join(health.reasons))
     if cutoff_hz is None:
@@ -537,8 +615,13 @@ def report_lines(fit_result: Fit) -> list[str]:
                                                   for i in range(len(names)) for j in range(i + 1, len(names))))
     lines.append("residual rms per channel (start -> fit): " + "; ".join(
         f"{n} {fit_result.start_rms[n]:.3g} -> {v:.3g}" for n, v in fit_result.residual_rms.items()))
+    if fit_result.block_ratio > UNSTEADY_RATIO:
+        lines.append(f"warning: the estimates scatter over the run's {BLOCK_S:g} s blocks {fit_result.block_ratio:.1f}x "
+                     "more than the noise explains (a disturbed run: a loaded host?); the standard errors include "
+                     "that scatter, the estimates may still be biased")
     lines.append(f"standard errors include the residuals' correlation time ({fit_result.correlation_time:.1f} "
-                 "samples)")
+                 "samples) and the channels' disagreement (delete-one-channel jackknife: " + ", ".join(
+                     f"{p.name} {c:.3g}" for p, c in zip(fit_result.parameters, fit_result.channel_parts)) + ")")
     return lines
 
 

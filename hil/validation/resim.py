@@ -94,6 +94,45 @@ def measured_joint_angles(tables: Tables, rig, joint_names: list[str]) -> tuple[
     return t, {name: a[keep][unique] for name, a in angles.items()}
 
 
+def device_clock_times(telemetry: Table) -> np.ndarray | None:
+    """The telemetry samples' times (s, recording axis) from the device's own sample clock (``device_us``, unwrapped
+    at the protocol's 32-bit modulus) mapped onto the recording's axis by a straight line (offset and rate) fitted
+    to the host's ``time_s``; None without a device clock. The host stamps a whole frame with one receive-time
+    estimate, which scatters by a millisecond from frame to frame (more on a loaded host) and can reorder samples;
+    the device samples on a regular grid, so its clock keeps the servo angles and the gauges in their true order
+    and spacing (docs/identify.md, "Why the fit was biased")."""
+    from firmware_interface.protocol import TIME_MODULUS
+
+    if "device_us" not in telemetry.columns or "time_s" not in telemetry.columns:
+        return None
+    device = np.asarray(telemetry.columns["device_us"], dtype=float)
+    host = np.asarray(telemetry.columns["time_s"], dtype=float)
+    keep = np.isfinite(device) & np.isfinite(host)
+    if keep.sum() < 2:
+        return None
+    steps = np.diff(device)
+    steps[steps < -TIME_MODULUS / 2] += TIME_MODULUS                # one wrap of the 32-bit microsecond counter
+    device_s = (device[0] + np.concatenate(([0.0], np.cumsum(steps)))) * 1e-6
+    if np.any(np.diff(device_s) <= 0):                             # two devices' clocks, or a device restarted
+        return None
+    rate, offset = np.polyfit(device_s[keep] - device_s[keep][0], host[keep], 1)
+    return offset + rate * (device_s - device_s[keep][0])
+
+
+def on_device_clock(tables: Tables) -> Tables:
+    """``tables`` with hw/telemetry's ``time_s`` replaced by :func:`device_clock_times` (the other tables and the
+    caller's are untouched); unchanged without a usable device clock."""
+    telemetry = tables.tables.get(TOPIC_HW_TELEMETRY)
+    times = device_clock_times(telemetry) if telemetry is not None else None
+    if times is None:
+        return tables
+    table = copy.copy(telemetry)
+    table.columns = {**telemetry.columns, "time_s": times}
+    out = copy.copy(tables)
+    out.tables = {**tables.tables, TOPIC_HW_TELEMETRY: table}
+    return out
+
+
 def smoothed(t: np.ndarray, x: np.ndarray, cutoff_hz: float | None) -> tuple[np.ndarray, np.ndarray, float]:
     """``x(t)`` on a uniform grid at the samples' median rate, zero-phase low-passed; (grid, values, cutoff)."""
     rate = median_rate(t)

@@ -180,14 +180,21 @@ def test_demo_runs_records_validates_and_leaves_nothing_running(tmp_path):
     _identify_recovers_the_rigs_root_stiffness(out)
 
 
-#: The identification's bar on the demo (issue 21): the rig's truth recovered within 3 %. Measured: 1.0 % (bend_root
-#: alone, 10 simulations), 0.7 % (with servo.lag_s), one demo each.
+#: The identification's bar on the demo (issue 21): the rig's truth recovered within 3 %, and inside two of its standard
+#: errors. Measured with the device clock and the jackknifed standard errors (docs/identify.md, "Measured on the demo"):
+#: idle -1.40 to -1.15 % (3 runs), beside other load +0.02 to -1.25 % (4), at load 10-19 +2.24 % (1), beside a CPU hog
+#: (load 5-7) -0.70 to +0.76 % (5), this test at load 3-4 -1.12, -0.36, +0.56 % (3); standard errors 1.20-1.44 % (1.2 %
+#: of it the two bending gauges' disagreement), the truth 0.02-1.72 of them away. Before (host time stamps, noise-only
+#: errors): idle -0.6 to -1.3 % +- 0.22-0.32 %.
 IDENTIFY_BAND = 0.03
+#: the truth within this many standard errors of the estimate (issue 21's bar)
+IDENTIFY_COVERAGE = 2.0
 
 
 def _identify_recovers_the_rigs_root_stiffness(out: Path) -> None:
     """`mms identify` on the demo's recording fits the wing roots' bending stiffness to the emulator's truth (the rig
-    file's [emulator.physics.overrides.stiffness], 1.2x the model's), within IDENTIFY_BAND."""
+    file's [emulator.physics.overrides.stiffness], 1.2x the model's), within IDENTIFY_BAND and within
+    IDENTIFY_COVERAGE standard errors (which include the gauges' disagreement: the left one reads 2 % high)."""
     import tomllib
 
     from sim.config import shipped_config
@@ -198,10 +205,12 @@ def _identify_recovers_the_rigs_root_stiffness(out: Path) -> None:
                           "stiffness.bend_root", "--scheduler", "serial", "--out", str(out / "identify")],
                          capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
     assert fit.returncode == 0, fit.stdout[-2000:] + fit.stderr[-2000:]
-    (estimate,) = json.loads((out / "identify" / "identify.json").read_text())["parameters"]
+    document = json.loads((out / "identify" / "identify.json").read_text())
+    (estimate,) = document["parameters"]
     print(f"identified bend_root {estimate['estimate']:.5g} +- {estimate['standard_error']:.2g} N m/rad "
-          f"(truth {truth:g})")
+          f"(truth {truth:g}; block ratio {document['block_ratio']:.2f})")
     assert abs(estimate["estimate"] / truth - 1.0) < IDENTIFY_BAND, estimate
+    assert abs(estimate["estimate"] - truth) < IDENTIFY_COVERAGE * estimate["standard_error"], estimate
 
 
 @pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)

@@ -165,6 +165,7 @@ def test_the_command_writes_the_corrected_config_and_the_residuals(tmp_path, rec
     assert printed.startswith("VALID") and "joints.elbow.law.k" in printed
     document = json.loads((out / "identify.json").read_text())
     (k,) = document["parameters"]
+    assert k["channel_error"] == 0.0 and document["block_ratio"] > 0.0   # one channel: no disagreement to count
     corrected = load_toml(out / "pendulum_model_identified.toml")
     assert corrected["joints"]["elbow"]["law"]["k"] == pytest.approx(k["estimate"], rel=1e-9)
     # k alone, with the model's damping and lag wrong: a biased estimate whose residuals say so
@@ -197,3 +198,72 @@ def test_the_residuals_correlation_time():
     smooth = np.array([np.convolve(w, np.ones(20) / 20, mode="same") for w in white])
     assert 15 < identify.correlation_time(smooth) < 30          # a 20-sample moving average: tau = 20
     assert math.isclose(identify.correlation_time(np.zeros((1, 100))), 1.0)
+
+
+def _linear_problem(gains, noise, seed, disturbed=None):
+    """A linear fit ``y_c(t) = theta x(t)`` of one parameter (truth 1) on channels read with calibration ``gains``
+    and white ``noise``; ``disturbed``: (t0, t1, extra) a stretch whose readings are ``extra`` times too large (a
+    loaded run's late plant steps). Returns (J (C m, 1), r (C, m) at the joint least-squares optimum, t, estimate)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(0.0, 20.0, 1e-2)
+    x = np.sin(2 * np.pi * 5.0 * t + 0.3) + 0.5 * np.sin(2 * np.pi * 10.0 * t)
+    y = np.array([g * x + noise * rng.standard_normal(t.size) for g in gains])
+    if disturbed is not None:
+        t0, t1, extra = disturbed
+        y[:, (t >= t0) & (t < t1)] *= extra
+    X = np.tile(x, len(gains))
+    theta = float(X @ y.ravel() / (X @ X))
+    return X[:, None], theta * x - y, t, theta
+
+
+def _statistical_se(J, r):
+    variance = float(np.sum(r ** 2)) / (r.size - 1)
+    return math.sqrt(variance / float((J.T @ J)[0, 0]))
+
+
+def test_the_channels_disagreement_widens_the_standard_error():
+    """Two gauges, one reading 2 % high (the demo rig's left root gauge): the joint estimate is 1 % off, far outside
+    the noise's standard error; the delete-one-channel jackknife is half the channels' 2 % disagreement, and the
+    truth falls inside two of the combined standard errors. Agreeing channels add about the noise's share."""
+    J, r, t, theta = _linear_problem([1.0, 1.02], 0.01, 1)
+    statistical = _statistical_se(J, r)
+    between = math.sqrt(identify.channel_jackknife(J, r)[0, 0])
+    assert abs(theta - 1.0) > 10 * statistical
+    assert between == pytest.approx(0.01, rel=0.05)
+    assert abs(theta - 1.0) < 2 * math.hypot(statistical, between)
+    J, r, t, _ = _linear_problem([1.0, 1.0], 0.01, 2)
+    assert math.sqrt(identify.channel_jackknife(J, r)[0, 0]) < 3 * _statistical_se(J, r)
+    assert identify.channel_jackknife(J[:r.shape[1]], r[:1]).shape == (1, 1)
+    assert identify.channel_jackknife(J[:r.shape[1]], r[:1])[0, 0] == 0.0
+
+
+def test_the_block_jackknife_sees_a_disturbed_stretch():
+    """White noise: the blocks' scatter is the noise's standard error (ratio ~1); a 3 s stretch 6 % off (a loaded
+    host's late plant steps in the demo moved the 1 s blocks' estimates by up to 6.5 %): it is several times that."""
+    J, r, t, _ = _linear_problem([1.0], 0.05, 3)
+    ratio = math.sqrt(identify.block_jackknife(J, r, t)[0, 0]) / _statistical_se(J, r)
+    assert 0.5 < ratio < 1.6, ratio
+    J, r, t, theta = _linear_problem([1.0], 0.05, 3, disturbed=(4.0, 7.0, 1.06))
+    ratio = math.sqrt(identify.block_jackknife(J, r, t)[0, 0]) / _statistical_se(J, r)
+    assert ratio > 2 * identify.UNSTEADY_RATIO, ratio
+
+
+def test_the_device_clock_puts_the_samples_back_on_their_grid():
+    """Eight samples a frame stamped by the host with one receive time that scatters by +-0.8 ms (more under load)
+    and reorders samples: the device's microsecond clock, unwrapped and mapped by a line, gives the samples' true
+    times within a microsecond of the recording axis's offset."""
+    from hil.recording.series import Table
+    from hil.validation.resim import device_clock_times
+
+    rng = np.random.default_rng(4)
+    true_s = 5.0 + np.arange(4000) * 1e-3
+    device_us = (np.round((true_s - 5.0) * 1e6) + 2 ** 32 - 1_500_000) % 2 ** 32    # wraps after 1.5 s
+    jitter = np.repeat(rng.uniform(-8e-4, 8e-4, true_s.size // 8), 8)
+    table = Table("hw/telemetry")
+    table.columns.update({"device_us": device_us.astype(np.int64), "time_s": true_s + jitter})
+    assert np.any(np.diff(table.columns["time_s"]) < 0)
+    recovered = device_clock_times(table)
+    assert np.max(np.abs(recovered - true_s)) < 1e-4 and np.all(np.diff(recovered) > 0)
+    assert np.std(np.diff(recovered) - 1e-3) < 1e-9
+    table.columns["device_us"] = table.columns["device_us"][::-1].copy()   # not one clock's sequence: not used
+    assert device_clock_times(table) is None
