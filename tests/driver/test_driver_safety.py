@@ -199,7 +199,8 @@ def test_estop_latches_until_reset_and_sigterm_leaves_neutral(stack, emulate_dev
     assert commands[-1]["mode"] == "neutral" and np.array_equal(commands[-1]["setpoint_rad"], neutral)
     assert np.all(np.abs(np.array(drv.collector.get("hw/telemetry")[-1]["servo_rad"][-1]) - neutral)
                   < NEUTRAL_TOL_RAD)
-    assert drv.collector.last("hw/status")["lifecycle"] == "finalized"
+    # the driver's last hw/status is sent as it exits: the collector's thread may take it in after the exit
+    stack.wait_for(lambda: drv.collector.last("hw/status")["lifecycle"] == "finalized", what="the finalized hw/status")
 
 
 def test_control_socket_lifecycle_bad_requests_unmapped_joints_and_sigint(stack):

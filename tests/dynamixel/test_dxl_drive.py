@@ -55,8 +55,9 @@ def test_driver_tracks_the_simulator_through_the_dynamixel_bus(stack):
     assert "sensor" not in status["link"]
 
     assert drv.stop() == 0
-    final = hw.last("hw/status")
-    assert final["lifecycle"] == "finalized" and final["estop"] is False
+    # the driver's last hw/status is sent as it exits: the collector's thread may take it in after stop() returns
+    final = wait(lambda: (s := hw.last("hw/status")) and s["lifecycle"] == "finalized" and s, "the finalized hw/status")
+    assert final["estop"] is False
     last = hw.get("hw/telemetry")[-1]["servo_rad"][-1]
     assert all(abs(x) <= NEUTRAL_TOL_RAD + 0.01 for x in last), last
     assert not hw.invalid, hw.invalid[:5]
