@@ -86,6 +86,26 @@ def recorded_thorax(raw) -> tuple[np.ndarray, np.ndarray, dict | None]:
             closing)
 
 
+def driver_stopped_ns(raw) -> int | None:
+    """When the driver left tracking in ``raw`` (:class:`hil.recording.mcap_io.RawRecording` with hw/status): the
+    ``stamp_ns`` (host clock, ns) of the first hw/status not ``active`` after one that was (the demo's stop: the
+    servos ramp to neutral from there), or None while it never did."""
+    lifecycle = [(status["stamp_ns"], status.get("lifecycle")) for status in
+                 (msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_HW_STATUS, []))]
+    active = [stamp for stamp, state in lifecycle if state == "active"]
+    return next((stamp for stamp, state in lifecycle if active and stamp > active[0] and state != "active"), None)
+
+
+def rig_tracking(raw) -> np.ndarray:
+    """(n,) bool over the sim/state in ``raw``: the states published before the driver left tracking
+    (:func:`driver_stopped_ns`; all when it never did). After it the rig ramps its servos to neutral while the
+    simulation runs on: no longer the experiment (both clocks the host's, the publishers on one machine)."""
+    stopped = driver_stopped_ns(raw)
+    stamps = np.asarray([msgpack.unpackb(data, raw=False)["stamp_ns"]
+                         for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATE, [])], dtype=np.int64)
+    return np.ones(stamps.size, dtype=bool) if stopped is None else stamps < stopped
+
+
 def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | None = None) -> np.ndarray:
     """Thorax twists (n, 6) of ``config`` run offline at ``times`` (n,) s, the publish times k T of the server
     (which the step divides: the demo's 0.5 ms into 1 ms), from rest at t = 0 or from ``start``: a sim/state
@@ -124,11 +144,11 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     times, closed, closing = recorded_thorax(raw)
     if closing is None:
         raise ValueError(f"{recording}: the loop never closed (no sim/status feedback.closed_at_s)")
-    keep = times > closing["t"]
+    keep = (times > closing["t"]) & rig_tracking(raw)      # from the closing to the demo's stop
     times, closed = times[keep], closed[keep]
     config = load_toml(robot)
-    say(f"closed loop: {times.size} states from its closing at {closing['t']:.3f} s to {times[-1]:.2f} s; running "
-        "the open loop and the truth offline from its thorax there")
+    say(f"closed loop: {times.size} states from its closing at {closing['t']:.3f} s to {times[-1]:.2f} s (the "
+        "driver's stop); running the open loop and the truth offline from its thorax there")
     truth_config_ = truth_config(config, rig)
     open_loop = simulated_thorax(config, robot, times, closing)
     truth = simulated_thorax(truth_config_, robot, times, truth_start(config, truth_config_, robot, closing))
@@ -205,10 +225,11 @@ def run_health(raw, period_s: float | None, compared: tuple[float, float]) -> di
     return health
 
 
-def health_summary(health: dict) -> list[str]:
+def health_summary(health: dict, compared: bool = True) -> list[str]:
     """What the run's health means for the comparison, from its figures: the free thorax integrates every
     disturbance of the loop (a stall, a late state, a held servo) into the rest of its path, so the figures of a run
-    that is not healthy throughout measure the disturbance as much as the loop."""
+    that is not healthy throughout measure the disturbance as much as the loop (``compared`` False: there are no
+    figures, the run's health alone)."""
     misses = health.get("deadline_miss_fraction")
     inside = health["compared_disturbances"]
     lines = [f"run health: {'VALID' if health['valid'] else 'INVALID'}, {len(health['disturbances'])} disturbances "
@@ -216,8 +237,13 @@ def health_summary(health: dict) -> list[str]:
              + "".join(f"; {d['source']}: {d['what']}, {d['length_s']:.3f} s" for d in inside) + "), "
              f"server deadline misses {'unknown' if misses is None else f'{100 * misses:.1f} %'}"]
     lines += [f"  {reason}" for reason in health["reasons"]]
-    if inside:
-        start_s, end_s = health["compared_s"]
+    start_s, end_s = health["compared_s"]
+    if not compared:
+        return lines
+    if not inside:
+        lines.append(f"the {end_s - start_s:.2f} s compared (from the loop's closing to the driver's stop) hold none "
+                     "of the disturbances: the figures measure the loop")
+    else:
         first = max(0.0, min(d["start_s"] for d in inside) - start_s)
         lines.append(f"the free thorax carries a disturbance into the rest of its path: the last "
                      f"{end_s - start_s - first:.2f} s of the {end_s - start_s:.2f} s compared measure it as well "

@@ -396,6 +396,8 @@ def guard_hold(raw) -> GuardHold | None:
     active after having been active (the stamps: the host's clock, both publishers on the same machine)."""
     import msgpack
 
+    from hil.experiment.closed_loop import driver_stopped_ns
+
     def decoded(topic: str) -> list[dict]:
         return [msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(topic, [])]
 
@@ -403,9 +405,7 @@ def guard_hold(raw) -> GuardHold | None:
                  and str(status.get("reason", "")).startswith("feedback ")), None)
     if hold is None:
         return None
-    lifecycle = [(status["stamp_ns"], status.get("lifecycle")) for status in decoded(messages.TOPIC_HW_STATUS)]
-    active = [stamp for stamp, state in lifecycle if state == "active"]
-    stopped = next((stamp for stamp, state in lifecycle if active and stamp > active[0] and state != "active"), None)
+    stopped = driver_stopped_ns(raw)
     return GuardHold(float(hold["t"]), str(hold["reason"]), stopped is None or hold["stamp_ns"] < stopped)
 
 
@@ -440,7 +440,7 @@ def _closed_loop_report(recording: Path, robot: Path, rig: Path, out: Path, say)
         states = raw.messages.get(messages.TOPIC_SIM_STATE, [])
         last_t = msgpack.unpackb(states[-1][2], raw=False)["t"] if states else 0.0
         health = run_health(raw, load_toml(rig)["feedback"].get("period_s"), (0.0, last_t))
-        for line in health_summary({**health, "compared_disturbances": []}):     # no stretch was compared
+        for line in health_summary({**health, "compared_disturbances": []}, compared=False):     # no stretch was compared
             say(line)
         return EXIT_INVALID
     figures = compare(recording, robot, rig, out, say)

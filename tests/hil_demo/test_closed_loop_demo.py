@@ -101,6 +101,9 @@ def test_closed_loop_demo_feeds_the_tether_back_into_the_free_thorax(tmp_path):
     compared_s = health["compared_s"][1] - health["compared_s"][0]
     assert abs(compared_s - (figures["duration_s"] - figures["closed_at_s"])) < 0.05 * compared_s, health
     assert all(d in health["disturbances"] for d in health["compared_disturbances"])
+    # the comparison ends where the driver leaves tracking (the demo's stop): its ramp to neutral after it is not the
+    # experiment (inside the compared stretch in all three idle runs before, each then INVALID-looking)
+    assert not [d for d in health["compared_disturbances"] if d["what"] == "driver ramp"], health
     assert (out / "report" / "closed_loop.png").stat().st_size > 0
     assert "thorax vx: closed loop" in stdout and "run health: " in stdout
     _assert_the_verdict_follows_from_the_numbers(figures, stdout)
