@@ -73,19 +73,6 @@ def truth_config(robot_config: dict, rig_path: Path) -> dict:
     return deep_merge(copy.deepcopy(robot_config), overrides)
 
 
-def recorded_thorax(raw) -> tuple[np.ndarray, np.ndarray, dict | None]:
-    """The closed loop's sim/state in ``raw`` (:class:`hil.recording.mcap_io.RawRecording`): times (n,) s and thorax
-    twists (n, 6) (body frame; m/s, rad/s), and the state at which the loop closed (the first at or after the last
-    sim/status ``feedback.closed_at_s``; None if it never did)."""
-    closed_at = -1.0
-    for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATUS, []):
-        closed_at = msgpack.unpackb(data, raw=False).get("feedback", {}).get("closed_at_s", closed_at)
-    states = [msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATE, [])]
-    closing = next((state for state in states if 0.0 <= closed_at <= state["t"]), None)
-    return (np.asarray([state["t"] for state in states]), np.asarray([state["base_twist"] for state in states]),
-            closing)
-
-
 def driver_stopped_ns(raw) -> int | None:
     """When the driver left tracking in ``raw`` (:class:`hil.recording.mcap_io.RawRecording` with hw/status): the
     ``stamp_ns`` (host clock, ns) of the first hw/status not ``active`` after one that was (the demo's stop: the
@@ -96,14 +83,22 @@ def driver_stopped_ns(raw) -> int | None:
     return next((stamp for stamp, state in lifecycle if active and stamp > active[0] and state != "active"), None)
 
 
-def rig_tracking(raw) -> np.ndarray:
-    """(n,) bool over the sim/state in ``raw``: the states published before the driver left tracking
-    (:func:`driver_stopped_ns`; all when it never did). After it the rig ramps its servos to neutral while the
-    simulation runs on: no longer the experiment (both clocks the host's, the publishers on one machine)."""
+def recorded_thorax(raw) -> tuple[np.ndarray, np.ndarray, dict | None]:
+    """The closed loop's sim/state in ``raw`` (:class:`hil.recording.mcap_io.RawRecording`), those published before
+    the driver left tracking (:func:`driver_stopped_ns`; all when it never did: after it the rig ramps its servos to
+    neutral while the simulation runs on, no longer the experiment; both stamps the host's clock, the publishers on
+    one machine): times (n,) s and thorax twists (n, 6) (body frame; m/s, rad/s), and the state at which the loop
+    closed (the first at or after the last sim/status ``feedback.closed_at_s``; None if it never did)."""
+    closed_at = -1.0
+    for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATUS, []):
+        closed_at = msgpack.unpackb(data, raw=False).get("feedback", {}).get("closed_at_s", closed_at)
     stopped = driver_stopped_ns(raw)
-    stamps = np.asarray([msgpack.unpackb(data, raw=False)["stamp_ns"]
-                         for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATE, [])], dtype=np.int64)
-    return np.ones(stamps.size, dtype=bool) if stopped is None else stamps < stopped
+    states = [state for state in (msgpack.unpackb(data, raw=False)
+                                  for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_SIM_STATE, []))
+              if stopped is None or state["stamp_ns"] < stopped]
+    closing = next((state for state in states if 0.0 <= closed_at <= state["t"]), None)
+    return (np.asarray([state["t"] for state in states]), np.asarray([state["base_twist"] for state in states]),
+            closing)
 
 
 def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | None = None) -> np.ndarray:
@@ -144,7 +139,7 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     times, closed, closing = recorded_thorax(raw)
     if closing is None:
         raise ValueError(f"{recording}: the loop never closed (no sim/status feedback.closed_at_s)")
-    keep = (times > closing["t"]) & rig_tracking(raw)      # from the closing to the demo's stop
+    keep = times > closing["t"]
     times, closed = times[keep], closed[keep]
     config = load_toml(robot)
     say(f"closed loop: {times.size} states from its closing at {closing['t']:.3f} s to {times[-1]:.2f} s (the "
@@ -162,12 +157,12 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
                                        "closed_minus_open_rms": rms(closed[:, k] - open_loop[:, k]),
                                        "ratio": closed_error / open_error if open_error > 0 else float("inf"),
                                        **following(closed[:, k] - open_loop[:, k], truth[:, k] - open_loop[:, k])}
-    health = run_health(raw, load_toml(rig)["feedback"].get("period_s"), (closing["t"], float(times[-1])))
-    figures["health"] = health
     from hil.feedback.loop import load_feedback
     from hil.recording.series import build_tables
 
     rig_table, spec = load_feedback(rig)
+    health = run_health(raw, spec.period_s, (closing["t"], float(times[-1])))
+    figures["health"] = health
     tables = build_tables(raw, topics=[TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE],
                           keys={TOPIC_HW_TELEMETRY: {"device_us", "servo_rad", "load"}, TOPIC_SIM_STATE: {"t"}})
     state = tables.tables[TOPIC_SIM_STATE].columns

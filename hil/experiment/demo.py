@@ -13,8 +13,7 @@ import argparse
 import json
 import sys
 import time
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -417,9 +416,9 @@ def _closed_loop_report(recording: Path, robot: Path, rig: Path, out: Path, say)
     import msgpack
 
     from hil.experiment.closed_loop import compare, health_summary, run_health
+    from hil.feedback.loop import load_feedback
     from hil.recording.mcap_io import read_recording
     from hil.validation.validate import EXIT_INVALID
-    from sim.config import load_toml
 
     statuses = read_recording(recording, topics={messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_STATUS})
     hold = guard_hold(statuses)
@@ -439,14 +438,14 @@ def _closed_loop_report(recording: Path, robot: Path, rig: Path, out: Path, say)
                                                 messages.TOPIC_HW_COMMAND})
         states = raw.messages.get(messages.TOPIC_SIM_STATE, [])
         last_t = msgpack.unpackb(states[-1][2], raw=False)["t"] if states else 0.0
-        health = run_health(raw, load_toml(rig)["feedback"].get("period_s"), (0.0, last_t))
+        health = run_health(raw, load_feedback(rig)[1].period_s, (0.0, last_t))
         for line in health_summary({**health, "compared_disturbances": []}, compared=False):     # no stretch was compared
             say(line)
         return EXIT_INVALID
     figures = compare(recording, robot, rig, out, say)
     if hold is None:
         return 0
-    figures["hold"] = dataclasses.asdict(hold)
+    figures["hold"] = asdict(hold)
     (out / "closed_loop.json").write_text(json.dumps(figures, indent=2))
     say(f"verdict (held): the figures above cover {figures['closed_at_s']:.3f}-{hold.t:.3f} s simulated, cut short "
         "by the hold, not the run asked for")
