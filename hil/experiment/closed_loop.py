@@ -74,13 +74,19 @@ def truth_config(robot_config: dict, rig_path: Path) -> dict:
 
 
 def driver_stopped_ns(raw) -> int | None:
-    """When the driver left tracking in ``raw`` (:class:`hil.recording.mcap_io.RawRecording` with hw/status): the
-    ``stamp_ns`` (host clock, ns) of the first hw/status not ``active`` after one that was (the demo's stop: the
-    servos ramp to neutral from there), or None while it never did."""
-    lifecycle = [(status["stamp_ns"], status.get("lifecycle")) for status in
-                 (msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(TOPIC_HW_STATUS, []))]
-    active = [stamp for stamp, state in lifecycle if state == "active"]
-    return next((stamp for stamp, state in lifecycle if active and stamp > active[0] and state != "active"), None)
+    """When the driver left tracking in ``raw`` (:class:`hil.recording.mcap_io.RawRecording` with hw/status and
+    hw/command): the ``stamp_ns`` (host clock, ns) of the first message of either topic whose ``lifecycle`` is not
+    ``active`` after one that was (the demo's stop: the servos ramp to neutral from there), or None while it never
+    did. Both topics, because the driver sends the tick's first ramp command before the status that announces the
+    change (40-70 us idle; under load long enough for states to come in between)."""
+    stops = []
+    for topic in (TOPIC_HW_STATUS, TOPIC_HW_COMMAND):
+        lifecycle = [(message["stamp_ns"], message.get("lifecycle")) for message in
+                     (msgpack.unpackb(data, raw=False) for _log_ns, _publish_ns, data in raw.messages.get(topic, []))]
+        active = [stamp for stamp, state in lifecycle if state == "active"]
+        stops += [next((stamp for stamp, state in lifecycle if active and stamp > active[0] and state != "active"),
+                       None)]
+    return min((stamp for stamp in stops if stamp is not None), default=None)
 
 
 def recorded_thorax(raw) -> tuple[np.ndarray, np.ndarray, dict | None]:

@@ -391,7 +391,7 @@ class GuardHold:
 
 def guard_hold(raw) -> GuardHold | None:
     """The first hold of the closed loop's guard in ``raw`` (:class:`hil.recording.mcap_io.RawRecording` with
-    sim/status and hw/status), or None. Mid-run when no hw/status stamped before it had the driver no longer
+    sim/status, hw/status and hw/command), or None. Mid-run when no hw/status stamped before it had the driver no longer
     active after having been active (the stamps: the host's clock, both publishers on the same machine)."""
     import msgpack
 
@@ -420,7 +420,8 @@ def _closed_loop_report(recording: Path, robot: Path, rig: Path, out: Path, say)
     from hil.recording.mcap_io import read_recording
     from hil.validation.validate import EXIT_INVALID
 
-    statuses = read_recording(recording, topics={messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_STATUS})
+    statuses = read_recording(recording, topics={messages.TOPIC_SIM_STATUS, messages.TOPIC_HW_STATUS,
+                                                 messages.TOPIC_HW_COMMAND})
     hold = guard_hold(statuses)
     if hold is not None and not hold.mid_run:
         say(f"the loop's guard held at the stop (t = {hold.t:.3f} s): the driver, deactivated, sent no more "

@@ -1,13 +1,15 @@
 """`mms demo --closed-loop` tells a hold of the loop's guard while the rig ran (the run cut short: said, INVALID)
 from the stale hold that follows the demo's own stop (the driver deactivated sends no more telemetry), from a real
-MCAP file of sim/status and hw/status as the server and the driver publish them."""
+MCAP file of sim/status, hw/status and hw/command as the server and the driver publish them; and where the driver's
+stop is (the end of the closed loop's comparison)."""
 from __future__ import annotations
 
 import msgpack
 
+from hil.experiment.closed_loop import driver_stopped_ns
 from hil.experiment.demo import GuardHold, guard_hold
 from hil.recording.mcap_io import RecordingWriter, read_recording
-from sim.messages import TOPIC_HW_STATUS, TOPIC_SIM_STATUS
+from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_SIM_STATUS
 
 #: ns: the host clock of the synthetic run's first message
 ORIGIN_NS = 1_800_000_000_000_000_000
@@ -23,11 +25,15 @@ def _recording(tmp_path, events: list[tuple[float, str, dict]]):
         stamp = ORIGIN_NS + round(wall_s * 1e9)
         writer.add(topic, msgpack.packb({"v": 1, "seq": seq, "stamp_ns": stamp, **keys}), stamp, stamp, seq)
     writer.close()
-    return read_recording(path, topics={TOPIC_SIM_STATUS, TOPIC_HW_STATUS})
+    return read_recording(path, topics={TOPIC_SIM_STATUS, TOPIC_HW_STATUS, TOPIC_HW_COMMAND})
 
 
 def _driver(wall_s: float, lifecycle: str) -> tuple[float, str, dict]:
     return wall_s, TOPIC_HW_STATUS, {"lifecycle": lifecycle}
+
+
+def _command(wall_s: float, lifecycle: str, mode: str) -> tuple[float, str, dict]:
+    return wall_s, TOPIC_HW_COMMAND, {"lifecycle": lifecycle, "mode": mode}
 
 
 def _sim(wall_s: float, t: float, state: str = "running", reason: str = "") -> tuple[float, str, dict]:
@@ -46,3 +52,17 @@ def test_a_hold_while_the_driver_is_active_is_mid_run_and_one_after_the_demos_st
     assert guard_hold(_recording(tmp_path, [*start, _sim(2.0, 0.5, "paused", unstable)])).reason == unstable
     assert guard_hold(_recording(tmp_path, [*start, _sim(2.0, 0.5, "paused", "pause requested"),
                                             _driver(6.5, "inactive")])) is None
+
+
+def test_the_drivers_stop_is_its_first_ramp_command_when_that_comes_before_the_status(tmp_path):
+    # the driver sends the tick's ramp command, then the status that says "inactive" (40-70 us later idle, measured);
+    # a state published in between (a preempted driver) is after the stop: CI once compared one inside the ramp
+    run = [_driver(1.0, "active"), _command(1.001, "active", "track"), _command(6.8, "inactive", "ramp"),
+           _driver(6.803, "inactive")]
+    assert driver_stopped_ns(_recording(tmp_path, run)) == ORIGIN_NS + round(6.8e9)
+    # the status first (or no command after the stop): the status's stamp
+    assert driver_stopped_ns(_recording(tmp_path, [*run[:2], _driver(6.7, "inactive"), run[2]])) == \
+        ORIGIN_NS + round(6.7e9)
+    assert driver_stopped_ns(_recording(tmp_path, [*run[:2], _driver(6.7, "inactive")])) == ORIGIN_NS + round(6.7e9)
+    # inactive before the first active (the start-up) is not a stop, and a run that never stopped has none
+    assert driver_stopped_ns(_recording(tmp_path, [_command(0.5, "inactive", "neutral"), *run[:2]])) is None
