@@ -135,6 +135,17 @@ class _OpenChunk:
         self.index: dict[int, list[int]] = {}   # channel id -> [log_time, offset, log_time, offset, ...]
 
 
+class _SerializedRecords:
+    """Records kept as their bytes (the summary's chunk indexes: :class:`RecordingWriter`), written into the summary
+    like the record objects beside them."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, builder: RecordBuilder) -> None:
+        builder.write(bytes(self.data))
+
+
 class RecordingWriter:
     """Appends ZeroMQ messages to an MCAP file, one channel per topic, crash-tolerant.
 
@@ -163,7 +174,7 @@ class RecordingWriter:
         # (the flush interval), and a ChunkIndex object with its dict of offsets holds ~970 B of Python objects
         # against ~150 B of record (0.11 MiB/min of the recorder's resident set, all of the growth of an idle
         # recorder; docs/recording.md, "Memory")
-        self._chunk_index_records = bytearray()
+        self._chunk_index_records = _SerializedRecords()
         self._metadata_indexes: list[MetadataIndex] = []
         self._statistics = Statistics(attachment_count=0, channel_count=0, channel_message_counts={}, chunk_count=0,
                                       message_count=0, metadata_count=0, message_start_time=0, message_end_time=0,
@@ -348,7 +359,7 @@ class RecordingWriter:
                    chunk_length=index_start - start, message_index_offsets=offsets,
                    message_index_length=self._file.tell() - index_start, compression=self._compression_name,
                    compressed_size=data_length, uncompressed_size=chunk.absorbed).write(record)
-        self._chunk_index_records += record.end()
+        self._chunk_index_records.data += record.end()
         statistics = self._statistics
         statistics.message_start_time = (chunk.start_time if statistics.message_count == 0
                                          else min(statistics.message_start_time, chunk.start_time))
@@ -398,12 +409,10 @@ class RecordingWriter:
         builder = RecordBuilder()
         offsets = []
         for opcode, records in ((Opcode.SCHEMA, self._schema_records), (Opcode.CHANNEL, self._channel_records),
-                                (Opcode.STATISTICS, [self._statistics]), (Opcode.CHUNK_INDEX, None),
+                                (Opcode.STATISTICS, [self._statistics]), (Opcode.CHUNK_INDEX, [self._chunk_index_records]),
                                 (Opcode.ATTACHMENT_INDEX, []), (Opcode.METADATA_INDEX, self._metadata_indexes)):
             group_start = builder.count
-            if records is None:
-                builder.write(self._chunk_index_records)
-            for record in records or ():
+            for record in records:
                 record.write(builder)
             offsets.append(SummaryOffset(group_opcode=opcode, group_start=start + group_start,
                                          group_length=builder.count - group_start))
