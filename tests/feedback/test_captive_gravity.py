@@ -1,7 +1,8 @@
 """What keeps the closed loop's pitch rate from the truth (docs/closed-loop.md, "What keeps the pitch rate from the
 truth"): the rig's gravity. The demo's thorax flies weightless (hil.experiment.closed_loop.FREE) while the rig
-stands on the Earth; the wings' weight bends the truth's stiffer roots less than the model's, a stroke-periodic
-pitching moment in the held error that the weightless free flight does not have. Checked against an independent
+stands on the Earth; the wings' weight acts on the deflections the flapping gives them, which the truth's stiffer
+roots keep smaller than the model's: a stroke-periodic pitching moment in the held error that the weightless free
+flight does not have. Checked against an independent
 construction of the free flight's error (the model's thorax moved along the truth's free path: the wrench its
 support needs is what the loop must add) and through the loop offline on a weightless rig; and what would take it
 out: not a slow pass (the gravity's part scales with the stroke speed squared), an upside-down mount's average."""
