@@ -12,10 +12,6 @@ import re
 import sys
 from pathlib import Path
 
-import zmq.auth
-
-from sim.network import ROLES
-
 SERVER_NAME = "server"
 #: a client name is a TOML bare key and a file name
 CLIENT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -39,6 +35,8 @@ def add_arguments(parser) -> None:
 
 
 def parse_client(text: str) -> tuple[str, str]:
+    from sim.network import ROLES     # with ZeroMQ: after the arguments are read (hil/cli.py)
+
     name, _, role = text.partition("=")
     role = role or "operator"
     if not CLIENT_NAME.match(name) or name == SERVER_NAME:
@@ -50,6 +48,8 @@ def parse_client(text: str) -> tuple[str, str]:
 
 def ensure_certificate(folder: Path, name: str) -> tuple[Path, bytes, bool]:
     """(secret file, Z85 public key, created?) of ``folder/name``; an existing pair is loaded, never replaced."""
+    import zmq.auth
+
     public_file, secret_file = folder / f"{name}.key", folder / f"{name}.key_secret"
     created = not secret_file.exists()
     if created:
