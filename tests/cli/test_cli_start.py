@@ -72,3 +72,13 @@ def test_a_bad_argument_is_one_line_before_the_heavy_imports(command):
     assert done.stderr.startswith(f"mms {command}: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == "heavy imported: []\n", done.stdout
+
+
+def test_the_demo_parser_names_the_demos_set_ups():
+    """``mms demo --rig``'s set-up names (hil/experiment/demo_args.py) are the demo's own, each on its rig."""
+    from hil.experiment.demo import RIGS
+    from hil.experiment.demo_args import SETUP_RIGS, demo_rig_path
+
+    assert list(SETUP_RIGS) == list(RIGS)
+    for name, setup in RIGS.items():
+        assert demo_rig_path(name).samefile(setup.rig), name
