@@ -3,7 +3,8 @@
 One server certificate (shared by every binding process: `mms serve`, `mms drive`, `mms record`) and one
 certificate per client, written by pyzmq's ``zmq.auth.create_certificates`` as ``NAME.key`` (public) and
 ``NAME.key_secret`` (public and secret, mode 0600). An existing certificate is kept, never replaced. The command
-prints the ``[security]`` and ``[clients.*]`` tables to paste into the network file.
+prints the ``[security]`` and ``[clients.*]`` tables to paste into the network file. ZeroMQ is imported when the
+keys are made, after the arguments are read (hil/cli.py).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def add_arguments(parser) -> None:
 
 
 def parse_client(text: str) -> tuple[str, str]:
-    from sim.network import ROLES     # with ZeroMQ: after the arguments are read (hil/cli.py)
+    from sim.network import ROLES
 
     name, _, role = text.partition("=")
     role = role or "operator"

@@ -49,9 +49,8 @@ from sim.cli_options import SERVER_RT_PRIORITY
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
-from sim.processes import (ZMQ_THREAD_PREFIX, fine_timer_slack,
-                           leave_realtime_class, realtime_refusal, request_slice, threads_named,
-                           zmq_thread_count)
+from sim.processes import (ZMQ_THREAD_PREFIX, fine_timer_slack, leave_realtime_class, realtime_refusal, request_slice,
+                           threads_named, zmq_thread_count)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
 from sim.server_args import DEFAULT_LOOKAHEAD_S, DEFAULT_RATE_HZ
