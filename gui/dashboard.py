@@ -16,7 +16,6 @@ from pathlib import Path
 
 from sim.cli_options import add_network, add_rig
 from sim.config import ConfigError
-from sim.network import load_endpoints
 
 
 def _positive(text: str) -> float:
@@ -68,6 +67,8 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sim.network import load_endpoints
+
     endpoints = load_endpoints(args.network)
     if args.replay is not None and not args.replay.is_file():
         raise ConfigError(args.replay, None, "recording not found (expected an MCAP file)")

@@ -3,7 +3,8 @@
 One server certificate (shared by every binding process: `mms serve`, `mms drive`, `mms record`) and one
 certificate per client, written by pyzmq's ``zmq.auth.create_certificates`` as ``NAME.key`` (public) and
 ``NAME.key_secret`` (public and secret, mode 0600). An existing certificate is kept, never replaced. The command
-prints the ``[security]`` and ``[clients.*]`` tables to paste into the network file.
+prints the ``[security]`` and ``[clients.*]`` tables to paste into the network file. ZeroMQ is imported when the
+keys are made, after the arguments are read (hil/cli.py).
 """
 from __future__ import annotations
 
@@ -11,10 +12,6 @@ import os
 import re
 import sys
 from pathlib import Path
-
-import zmq.auth
-
-from sim.network import ROLES
 
 SERVER_NAME = "server"
 #: a client name is a TOML bare key and a file name
@@ -39,6 +36,8 @@ def add_arguments(parser) -> None:
 
 
 def parse_client(text: str) -> tuple[str, str]:
+    from sim.network import ROLES
+
     name, _, role = text.partition("=")
     role = role or "operator"
     if not CLIENT_NAME.match(name) or name == SERVER_NAME:
@@ -50,6 +49,8 @@ def parse_client(text: str) -> tuple[str, str]:
 
 def ensure_certificate(folder: Path, name: str) -> tuple[Path, bytes, bool]:
     """(secret file, Z85 public key, created?) of ``folder/name``; an existing pair is loaded, never replaced."""
+    import zmq.auth
+
     public_file, secret_file = folder / f"{name}.key", folder / f"{name}.key_secret"
     created = not secret_file.exists()
     if created:

@@ -348,8 +348,7 @@ class Stack:
 def driver_options(rig: Path, *extra: str):
     """The driver's typed options (hil/drive/options.py), from ``mms drive --rig RIG`` and ``extra`` parsed as the
     command parses them."""
-    from hil.drive.driver import add_arguments
-    from hil.drive.options import options_from_args
+    from hil.drive.options import add_arguments, options_from_args
     from sim.cli_options import make_parser
 
     parser = make_parser("mms drive")

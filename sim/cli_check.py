@@ -15,31 +15,16 @@ import argparse
 
 import numpy as np
 
-from sim.cli_options import add_robot
+from sim.cli_check_args import RUN_DT, RUN_SPAN_S
 from sim.config import ConfigError
 
-#: Largest accepted relative difference between the two engines (both are exact up to rounding: 1e-13 typical).
-DEFAULT_TOLERANCE = 1e-9
 #: Vectors whose entries are all below this (their units) are zero for both engines: no relative difference.
 ZERO_FLOOR = 1e-12
 #: States whose free mass-matrix block is worse conditioned than this are ill-posed (a passive joint moving no
 #: inertia: the hybrid algorithm divides by its zero articulated inertia, the TMT solve is singular) and skipped.
 ILL_POSED_CONDITION = 1e12
-#: Time step (s) and span of the short run whose states are checked.
-RUN_DT, RUN_SPAN_S = 1e-4, 0.05
 #: Spread of the random states: joint positions (rad or m) about rest, rates, base twist (m/s, rad/s).
 RANDOM_POSITION, RANDOM_RATE, RANDOM_TWIST = 0.5, 1.0, 0.5
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_robot(parser)
-    parser.add_argument("--random-states", type=int, default=20, metavar="N",
-                        help="random states checked, each with three actuation splits (default 20)")
-    parser.add_argument("--run-states", type=int, default=10, metavar="N",
-                        help=f"states of a {RUN_SPAN_S:g} s run of the robot checked (default 10)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                        help=f"largest accepted relative difference (default {DEFAULT_TOLERANCE:g})")
 
 
 def relative_difference(reference: np.ndarray, other: np.ndarray) -> float:

@@ -294,7 +294,7 @@ def add_start(parser, *, idle_by_default: bool, deprecated: tuple[str, ...] = ()
 DEFAULT_POSES_RATE_HZ = 100.0
 
 
-def _finite(text: str, accepted, expected: str) -> float:
+def finite_number(text: str, accepted, expected: str) -> float:
     """``text`` as a finite number for which ``accepted(value)`` holds, else one line naming ``expected``."""
     try:
         value = float(text)
@@ -305,10 +305,15 @@ def _finite(text: str, accepted, expected: str) -> float:
     return value
 
 
+def positive(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (a one-line error otherwise)."""
+    return finite_number(text, lambda value: value > 0.0, "a positive number")
+
+
 def add_poses_rate(parser) -> None:
     """``--poses-rate HZ`` into ``args.poses_rate`` (hil/foxglove/scene.py: PoseStream)."""
     def rate(text: str) -> float:
-        return _finite(text, lambda value: value >= 0.0, "a finite rate in Hz >= 0")
+        return finite_number(text, lambda value: value >= 0.0, "a finite rate in Hz >= 0")
     parser.add_argument("--poses-rate", type=rate, default=DEFAULT_POSES_RATE_HZ, metavar="HZ",
                         help=HELP["--poses-rate"] + f" (default {DEFAULT_POSES_RATE_HZ:g})")
 
@@ -323,7 +328,7 @@ DEFAULT_MAX_BACKLOG_MIB = 128.0
 def add_max_backlog(parser) -> None:
     """``--max-backlog MIB`` into ``args.max_backlog`` (MiB, positive; hil/recording/recorder.py)."""
     def mebibytes(text: str) -> float:
-        return _finite(text, lambda value: value > 0.0, "a finite size in MiB > 0")
+        return finite_number(text, lambda value: value > 0.0, "a finite size in MiB > 0")
     parser.add_argument("--max-backlog", type=mebibytes, default=DEFAULT_MAX_BACKLOG_MIB, metavar="MIB",
                         help=HELP["--max-backlog"] + f" (default {DEFAULT_MAX_BACKLOG_MIB:g})")
 

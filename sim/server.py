@@ -45,21 +45,17 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-from sim.cli_options import (SERVER_RT_PRIORITY, add_integrator, add_network, add_rig, add_robot, add_rt_priority,
-                              add_start)
+from sim.cli_options import SERVER_RT_PRIORITY
 from sim.config import ConfigError, load_toml, require
 from sim.messages import SCHEMA_VERSION, SCHEMAS, TOPIC_SIM_STATE, TOPIC_SIM_STATUS, encode, validate
 from sim.network import Curve, load_endpoints, open_socket
-from sim.processes import (MAX_SLICE_S, MIN_SLICE_S, SHORT_SLICE_S, ZMQ_THREAD_PREFIX, fine_timer_slack,
-                           leave_realtime_class, realtime_refusal, request_slice, threads_named,
-                           zmq_thread_count)
+from sim.processes import (ZMQ_THREAD_PREFIX, fine_timer_slack, leave_realtime_class, realtime_refusal, request_slice,
+                           threads_named, zmq_thread_count)
 from sim.realtime import warm_up
 from sim.control import ControlError, encode_reply, error_reply, one_line
+from sim.server_args import DEFAULT_LOOKAHEAD_S, DEFAULT_RATE_HZ
 from sim.server_control import COMMANDS, get_what, parse_request, set_arguments, step_count, with_value
 
-MODES = ("realtime", "fast", "lockstep")
-#: sim/state rate of a robot whose file names none, Hz
-DEFAULT_RATE_HZ = 1000.0
 IDLE, RUNNING, PAUSED, STALLED, STOPPED = "idle", "running", "paused", "stalled", "stopped"
 
 #: the sim/state arrays taken from Simulation.outputs(), in message order
@@ -75,9 +71,6 @@ BEHIND_REPORT_INTERVAL_S = 10.0     # stderr reports of deadline misses at most 
 STALL_REPORT_INTERVAL_S = 60.0      # "still stalled" stderr reminders at most this often
 PUB_LINGER_MS = 1000                # bounded wait for the last sim/status to leave at shutdown
 PUB_SNDHWM = 10_000                 # 10 s of 1 kHz states queued per subscriber before dropping
-#: realtime: how far ahead of their due time states are integrated by default, s: five periods at 1 kHz absorb an
-#: integration spike or a preemption of up to ~5 ms (the flapper's costs ~0.17 ms per period on average)
-DEFAULT_LOOKAHEAD_S = 0.005
 #: why a realtime state missed its deadline (the keys of sim/status ``deadline_miss_reasons``)
 NOT_READY, PUBLISHED_LATE = "not_ready", "published_late"
 #: a wall-clock gap between two consecutive sim/state messages of a running simulation longer than this is a stall:
@@ -798,42 +791,6 @@ class SimulationServer:
 
 
 # -------------------------------------------------------------------- the command
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_robot(parser)
-    add_network(parser)
-    parser.add_argument("--pub", metavar="ENDPOINT", help="override the sim PUB endpoint of --network")
-    parser.add_argument("--control", metavar="ENDPOINT", help="override the sim control endpoint of --network")
-    parser.add_argument("--mode", choices=MODES, default="realtime",
-                        help="realtime: paced to the wall clock; fast: as fast as possible; lockstep: one "
-                             "publish period per step request (default: %(default)s)")
-    parser.add_argument("--rate", type=float, default=None, metavar="HZ",
-                        help="sim/state publish rate, Hz; each period integrates the dt steps that fit in it "
-                             f"(default: a cosserat robot file's [live] rate_hz, else {DEFAULT_RATE_HZ:g})")
-    parser.add_argument("--dt", type=float, default=None, metavar="S",
-                        help="integration step, s (default: a cosserat robot file's [live] dt, else [simulation] "
-                             "dt of the robot config, else the simulator's)")
-    add_integrator(parser, "the robot file's [simulation] integrator, else rk4")
-    add_start(parser, idle_by_default=False, deprecated=("--paused",))
-    add_rig(parser, extra="; checked before serving: each of its [[joints]] must be a joint of the robot, and "
-                          "for a cosserat robot every segment joint must drive a servo")
-    add_rt_priority(parser, None, f"{SERVER_RT_PRIORITY} in realtime mode, else 0")
-    parser.add_argument("--stall-timeout", type=float, default=2.0, metavar="S",
-                        help="lockstep: report a stall after this long without a step request, s "
-                             "(default: %(default)g)")
-    parser.add_argument("--max-lag", type=float, default=0.5, metavar="S",
-                        help="realtime: re-anchor the schedule when this far behind the wall clock, and leave SCHED_FIFO, "
-                             "s (default: %(default)g)")
-    parser.add_argument("--lookahead", type=float, default=DEFAULT_LOOKAHEAD_S, metavar="S",
-                        help="realtime: integrate states up to this far ahead of their due time, s, rounded to "
-                             "whole publish periods, at least one (a slow period or a short preemption is then "
-                             "absorbed); with --feedback always one period (default: %(default)g)")
-    parser.add_argument("--slice", type=float, default=SHORT_SLICE_S, metavar="S",
-                        help="the Linux fair scheduler's slice asked for (kernel 6.12 or later; no permission "
-                             "needed), s, 1e-4 to 0.1: a short one lets the loop preempt busy processes as soon as "
-                             "a state is due; 0: the kernel's default; ignored under --rt-priority "
-                             "(default: %(default)g)")
-
-
 def _positive(value: float, option: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(None, option, f"got {value!r}, expected a positive number")
@@ -850,13 +807,6 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
 
     config = load_toml(args.config)
     rate = _positive(args.rate if args.rate is not None else serve_rate_hz(config) or DEFAULT_RATE_HZ, "--rate")
-    if args.dt is not None:
-        _positive(args.dt, "--dt")
-    stall_timeout = _positive(args.stall_timeout, "--stall-timeout")
-    max_lag = _positive(args.max_lag, "--max-lag")
-    lookahead = _positive(args.lookahead, "--lookahead")
-    if args.slice != 0 and not MIN_SLICE_S <= args.slice <= MAX_SLICE_S:
-        raise ConfigError(None, "--slice", f"got {args.slice!r}, expected 0 or {MIN_SLICE_S:g} to {MAX_SLICE_S:g} s")
     endpoints = load_endpoints(args.network)
     pub_endpoint = args.pub or endpoints.sim_pub
     control_endpoint = args.control or endpoints.sim_control
@@ -867,8 +817,8 @@ def run(args: argparse.Namespace, feedback_factory: Callable[..., Any] | None = 
                                                  "between states: under SCHED_FIFO it would hold a core)")
     feedback = None if feedback_factory is None else feedback_factory(_log)
     server = SimulationServer(args.config, config, mode=args.mode, rate_hz=rate, dt=args.dt,
-                              integrator=args.integrator, stall_timeout_s=stall_timeout, max_lag_s=max_lag,
-                              log=_log, feedback=feedback, lookahead_s=lookahead)
+                              integrator=args.integrator, stall_timeout_s=args.stall_timeout, max_lag_s=args.max_lag,
+                              log=_log, feedback=feedback, lookahead_s=args.lookahead)
     if args.rig is not None:
         check_rig_joints(list(server.model.joint_names), args.rig, server.robot_name, every_joint=_is_rod(config))
     context = zmq.Context()

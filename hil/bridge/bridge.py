@@ -30,7 +30,6 @@ import zmq
 from hil.bridge import plotjuggler
 from hil.foxglove.scene import (FRAME_TRANSFORMS, MESSAGE_ENCODING, SCENE_UPDATE, SCHEMA_ENCODING, TOPIC_POSES,
                                 TOPIC_SCENE, PoseStream, pose_stream, schema)
-from sim.cli_options import add_foxglove_port, add_network, add_plotjuggler, add_poses_rate, add_quiet, add_robot
 from sim.config import ConfigError, load_toml
 from sim.messages import SCHEMAS, TOPIC_SIM_STATE, MalformedMessage, SeqTracker, decode
 from sim.network import load_endpoints, open_socket
@@ -167,16 +166,6 @@ class Bridge:
             refused.update({f"poses:{k}": v for k, v in self.poses.refused.items()})
         gaps = sum(self.stats.seq.gaps.values())
         return f"received {self.stats.received}, seq gaps {gaps}, refused {refused or 'none'}"
-
-
-def add_arguments(parser) -> None:
-    add_network(parser)
-    add_foxglove_port(parser)
-    add_plotjuggler(parser)
-    add_robot(parser, option="--robot", extra=": its poses and shapes are served to Foxglove (foxglove/poses, "
-                                               "foxglove/scene)")
-    add_poses_rate(parser)
-    add_quiet(parser)
 
 
 def open_bridge(args) -> Bridge:

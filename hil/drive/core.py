@@ -32,8 +32,8 @@ import numpy as np
 
 from hil.drive.lifecycle import Lifecycle, State, TransitionError
 from hil.drive.mapping import MappingError, ServoMap, apply_limits, move_toward
-from hil.drive.safety import (DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, EStop, Mode, Rejection, StateCheck,
-                               joint_names_ok, watchdog_mode)
+from hil.drive.options import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S
+from hil.drive.safety import EStop, Mode, Rejection, StateCheck, joint_names_ok, watchdog_mode
 
 #: the longest interval the rate limiter credits between two sends (in command periods): after a scheduling
 #: hiccup the servo gets at most this many periods' worth of motion in one step

@@ -41,9 +41,8 @@ from hil.drive.links.factory import connect_rig
 from hil.drive.links.serial import LinkError, now_us
 from hil.drive.mapping import servo_map_from_rig
 from hil.drive.messages import HwPublisherSeq, command_payload, telemetry_payload
-from hil.drive.options import DEFAULT_LINK_TIMEOUT_S, DEFAULT_STATUS_HZ, DriverOptions, options_from_args
-from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S, MAX_SEQ_JUMP, Rejection, state_shape_error
-from sim.cli_options import SERVER_RT_PRIORITY, add_network, add_rig, add_rt_priority, add_start, below_server_priority
+from hil.drive.options import DriverOptions, options_from_args
+from hil.drive.safety import MAX_SEQ_JUMP, Rejection, state_shape_error
 from sim.processes import freeze_startup_heap, set_realtime_priority
 from sim.messages import (TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE,
                           TOPIC_SIM_STATUS, MalformedMessage, SeqTracker, decode, encode)
@@ -94,46 +93,6 @@ EMULATOR_STATS_PERIOD_S = 1.0
 PLANT_LAG_WARN_S = 0.5
 #: at most one plant-lag line per this many s
 PLANT_LAG_WARN_EVERY_S = 10.0
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_rig(parser, required=True)
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--port", help="serial device (default: the rig file's [serial] port)")
-    where.add_argument("--emulate", action="store_true",
-                       help="start `mms emulate --rig RIG` as a child and drive its pseudo-terminal")
-    parser.add_argument("--emulator-args", default="",
-                        help='extra arguments for the emulator child, one string (e.g. "--corrupt-rate 0.01")')
-    two = parser.add_argument_group("rigs with two serial devices (a Dynamixel bus and a [microcontroller] for "
-                                    "the sensors)")
-    two.add_argument("--sensor-port", help="the microcontroller's serial device (default: the rig file's "
-                                           "[microcontroller] port, else its own rig file's [serial] port)")
-    two.add_argument("--sensor-emulator-args", default="",
-                     help='with --emulate: extra arguments for the microcontroller\'s emulator, one string '
-                          '(e.g. "--plant physics")')
-    add_network(parser)
-    add_start(parser, idle_by_default=True, deprecated=("--autoactivate",))
-    parser.add_argument("--state-timeout", type=float, default=DEFAULT_STATE_TIMEOUT_S, metavar="S",
-                        help="no fresh sim/state for this long -> hold (default %(default)s s)")
-    parser.add_argument("--hold", type=float, default=DEFAULT_HOLD_S, metavar="S",
-                        help="hold this long before ramping to neutral (default %(default)s s)")
-    parser.add_argument("--max-state-age", type=float, default=None, metavar="S",
-                        help="refuse states published longer ago than this, by the publisher's clock against "
-                             "ours (default: the state timeout; 0: off, for hosts without synchronised clocks)")
-    parser.add_argument("--state-lead", type=float, default=0.0, metavar="S",
-                        help="carry the newest sim/state along its joint rates and accelerations to each command "
-                             "tick's time on a smooth simulated clock (the states' arrivals filtered), by at most "
-                             "this much either way: setpoints on the driver's regular ticks, not on the states' "
-                             "arrival jitter (default 0 s: off)")
-    parser.add_argument("--link-timeout", type=float, default=DEFAULT_LINK_TIMEOUT_S, metavar="S",
-                        help="nothing received from the device for this long (at least 10 telemetry frames and 3 "
-                             "heartbeats) -> link lost, reconnect (default %(default)s s)")
-    parser.add_argument("--status-hz", type=float, default=DEFAULT_STATUS_HZ,
-                        help="hw/status rate (default %(default)s Hz)")
-    add_rt_priority(parser, below_server_priority(SERVER_RT_PRIORITY))
-    parser.add_argument("--allow-remote-reset", action="store_true",
-                        help="let `reset_estop` on the control socket release the e-stop (default: only SIGUSR1 "
-                             "to this process, on this host, does; never while the rig's button is held)")
 
 
 def _percentiles_us(samples) -> dict:

@@ -1,5 +1,7 @@
-"""The driver's options, typed: built once from the parsed command line (:func:`options_from_args`), checked
-there, and handed to :class:`hil.drive.driver.Driver` and to the link factory (hil/drive/links/factory.py)."""
+"""The driver's options: ``mms drive``'s arguments (:func:`add_arguments`, read before numpy and ZeroMQ are
+imported, so that ``--help`` and a bad argument answer at once) and their typed form, built once from the parsed
+command line (:func:`options_from_args`), checked there, and handed to :class:`hil.drive.driver.Driver` and to the
+link factory (hil/drive/links/factory.py)."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +10,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from hil.drive.safety import DEFAULT_HOLD_S, DEFAULT_STATE_TIMEOUT_S
+from sim.cli_options import SERVER_RT_PRIORITY, add_network, add_rig, add_rt_priority, add_start, below_server_priority
 from sim.config import ConfigError
 
+#: default time without a fresh simulator state before the driver stops tracking and holds (s)
+DEFAULT_STATE_TIMEOUT_S = 0.050
+#: default time the driver holds the last setpoint before it ramps to neutral (s)
+DEFAULT_HOLD_S = 0.200
 DEFAULT_STATUS_HZ = 10.0
 DEFAULT_LINK_TIMEOUT_S = 0.5
 
@@ -74,3 +80,42 @@ def options_from_args(args: argparse.Namespace) -> tuple[DriverOptions, DeviceOp
                            emulator_rt_priority=args.rt_priority)
     return driver, device
 
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_rig(parser, required=True)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--port", help="serial device (default: the rig file's [serial] port)")
+    where.add_argument("--emulate", action="store_true",
+                       help="start `mms emulate --rig RIG` as a child and drive its pseudo-terminal")
+    parser.add_argument("--emulator-args", default="",
+                        help='extra arguments for the emulator child, one string (e.g. "--corrupt-rate 0.01")')
+    two = parser.add_argument_group("rigs with two serial devices (a Dynamixel bus and a [microcontroller] for "
+                                    "the sensors)")
+    two.add_argument("--sensor-port", help="the microcontroller's serial device (default: the rig file's "
+                                           "[microcontroller] port, else its own rig file's [serial] port)")
+    two.add_argument("--sensor-emulator-args", default="",
+                     help='with --emulate: extra arguments for the microcontroller\'s emulator, one string '
+                          '(e.g. "--plant physics")')
+    add_network(parser)
+    add_start(parser, idle_by_default=True, deprecated=("--autoactivate",))
+    parser.add_argument("--state-timeout", type=float, default=DEFAULT_STATE_TIMEOUT_S, metavar="S",
+                        help="no fresh sim/state for this long -> hold (default %(default)s s)")
+    parser.add_argument("--hold", type=float, default=DEFAULT_HOLD_S, metavar="S",
+                        help="hold this long before ramping to neutral (default %(default)s s)")
+    parser.add_argument("--max-state-age", type=float, default=None, metavar="S",
+                        help="refuse states published longer ago than this, by the publisher's clock against "
+                             "ours (default: the state timeout; 0: off, for hosts without synchronised clocks)")
+    parser.add_argument("--state-lead", type=float, default=0.0, metavar="S",
+                        help="carry the newest sim/state along its joint rates and accelerations to each command "
+                             "tick's time on a smooth simulated clock (the states' arrivals filtered), by at most "
+                             "this much either way: setpoints on the driver's regular ticks, not on the states' "
+                             "arrival jitter (default 0 s: off)")
+    parser.add_argument("--link-timeout", type=float, default=DEFAULT_LINK_TIMEOUT_S, metavar="S",
+                        help="nothing received from the device for this long (at least 10 telemetry frames and 3 "
+                             "heartbeats) -> link lost, reconnect (default %(default)s s)")
+    parser.add_argument("--status-hz", type=float, default=DEFAULT_STATUS_HZ,
+                        help="hw/status rate (default %(default)s Hz)")
+    add_rt_priority(parser, below_server_priority(SERVER_RT_PRIORITY))
+    parser.add_argument("--allow-remote-reset", action="store_true",
+                        help="let `reset_estop` on the control socket release the e-stop (default: only SIGUSR1 "
+                             "to this process, on this host, does; never while the rig's button is held)")

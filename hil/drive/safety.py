@@ -11,10 +11,8 @@ from enum import Enum
 
 import numpy as np
 
-#: default time without a fresh simulator state before the driver stops tracking and holds (s)
-DEFAULT_STATE_TIMEOUT_S = 0.050
-#: default time the driver holds the last setpoint before it ramps to neutral (s)
-DEFAULT_HOLD_S = 0.200
+from hil.drive.options import DEFAULT_STATE_TIMEOUT_S
+
 #: a publisher stamp further ahead of this host's wall clock than this is refused (s). Hosts kept in step by
 #: NTP agree to a few ms, so 0.5 s passes a poorly synchronised lab PC yet bounds how long a forged future stamp
 #: can make later good states look like repeats. Off with the age check (``--max-state-age 0``).

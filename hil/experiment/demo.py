@@ -23,8 +23,8 @@ from hil.validation.narrative import Claim, narrate
 from hil.experiment.supervisor import ChildDied, Supervisor, mms_argv
 from hil.recording.recorder import STOP_DRAIN_MAX_S
 from sim import messages
-from sim.cli_options import (SERVER_RT_PRIORITY, add_background_nice, add_out, add_rig, add_rt_priority,
-                              below_server_priority, config_type)
+from hil.experiment.demo_args import SETUP_RIGS
+from sim.cli_options import below_server_priority
 from sim.config import ConfigError, shipped_config
 from sim.network import open_socket, write_loopback_network
 
@@ -127,7 +127,7 @@ RIGS = {
     # the rig's physics plant on a 2-core laptop (RK4, with which the demo's figures were measured; the robot file's
     # default is Rosenbrock-W at 0.4 ms); a 5 Hz stroke because the rig's servos top out at 30 rad/s
     # (41.3 deg at 5 Hz needs 22.6 rad/s). The plant's truth has 20 % stiffer wing roots (the rig file).
-    "flapper": DemoRig(shipped_config("robot", "flapper"), shipped_config("rig", "flapper"),
+    "flapper": DemoRig(shipped_config("robot", "flapper"), shipped_config("rig", SETUP_RIGS["flapper"]),
                        {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 5.0},
                         "simulation": {"integrator": "rk4", "dt": 5e-4}},
                        "the rig's truth has stiffer wing roots than the model (its rig file's "
@@ -137,20 +137,20 @@ RIGS = {
     # needs 3.6 rad/s) and the sensor microcontroller, whose physics plant follows the stroke the driver mirrors to
     # its servo channels (docs/dynamixel.md), one `mms drive` owning both devices.
     "flapper-dynamixel": DemoRig(
-        shipped_config("robot", "flapper"), shipped_config("rig", "flapper-dynamixel"),
+        shipped_config("robot", "flapper"), shipped_config("rig", SETUP_RIGS["flapper-dynamixel"]),
         {"robot": {"base": "fixed"}, "wing": {"sections": 2}, "stroke": {"frequency_hz": 0.8},
          "simulation": {"integrator": "rk4", "dt": 5e-4}},
         "the servo channels are the Dynamixel servos tracking the stroke; at this slow stroke the strain the stroke "
         "drives is small against the wing vibration in the emulated gauges (docs/dynamixel.md, Demo)",
         ("--sensor-emulator-args", "--plant physics")),
-    "raybot": DemoRig(shipped_config("robot", "raybot"), shipped_config("rig", "raybot"),
+    "raybot": DemoRig(shipped_config("robot", "raybot"), shipped_config("rig", SETUP_RIGS["raybot"]),
                       {"robot": {"base": "fixed"}},
                       "the rig's truth and sensors follow configs/rigs/raybot_rig.toml's [emulator] section"),
     # The 2-D snake (a Cosserat rod, docs/cosserat.md "Live") on a chain of ten Dynamixel servos: the integrated
     # curvature of each tenth of the body is one servo's angle. Its head speed halved (0.25 m/s: a 0.5 Hz wave of
     # 0.94 rad per joint peaks at 2.9 rad/s, inside the servos' 4 rad/s rate limit); no sensors, so the comparison is
     # the servos' measured angles against the joint angles the model commands.
-    "snake": DemoRig(shipped_config("robot", "snake2d"), shipped_config("rig", "snake-dynamixel"),
+    "snake": DemoRig(shipped_config("robot", "snake2d"), shipped_config("rig", SETUP_RIGS["snake"]),
                      {"snake": {"V_o_m_s": -0.25}},
                      "the servos (emulated XM430-W350 mechanics and position loop) track the model's joint angles with "
                      "their lag; the rig has no sensor of the body's shape or contact forces",
@@ -173,31 +173,6 @@ def write_demo_robot(rig: DemoRig, path: Path, closed_loop: bool = False) -> Pat
         config = free_robot_config(config)
     path.write_text(f"# {rig.robot.name} with the overrides of `mms demo` ({__name__}.RIGS)\n" + tomli_w.dumps(config))
     return path
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_rig(parser, default="flapper", type=demo_rig_path,
-            extra=f"; the demo runs its set-ups: {', '.join(RIGS)} (snake: the snake-dynamixel rig)")
-    parser.add_argument("--duration", type=float, default=20.0, help="length of the live run, s (default: 20)")
-    add_out(parser, "runs/demo-<time> in the current folder", type=Path)
-    parser.add_argument("--gui", action="store_true", help="also open the live dashboard")
-    add_rt_priority(parser, default=SERVER_RT_PRIORITY)
-    add_background_nice(parser)
-    parser.add_argument("--closed-loop", action="store_true",
-                        help="close the loop: the simulator runs the robot in free flight with the rig's measured "
-                             "wrench fed back (mms serve --feedback, docs/closed-loop.md) and the thorax's motion is "
-                             "compared with the open loop's and the truth's, with a verdict per component: follows the truth, "
-                             "does not, or not resolvable by the rig's sensor (signal vs noise; instead of the "
-                             "validation); a run the loop's guard held while the rig ran, or whose loop never closed, "
-                             "says so and exits 3 (INVALID)")
-    parser.add_argument("--no-replay", action="store_true",
-                        help="skip the second validation against the model driven by the measured servo motion "
-                             "(mms validate --sim recorded)")
-
-
-def demo_rig_path(value: str) -> Path:
-    """``--rig``: a demo set-up's name (:data:`RIGS`), else a shipped rig name or a rig file."""
-    return RIGS[value].rig if value in RIGS else config_type("rig")(value)
 
 
 def check_chain(rig: DemoRig, robot: Path) -> None:

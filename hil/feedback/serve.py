@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import argparse
 
-from sim import server
+from sim import server_args
 from sim.cli_options import add_feedback
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    server.add_arguments(parser)
+    server_args.add_arguments(parser)
     add_feedback(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from sim import server
+
     if args.feedback is None:
         return server.run(args)
     from hil.feedback.loop import FeedbackLoop

@@ -48,9 +48,7 @@ from hil.recording.mcap_io import RawRecording, RecordingError, read_recording
 from hil.recording.series import FIXED_NAMES, Table, build_tables, decode_payload, simulated_unit
 from sim.config import ConfigError
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
-from sim.cli_options import add_out, add_poses_rate, add_quiet, add_robot
 
-FORMATS = ("mat", "h5", "csv", "foxglove")
 FOXGLOVE_SUFFIX = ".foxglove.mcap"
 _MATLAB_NAME_MAX = 63
 #: the unit written for a column that has none (counters, flags, a quaternion): MATLAB reads "" as []
@@ -380,16 +378,6 @@ def damage_report(result: ExportResult) -> list[str]:
         held = "an unknown number" if expected is None else str(expected)
         lines.append(f"{topic}: {rows} rows written from {read} messages of {held} in the file")
     return lines
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("run", metavar="RUN.mcap", help="recording made by mms record")
-    parser.add_argument("--to", choices=FORMATS, required=True, help="output format")
-    add_out(parser, "RUN.export/ beside the recording")
-    parser.add_argument("--topics", nargs="+", metavar="TOPIC", help="only these topics (default: all)")
-    add_robot(parser, option="--robot", extra=": --to foxglove poses this robot (default: the recording's own)")
-    add_poses_rate(parser)
-    add_quiet(parser)
 
 
 def run(args) -> int:

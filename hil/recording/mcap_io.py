@@ -46,14 +46,13 @@ from mcap.stream_reader import CRCValidationError, StreamReader
 from mcap.writer import CompressionType, Writer
 
 from hil.recording import salvage as salvage
+from hil.recording.recorder_args import DEFAULT_FLUSH_INTERVAL_S
 from sim.messages import SCHEMAS
 
 MESSAGE_ENCODING = "msgpack"
 SCHEMA_ENCODING = "jsonschema"
 PROFILE = ""  # no ROS profile: msgpack payloads with JSON schemas
 MAGIC = salvage.MAGIC
-#: longest time between two chunk closes + fsync, s (the crash-loss bound is this plus one loop turn)
-DEFAULT_FLUSH_INTERVAL_S = 0.5
 #: chunks are also closed when they reach this many uncompressed bytes
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 #: zstd level of the chunks (1: the fastest of zstd's standard levels)

@@ -30,12 +30,12 @@ import msgpack
 import numpy as np
 import zmq
 
-from hil.recording.mcap_io import DEFAULT_FLUSH_INTERVAL_S, RecordingError, RecordingWriter, recover, software_versions
+from hil.recording.mcap_io import RecordingError, RecordingWriter, recover, software_versions
+from hil.recording.recorder_args import DEFAULT_FLUSH_INTERVAL_S, HWM_MESSAGE_BYTES
 from hil.recording.template_decode import Structure, integers, matches, structure
 from firmware_interface.rigs.host import sensor_rig_path
 from hil.foxglove.scene import PoseStream, pose_stream, schema
-from sim.cli_options import (DEFAULT_MAX_BACKLOG_MIB, DEFAULT_POSES_RATE_HZ, add_max_backlog, add_network,
-                             add_poses_rate, add_quiet, add_rig, add_robot, add_start)
+from sim.cli_options import DEFAULT_MAX_BACKLOG_MIB, DEFAULT_POSES_RATE_HZ
 from sim.config import ConfigError, load_toml, resolve_config
 from sim.control import ControlError, encode_reply, error_reply, parse_request
 from sim.messages import TOPIC_SIM_STATE, SeqTracker
@@ -56,11 +56,6 @@ MIB = 1024 * 1024
 #: resident set per queued message beyond its payload: 2 075-2 118 B for a 2.1 kB state, 560-827 B for a 136 B
 #: hw/status; the states' most, rounded up to 64 B: over-counted for small messages, never under
 HELD_MESSAGE_BYTES = 2176
-#: ZeroMQ's receive queue (the SUB socket's high-water mark, messages) holds the backlog bound over this many bytes
-#: per message: a 2.1 kB state costs 4.2 kB queued there too, so that queue is bounded about as the recorder's own.
-#: It fills only while the recorder takes nothing off the socket (not scheduled, or stopped): its I/O thread goes
-#: on receiving
-HWM_MESSAGE_BYTES = 4096
 #: the reason counted for a message dropped because the held backlog is at ``--max-backlog``
 DROP_BACKLOG_FULL = "backlog_full"
 #: how often the progress line is redrawn, s
@@ -662,32 +657,6 @@ class Recorder:
                 + (f" | DROPPED {dropped} (backlog at {self.max_backlog_bytes / MIB:g} MiB)" if dropped else ""))
         sys.stderr.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
         sys.stderr.flush()
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--out", metavar="FILE.mcap", help="MCAP file to write (default runs/YYYYmmdd-HHMMSS.mcap); with --recover, "
-                                      "the rebuilt file (default BROKEN.recovered.mcap)")
-    add_network(parser)
-    add_robot(parser, option="--robot", extra=", stored in the recording")
-    add_rig(parser, extra=", stored in the recording")
-    add_start(parser, idle_by_default=False, deprecated=("--wait",))
-    parser.add_argument("--duration", type=float, metavar="S",
-                        help="stop and exit S seconds after the recording started (default: until Ctrl-C)")
-    parser.add_argument("--run-dir", type=Path, metavar="DIR",
-                        help="the folder the control socket's start requests write into (their paths are taken "
-                             "inside it and may not leave it); default: the folder of --out, else runs/")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    add_max_backlog(parser)
-    parser.add_argument("--hwm", type=int, default=None, metavar="N",
-                        help="ZeroMQ's receive high-water mark, messages (default: --max-backlog over "
-                             f"{HWM_MESSAGE_BYTES} B)")
-    parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
-                        help="close a chunk and fsync at least this often, s: the crash-loss bound "
-                             f"(default {DEFAULT_FLUSH_INTERVAL_S})")
-    add_poses_rate(parser)
-    add_quiet(parser)
-    parser.add_argument("--recover", metavar="BROKEN.mcap",
-                        help="rebuild a valid file from the complete records of a truncated recording, then exit")
 
 
 def _run_recover(args) -> int:

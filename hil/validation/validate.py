@@ -46,8 +46,7 @@ from hil.recording.mcap_io import RecordingError, read_recording
 from firmware_interface.rigs.host import channel_maps, load_host_rig, sensor_unit, stored_rig
 from hil.recording.series import WRENCH_NAMES, Tables, build_tables
 from hil.recording.series import simulated_unit as series_unit
-from sim.cli_options import (add_no_plots, add_out, add_quiet, add_rig, add_robot, deprecation,
-                             recorded_or_robot)
+from sim.cli_options import deprecation
 from sim.config import ConfigError, load_toml, require
 from sim.messages import TOPIC_HW_COMMAND, TOPIC_HW_STATUS, TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE, TOPIC_SIM_STATUS
 
@@ -63,7 +62,6 @@ _CRITERIA_KEYS = {
     "residual_rms_max": ("residual_rms", "upper", False), "rmse_aligned_max": ("rmse_aligned", "upper", False),
     "frequency_error_max": ("frequency_error", "upper", True),
 }
-PLOT_CHOICES = ("all", "failed", "none")
 #: what rmse_max bounds for a channel with no prediction: the RMS error on the measured samples themselves
 NO_PREDICTION_METRIC = "rmse_samples"
 #: a channel's status (metrics.json "status"; the report and summary print it upper-case, "_" as a space)
@@ -930,43 +928,6 @@ def _pick(by_name: dict[str, PairResult], name: str | None, run: Path) -> PairRe
     if result.error:
         raise RecordingError(f"{run}: {name}: {result.error}")
     return result
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN.mcap", help="recording(s) made by mms record")
-    add_robot(parser, option="--sim", type=recorded_or_robot,
-              extra=", or 'recorded' for the one in the recording: the reference is this robot re-simulated, "
-                    "driven by the measured servo angles, instead of the recorded sim/* stream "
-                    "(docs/validation.md)")
-    parser.add_argument("--sim-cutoff", type=float, metavar="HZ", default=None,
-                        help="--sim: low-pass cutoff of the measured servo angles (default: "
-                             "8 x their dominant frequency)")
-    parser.add_argument("--sim-warmup", type=float, metavar="S", default=None,
-                        help="--sim: start-up transient dropped from the re-simulation (default 2 s)")
-    parser.add_argument("--thresholds", metavar="FILE",
-                        help="TOML with [validation] settings, [pass] criteria and [[pair]] mappings "
-                             "(docs/validation.md); default: pairs from the rig, default criteria")
-    add_rig(parser, extra=" to derive the pairs from (default: the rig stored in the recording)")
-    add_out(parser, "RUN.validation/ beside the recording; sweep: sweep/ beside the first run")
-    parser.add_argument("--plots", choices=PLOT_CHOICES, default="all", metavar="{all,failed}",
-                        help="which channels get a figure (default: all)")
-    add_no_plots(parser)
-    parser.add_argument("--sweep", action="store_true",
-                        help="several runs: dominant frequency vs amplitude and mean, measured and simulated")
-    parser.add_argument("--channel", metavar="PAIR", help="sweep: the pair giving frequency and amplitude "
-                                                          "(default: the first)")
-    parser.add_argument("--mean-channel", metavar="PAIR", help="sweep: the pair whose mean is plotted "
-                                                               "(e.g. the lift load cell; default: --channel)")
-    parser.add_argument("--settle", type=float, metavar="S", default=None,
-                        help="run health: time cut after every disturbance and at the start of every healthy window, "
-                             f"s (default {HealthCriteria.settle_s:g}; [health] settle_s)")
-    parser.add_argument("--min-analysed", type=float, metavar="S", default=None,
-                        help="run health: the shortest healthy window that makes a run valid, s (default "
-                             f"{HealthCriteria.min_analysed_s:g}; [health] min_analysed_s)")
-    parser.add_argument("--whole-run", action="store_true",
-                        help="compare over the whole run instead of its longest healthy window (the run health is "
-                             "still assessed and reported, and an invalid run is still INVALID)")
-    add_quiet(parser)
 
 
 def run(args) -> int:

@@ -4,14 +4,13 @@ options, a file of the wrong kind named as such."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 from pathlib import Path
 
 import pytest
 
-from hil.cli import COMMANDS, main as mms_main
-from sim.cli_options import DEPRECATED, HELP, make_parser
+from hil.cli import COMMANDS, command_parser, main as mms_main
+from sim.cli_options import DEPRECATED, HELP
 from sim.config import ConfigError, resolve_config, shipped_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +20,7 @@ OWN_MEANING = {("record", "--out"): "the MCAP file written (the folder is --run-
 
 def _parser(command: str) -> argparse.ArgumentParser:
     """The parser ``mms COMMAND`` builds (hil/cli.py), without running anything."""
-    module_name, summary = COMMANDS[command]
-    parser = make_parser(f"mms {command}", summary)
-    importlib.import_module(module_name).add_arguments(parser)
-    return parser
+    return command_parser(command)
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, str]:

@@ -94,7 +94,7 @@ def test_the_emulator_children_take_the_drivers_real_time_priority_unless_their_
     too, and an emulator argument of its own wins; a one-device rig still refuses sensor-emulator arguments."""
     import argparse
 
-    from hil.drive.driver import add_arguments
+    from hil.drive.options import add_arguments
     from hil.drive.options import options_from_args
 
     parser = argparse.ArgumentParser()

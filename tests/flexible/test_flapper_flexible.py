@@ -141,7 +141,8 @@ def test_periodic_refuses_modal_wings_in_one_line():
     """`mms sim --periodic` shoots on the joints and the base only: a modal model is refused, naming the option."""
     import argparse
 
-    from sim.cli_sim import add_arguments, run
+    from sim.cli_sim import run
+    from sim.cli_sim_args import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -18,7 +18,8 @@ import zmq
 from websockets.sync.client import connect
 
 from hil.bridge import plotjuggler
-from hil.bridge.bridge import add_arguments, open_bridge
+from hil.bridge.bridge import open_bridge
+from hil.bridge.bridge_args import add_arguments
 from sim.cli_options import make_parser
 from sim.config import ConfigError
 from sim import messages

@@ -140,9 +140,9 @@ def test_bad_input_is_a_one_line_error_without_traceback(serve, pendulum, tmp_pa
     bad_robot = tmp_path / "bad_robot.toml"
     bad_robot.write_text(pendulum.config.read_text().replace('kind = "urdf"', 'kind = "zeppelin"'))
     cases.append(((bad_robot,), "robot.kind"))
-    # each pays the imports before it reads its arguments (about 1.5 s of CPU) and is given the time a start is given
-    # (wait_exit of a server never seen ready): at load 10 on the 2-core machine each took 10-15 s to exit, where
-    # 20 s was the limit
+    # the parser refuses the file and the values before the simulator's imports (sim/server_args.py); the robot's kind
+    # is read after them (about 1.5 s of CPU: 10-15 s at load 10 on the 2-core machine), within the time a start is
+    # given (wait_exit of a server never seen ready)
     for arguments, says in cases:
         server = serve(arguments[0], *arguments[1:], check_ready=False)
         assert server.wait_exit() == 2, server.stderr()

@@ -251,7 +251,8 @@ def test_raybot_steady_swim_through_mms_sims_set_up_is_the_documented_orbit(caps
     multipliers are the documented ones (a stable swim); three beats from it swim at the documented speed and
     Strouhal number. Deterministic figures: the bands allow for another platform's rounding."""
     from sim.cli_options import make_parser
-    from sim.cli_sim import add_arguments, load_config, periodic_config, prepare
+    from sim.cli_sim import load_config, periodic_config, prepare
+    from sim.cli_sim_args import add_arguments
     from sim.periodic import central_jacobian, floquet_multipliers, yaw_pitch_roll
     from sim.spatial import quat_to_matrix
     from sim.swimming import swim_figures

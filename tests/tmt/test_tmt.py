@@ -185,7 +185,8 @@ def test_mms_check_refuses_modal_bodies_in_one_line():
 
 def test_mms_check_refuses_a_tmt_system_in_one_line():
     """`mms check` on a robot that is not a rigid tree (the biped: constraints and impacts) names what failed."""
-    from sim.cli_check import add_arguments, run
+    from sim.cli_check import run
+    from sim.cli_check_args import add_arguments
     from sim.config import ConfigError
 
     parser = argparse.ArgumentParser()
