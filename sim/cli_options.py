@@ -324,6 +324,10 @@ def add_poses_rate(parser) -> None:
 #: (docs/recording.md, "Memory")
 DEFAULT_MAX_BACKLOG_MIB = 128.0
 
+#: Default of ``mms record --flush-interval``, s: longest time between two chunk closes + fsync of the MCAP writer
+#: (hil/recording/mcap_io.py; the crash-loss bound is this plus one loop turn)
+DEFAULT_FLUSH_INTERVAL_S = 0.5
+
 
 def add_max_backlog(parser) -> None:
     """``--max-backlog MIB`` into ``args.max_backlog`` (MiB, positive; hil/recording/recorder.py)."""

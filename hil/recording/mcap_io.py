@@ -46,7 +46,7 @@ from mcap.stream_reader import CRCValidationError, StreamReader
 from mcap.writer import CompressionType, Writer
 
 from hil.recording import salvage as salvage
-from hil.recording.recorder_args import DEFAULT_FLUSH_INTERVAL_S
+from sim.cli_options import DEFAULT_FLUSH_INTERVAL_S
 from sim.messages import SCHEMAS
 
 MESSAGE_ENCODING = "msgpack"

@@ -31,11 +31,11 @@ import numpy as np
 import zmq
 
 from hil.recording.mcap_io import RecordingError, RecordingWriter, recover, software_versions
-from hil.recording.recorder_args import DEFAULT_FLUSH_INTERVAL_S, HWM_MESSAGE_BYTES
+from hil.recording.recorder_args import HWM_MESSAGE_BYTES
 from hil.recording.template_decode import Structure, integers, matches, structure
 from firmware_interface.rigs.host import sensor_rig_path
 from hil.foxglove.scene import PoseStream, pose_stream, schema
-from sim.cli_options import DEFAULT_MAX_BACKLOG_MIB, DEFAULT_POSES_RATE_HZ
+from sim.cli_options import DEFAULT_FLUSH_INTERVAL_S, DEFAULT_MAX_BACKLOG_MIB, DEFAULT_POSES_RATE_HZ
 from sim.config import ConfigError, load_toml, resolve_config
 from sim.control import ControlError, encode_reply, error_reply, parse_request
 from sim.messages import TOPIC_SIM_STATE, SeqTracker

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli_options import (add_max_backlog, add_network, add_poses_rate, add_quiet, add_rig, add_robot,
-                             add_start)
+from sim.cli_options import (DEFAULT_FLUSH_INTERVAL_S, add_max_backlog, add_network, add_poses_rate, add_quiet,
+                             add_rig, add_robot, add_start)
 
-#: longest time between two chunk closes + fsync, s (the crash-loss bound is this plus one loop turn)
-DEFAULT_FLUSH_INTERVAL_S = 0.5
 #: ZeroMQ's receive queue (the SUB socket's high-water mark, messages) holds the backlog bound over this many bytes
 #: per message: a 2.1 kB state costs 4.2 kB queued there too, so that queue is bounded about as the recorder's own.
 #: It fills only while the recorder takes nothing off the socket (not scheduled, or stopped): its I/O thread goes
