@@ -15,6 +15,7 @@ from typing import NamedTuple
 from sim.cli_options import Parser, make_parser, suggestion, version
 from sim.config import ConfigError
 
+
 class Command(NamedTuple):
     parser: str     # the module defining add_arguments(parser): imports nothing heavy
     runner: str     # the module defining run(args) -> int
