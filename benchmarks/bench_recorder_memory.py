@@ -31,12 +31,14 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import zmq
 
@@ -47,8 +49,8 @@ from bench_soak import loop_files, rss_mib  # noqa: E402
 from hil.experiment.demo import RIGS  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
 from hil.recording.mcap_io import read_recording  # noqa: E402
-from hil.testing import request  # noqa: E402
-from sim.network import load_endpoints  # noqa: E402
+from hil.testing import read_process, request, wait_for  # noqa: E402
+from sim.network import load_endpoints, write_loopback_network  # noqa: E402
 
 HOG = [sys.executable, "-c", "while True: pass"]
 #: how long the recorder may take to stop, s: it writes its backlog first (a recorder before the bound, seconds
@@ -135,6 +137,81 @@ def queued_cost(count: int, size: int) -> None:
           f"each ({per_message - (lengths[0] if lengths else 0):.0f} B beyond the payload)")
 
 
+#: the state payload of a --held-back flood, bytes (about a flapper sim/state)
+HELD_BACK_PAYLOAD_BYTES = 2100
+#: the topic each publisher floods (the recorder takes any topic; the endpoint is what matters)
+HELD_BACK_TOPICS = {"sim_pub": b"sim/state", "driver_pub": b"hw/telemetry"}
+
+
+def _status_kib(pid: int, name: str) -> int:
+    """A /proc/PID/status memory field (VmRSS, VmHWM), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {name} in /proc/{pid}/status")
+
+
+def held_back(bound_mib: float, publishers: int, flood_mib: float, record_args: list[str]) -> None:
+    """A real `mms record --max-backlog bound_mib` frozen (SIGSTOP) while ``publishers`` PUB sockets (on the
+    network's sim and driver endpoints) each queue ``flood_mib`` of 2.1 kB states for it, then thawed: its resident
+    set before (the base), its peak (VmHWM) growth above it, and the most its own queue held (the status's
+    ``backlog.peak_bytes``); what ZeroMQ's pipes held is the growth beyond the own queue, the write batch and the
+    open chunk (compare a run with ``--record-args "--hwm 1"``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        network = Path(folder) / "network.toml"
+        endpoints = write_loopback_network(network)
+        context = zmq.Context()
+        pubs = {}
+        for name in list(HELD_BACK_TOPICS)[:publishers]:
+            pub = pubs[name] = context.socket(zmq.PUB)
+            pub.setsockopt(zmq.SNDHWM, 0)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind(endpoints[name])
+        control = endpoints["recorder_control"]
+        proc = subprocess.Popen(mms_argv("record", "--network", str(network), "--out", f"{folder}/held.mcap",
+                                         "--quiet", "--max-backlog", f"{bound_mib:g}", *record_args),
+                                cwd=REPO)
+        count = int(flood_mib * MIB / HELD_BACK_PAYLOAD_BYTES)
+        padding = b"a" * (HELD_BACK_PAYLOAD_BYTES - 40)
+        try:
+            def subscribed() -> bool:
+                for name, pub in pubs.items():
+                    pub.send_multipart([HELD_BACK_TOPICS[name] + b"/warmup",
+                                        msgpack.packb({"seq": 0, "stamp_ns": 1})])
+                topics = status(control, SAMPLE_STATUS_TIMEOUT_S).get("topics", {})
+                return all(HELD_BACK_TOPICS[name].decode() + "/warmup" in topics for name in pubs)
+            wait_for(subscribed, 30.0, 0.1, "the recorder subscribed")
+            proc.send_signal(signal.SIGSTOP)
+            wait_for(lambda: read_process(proc.pid).state == "T", 10.0, 0.01, "the recorder stopped")
+            base_kib = _status_kib(proc.pid, "VmRSS")
+            for seq in range(count):
+                payload = msgpack.packb({"seq": seq, "stamp_ns": seq + 1, "padding": padding})
+                for name, pub in pubs.items():
+                    pub.send_multipart([HELD_BACK_TOPICS[name], payload])
+            proc.send_signal(signal.SIGCONT)
+
+            def taken() -> dict | None:
+                reply = status(control, SAMPLE_STATUS_TIMEOUT_S)
+                topics = reply.get("topics", {})
+                done = all(topics.get(HELD_BACK_TOPICS[name].decode(), {}).get("messages", 0)
+                           + sum(topics.get(HELD_BACK_TOPICS[name].decode(), {}).get("dropped", {}).values())
+                           >= count for name in pubs)
+                return reply if done else None
+            reply = wait_for(taken, 120.0, 0.1, "the floods taken or dropped")
+            peak_kib = _status_kib(proc.pid, "VmHWM")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            context.destroy(0)
+    backlog = reply["backlog"]
+    growth = (peak_kib - base_kib) / 1024
+    print(f"--max-backlog {bound_mib:g} MiB, {publishers} publisher(s) x {count} states ({flood_mib:g} MiB), "
+          f"{' '.join(record_args) or 'no other options'}: base {base_kib / 1024:.1f} MiB, peak {peak_kib / 1024:.1f}"
+          f" MiB, growth {growth:.1f} MiB ({growth / bound_mib:.2f} x the bound), own queue peak "
+          f"{backlog['peak_bytes'] / MIB:.1f} MiB, dropped {backlog['dropped']}; load "
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phase", type=float, default=90.0, help="length of each phase, s (default 90)")
@@ -142,9 +219,18 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=1.0, help="RSS and status sampling period, s (default 1)")
     parser.add_argument("--hogs", type=int, default=1, help="busy loops in the second phase (default 1)")
     parser.add_argument("--record-args", default="", help="extra `mms record` options, one shell-quoted string")
+    parser.add_argument("--held-back", type=float, metavar="MIB",
+                        help="measure a frozen recorder's peak under floods with --max-backlog MIB instead")
+    parser.add_argument("--publishers", type=int, default=2, choices=(1, 2),
+                        help="with --held-back: floods on the sim's endpoint only (1) or the driver's too (2)")
+    parser.add_argument("--flood", type=float, default=64.0, metavar="MIB",
+                        help="with --held-back: payload each publisher queues, MiB (default 64)")
     parser.add_argument("--queued-cost", type=int, metavar="BYTES",
                         help="measure what a queued message of about BYTES costs instead (resident set per message)")
     args = parser.parse_args()
+    if args.held_back:
+        held_back(args.held_back, args.publishers, args.flood, shlex.split(args.record_args))
+        return 0
     if args.queued_cost:
         queued_cost(min(QUEUED_COST_MESSAGES_MAX, QUEUED_COST_BYTES // args.queued_cost), args.queued_cost)
         return 0

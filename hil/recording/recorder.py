@@ -2,10 +2,11 @@
 
 One SUB socket connects to the sim and driver PUB endpoints, subscribed to everything; ``seq`` gaps are counted per
 topic (:class:`sim.messages.SeqTracker`) so a drop is never silent. What is received and not yet written (the
-backlog of a recorder behind its stream) is held up to a bound in bytes (``--max-backlog``); beyond it, arriving
-messages are dropped and counted per topic by reason, in the status and the file's ``recorder_stats``, and ZeroMQ's
-queue in front of the recorder is bounded alike (its high-water mark), so that the memory of a recorder held back
-stays bounded (docs/recording.md, "Memory"). Payload bytes are written exactly as received
+backlog of a recorder behind its stream) is bounded in bytes as a whole (``--max-backlog``): ZeroMQ's receive
+pipes in front of the recorder, one per publisher, get a share of it as their high-water marks, and the recorder's
+own queue the rest; beyond it, arriving messages are dropped and counted per topic by reason, in the status and the
+file's ``recorder_stats``, so that the memory of a recorder held back stays within its base and the bound
+(docs/recording.md, "Memory"). Payload bytes are written exactly as received
 (:class:`hil.recording.mcap_io.RecordingWriter`), with ``log_time`` = receive wall clock and ``publish_time`` = the
 payload's ``stamp_ns``. The writer closes a chunk and fsyncs at least every 0.5 s: a ``kill -9`` loses at most
 the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mcap`` rebuilds a valid file.
@@ -56,11 +57,18 @@ MIB = 1024 * 1024
 #: resident set per queued message beyond its payload: 2 075-2 118 B for a 2.1 kB state, 560-827 B for a 136 B
 #: hw/status; the states' most, rounded up to 64 B: over-counted for small messages, never under
 HELD_MESSAGE_BYTES = 2176
-#: ZeroMQ's receive queue (the SUB socket's high-water mark, messages) holds the backlog bound over this many bytes
-#: per message: a 2.1 kB state costs 4.2 kB queued there too, so that queue is bounded about as the recorder's own.
-#: It fills only while the recorder takes nothing off the socket (not scheduled, or stopped): its I/O thread goes
-#: on receiving
-HWM_MESSAGE_BYTES = 4096
+#: what a message queued in ZeroMQ's receive pipe costs, bytes, counted against ``--max-backlog``: its share of
+#: the I/O thread's receive buffer (a payload is kept in the buffer it was read into) and its zmq_msg_t. Measured
+#: (benchmarks/bench_recorder_memory.py --held-back), the peak resident set of a frozen recorder's pipes over their
+#: high-water mark: HWM_MEASURED for 2.1 kB states, rounded up to 256 B
+HWM_MESSAGE_BYTES = 4608
+#: the share of ``--max-backlog`` that ZeroMQ's receive pipes get, divided among the publishers (one pipe each,
+#: each with its own high-water mark); the recorder's own queue gets the rest. The pipes fill only while the
+#: recorder takes nothing off the socket (not scheduled, or stopped: its I/O thread goes on receiving), and then
+#: drop silently (seq gaps); the own queue holds the backlog of a recorder that runs but writes behind its stream,
+#: and counts its drops. A quarter of the default 128 MiB is 3 600 states per publisher: two seconds of the
+#: flapper demo's stream with the recorder not scheduled at all
+PIPES_SHARE = 0.25
 #: the reason counted for a message dropped because the held backlog is at ``--max-backlog``
 DROP_BACKLOG_FULL = "backlog_full"
 #: how often the progress line is redrawn, s
@@ -103,6 +111,26 @@ SHAPES_KEPT = 64
 MALFORMED_FRAMES = (b"", b"")
 DEFAULT_RUN_DIR = Path("runs")
 RECORDING_SUFFIX = ".mcap"
+
+
+def publisher_endpoints(endpoints: Endpoints) -> tuple[str, ...]:
+    """The PUB endpoints the recorder's SUB socket connects to: one ZeroMQ receive pipe each."""
+    return endpoints.sim_pub, endpoints.driver_pub
+
+
+def split_backlog(max_backlog_bytes: int, publishers: int, hwm: int | None = None) -> tuple[int, int]:
+    """``--max-backlog`` shared out: (each receive pipe's high-water mark, messages; the recorder's own queue's
+    bound, bytes), so that ``publishers`` full pipes (HWM_MESSAGE_BYTES a message) and a full own queue together
+    hold at most ``max_backlog_bytes``. ``hwm``: the pipes' high-water mark as given (``--hwm``), else PIPES_SHARE
+    of the bound among the publishers. A ValueError when the pipes would leave the own queue nothing."""
+    if hwm is None:
+        hwm = max(1, int(max_backlog_bytes * PIPES_SHARE) // (publishers * HWM_MESSAGE_BYTES))
+    queue_max_bytes = max_backlog_bytes - publishers * hwm * HWM_MESSAGE_BYTES
+    if queue_max_bytes <= 0:
+        raise ValueError(f"a high-water mark of {hwm} messages on each of {publishers} publishers' pipes "
+                         f"({HWM_MESSAGE_BYTES} B a message) takes all of the backlog's bound of "
+                         f"{max_backlog_bytes / MIB:g} MiB")
+    return hwm, queue_max_bytes
 
 
 def default_run_path(run_dir: Path = DEFAULT_RUN_DIR) -> Path:
@@ -290,11 +318,13 @@ class Recorder:
         self.progress = progress
         self.context = context or zmq.Context.instance()
         self.max_backlog_bytes = max_backlog_bytes
-        hwm = hwm if hwm is not None else max(1, max_backlog_bytes // HWM_MESSAGE_BYTES)
-        self.sub = open_socket(self.context, zmq.SUB, endpoints.sim_pub, bind=False, curve=endpoints.curve,
-                               what="sim.pub", options={zmq.RCVHWM: hwm, zmq.SNDHWM: hwm, zmq.LINGER: 0,
-                                                        zmq.SUBSCRIBE: b""})
-        self.sub.connect(endpoints.driver_pub)
+        publishers = publisher_endpoints(endpoints)
+        self.hwm, self.queue_max_bytes = split_backlog(max_backlog_bytes, len(publishers), hwm)
+        self.sub = open_socket(self.context, zmq.SUB, publishers[0], bind=False, curve=endpoints.curve,
+                               what="sim.pub", options={zmq.RCVHWM: self.hwm, zmq.SNDHWM: self.hwm,
+                                                        zmq.LINGER: 0, zmq.SUBSCRIBE: b""})
+        for endpoint in publishers[1:]:
+            self.sub.connect(endpoint)      # a pipe of its own, with the same high-water mark
         try:
             self.control = open_socket(self.context, zmq.REP, endpoints.recorder_control, bind=True,
                                        curve=endpoints.curve, what="recorder.control", options={zmq.LINGER: 0})
@@ -382,7 +412,7 @@ class Recorder:
     def receive_batch(self) -> bool:
         """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn; True
         when the socket was drained. The messages are written by :meth:`write_pending`. Once the queue holds
-        ``max_backlog_bytes`` (:meth:`held_bytes`, looked at every RECEIVE_CLOCK_EVERY messages), what arrives is
+        ``queue_max_bytes`` (:meth:`held_bytes`, looked at every RECEIVE_CLOCK_EVERY messages), what arrives is
         dropped and counted instead (:meth:`_drop_arriving`): the backlog of a recorder behind its stream stays in
         its own bounded queue, not in ZeroMQ's.
 
@@ -395,7 +425,7 @@ class Recorder:
         recv, clock = self.sub.recv, time.time_ns
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
-        if self.held_bytes() >= self.max_backlog_bytes:
+        if self.held_bytes() >= self.queue_max_bytes:
             return self._drop_arriving(turn_end)
         while True:
             for _ in range(RECEIVE_CLOCK_EVERY):
@@ -416,7 +446,7 @@ class Recorder:
                 payloads.append(MALFORMED_FRAMES[1])
             if time.monotonic() > turn_end:
                 return False
-            if self.held_bytes() >= self.max_backlog_bytes:
+            if self.held_bytes() >= self.queue_max_bytes:
                 return self._drop_arriving(turn_end)
 
     def _drop_arriving(self, turn_end: float) -> bool:
@@ -638,12 +668,16 @@ class Recorder:
 
     def backlog(self) -> dict[str, Any]:
         """The queue of received messages not yet written: ``held_bytes`` and ``held_messages`` now, ``peak_bytes``
-        since the recorder started, ``max_bytes`` (the bound), and ``dropped`` by reason in the open recording
+        since the recorder started, ``max_bytes`` (the bound of the whole backlog, ``--max-backlog``) and its shares:
+        ``queue_max_bytes`` (this queue's) and ``hwm`` (each of the ``pipes`` receive pipes' high-water mark,
+        messages), and ``dropped`` by reason in the open recording
         (``dropped_while_idle``: received with no recording open, never written). In the status while recording,
         and in the file's ``recorder_stats``."""
         session = self.session
         return {"held_bytes": self.held_bytes(), "held_messages": len(self.pending_topics),
                 "peak_bytes": self.peak_held_bytes, "max_bytes": self.max_backlog_bytes,
+                "queue_max_bytes": self.queue_max_bytes, "hwm": self.hwm,
+                "pipes": len(publisher_endpoints(self.endpoints)),
                 "dropped": {DROP_BACKLOG_FULL: sum(session.dropped.values())} if session is not None else {},
                 "dropped_while_idle": self.dropped_while_idle}
 
@@ -659,7 +693,8 @@ class Recorder:
         dropped = sum(session.dropped.values())
         line = (f"rec {summary['path']} {summary['elapsed_s']:.1f} s | " + " | ".join(parts or ["waiting"])
                 + (f" | malformed {summary['malformed']}" if summary["malformed"] else "")
-                + (f" | DROPPED {dropped} (backlog at {self.max_backlog_bytes / MIB:g} MiB)" if dropped else ""))
+                + (f" | DROPPED {dropped} (backlog at {self.queue_max_bytes / MIB:.3g} of "
+                   f"{self.max_backlog_bytes / MIB:g} MiB)" if dropped else ""))
         sys.stderr.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
         sys.stderr.flush()
 
@@ -679,8 +714,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     add_max_backlog(parser)
     parser.add_argument("--hwm", type=int, default=None, metavar="N",
-                        help="ZeroMQ's receive high-water mark, messages (default: --max-backlog over "
-                             f"{HWM_MESSAGE_BYTES} B)")
+                        help="ZeroMQ's receive high-water mark of each publisher's pipe, messages, counted "
+                             f"against --max-backlog at {HWM_MESSAGE_BYTES} B each (default: {PIPES_SHARE:g} of "
+                             "--max-backlog shared among the publishers; the recorder's own queue gets the rest)")
     parser.add_argument("--flush-interval", type=float, default=DEFAULT_FLUSH_INTERVAL_S, metavar="S",
                         help="close a chunk and fsync at least this often, s: the crash-loss bound "
                              f"(default {DEFAULT_FLUSH_INTERVAL_S})")
@@ -722,6 +758,9 @@ def run(args) -> int:
                             progress=not args.quiet, run_dir=run_dir, poses_rate_hz=args.poses_rate)
     except zmq.ZMQError as exc:
         print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:       # --hwm too large for --max-backlog (split_backlog)
+        print(f"mms record: error: {exc}", file=sys.stderr)
         return 2
 
     def request_stop(signum, frame):
