@@ -59,8 +59,10 @@ MIB = 1024 * 1024
 HELD_MESSAGE_BYTES = 2176
 #: what a message queued in ZeroMQ's receive pipe costs, bytes, counted against ``--max-backlog``: its share of
 #: the I/O thread's receive buffer (a payload is kept in the buffer it was read into) and its zmq_msg_t. Measured
-#: (benchmarks/bench_recorder_memory.py --held-back), the peak resident set of a frozen recorder's pipes over their
-#: high-water mark: HWM_MEASURED for 2.1 kB states, rounded up to 256 B
+#: (benchmarks/bench_recorder_memory.py --held-back 32, both publishers, before the pipes shared the bound: 8 192
+#: messages each), the peak growth beyond the own queue's peak and the writing's 8.4 MiB over the two pipes' 16 384
+#: messages: 4 560 B for 2.1 kB states (the receive buffers are 8 KiB with a reference counter per possible message
+#: beside them), rounded up to 512 B. A smaller message costs less, a larger one (more than the buffer) its size
 HWM_MESSAGE_BYTES = 4608
 #: the share of ``--max-backlog`` that ZeroMQ's receive pipes get, divided among the publishers (one pipe each,
 #: each with its own high-water mark); the recorder's own queue gets the rest. The pipes fill only while the
