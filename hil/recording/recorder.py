@@ -51,25 +51,29 @@ COMMANDS = {
     "help": "list the commands",
 }
 MIB = 1024 * 1024
-#: what a received message costs in the queue beyond its payload, bytes, counted against ``--max-backlog``: its
-#: zmq.Frame (the Python object, ZeroMQ's message and its share of the receive buffer it points into), the topic's
-#: bytes object, the receipt time and four list slots. Measured (benchmarks/bench_recorder_memory.py --queued-cost),
-#: resident set per queued message beyond its payload: 2 075-2 118 B for a 2.1 kB state, 560-827 B for a 136 B
-#: hw/status; the states' most, rounded up to 64 B: over-counted for small messages, never under
-HELD_MESSAGE_BYTES = 2176
-#: what a message queued in ZeroMQ's receive pipe costs, bytes, counted against ``--max-backlog``: its share of
-#: the I/O thread's receive buffer (a payload is kept in the buffer it was read into) and its zmq_msg_t. Measured
-#: (benchmarks/bench_recorder_memory.py --held-back 32, both publishers, before the pipes shared the bound: 8 192
-#: messages each), the peak growth beyond the own queue's peak and the writing's 8.4 MiB over the two pipes' 16 384
-#: messages: 4 560 B for 2.1 kB states (the receive buffers are 8 KiB with a reference counter per possible message
-#: beside them), rounded up to 512 B. A smaller message costs less, a larger one (more than the buffer) its size
-HWM_MESSAGE_BYTES = 4608
+#: what a received message costs in the queue beyond its payload, bytes, counted against ``--max-backlog``: the
+#: payload is copied out of ZeroMQ's receive buffer (:meth:`Recorder.receive_batch`), so that it costs the same
+#: whether the messages arrived one at a time or in a burst; its bytes object's header, the topic's bytes object, the
+#: receipt time, its measured length and four list slots. Measured (benchmarks/bench_recorder_memory.py
+#: --queued-cost, the resident set queued beyond that in ZeroMQ's pipe before): 115-178 B for payloads of 136 B to
+#: 6 kB, a burst or at 1-2 kHz; rounded up to 256 B
+HELD_MESSAGE_BYTES = 256
+#: what a message waiting in ZeroMQ's receive pipe costs, bytes, counted against ``--max-backlog``: ZeroMQ reads
+#: into a receive buffer of 8 KiB with a reference counter per possible message beside it (libzmq's
+#: shared_message_memory_allocator), and a message is kept in the buffer it was read into; in the live loop each
+#: read takes one message, so that each has a buffer of its own (the pages it touched). Measured
+#: (benchmarks/bench_recorder_memory.py --queued-cost BYTES --rate 2000): 10 390 B for a 2.1 kB state, 8 433 B for a
+#: 136 B hw/status (3 935 and 782 B in a burst, several messages to a buffer), 12 508 B for 6 kB at 1 kHz; the
+#: states', rounded up to 512 B: a larger message is counted short by its size beyond 2.1 kB
+HWM_MESSAGE_BYTES = 10752
 #: the share of ``--max-backlog`` that ZeroMQ's receive pipes get, divided among the publishers (one pipe each,
 #: each with its own high-water mark); the recorder's own queue gets the rest. The pipes fill only while the
-#: recorder takes nothing off the socket (not scheduled, or stopped: its I/O thread goes on receiving), and then
-#: drop silently (seq gaps); the own queue holds the backlog of a recorder that runs but writes behind its stream,
-#: and counts its drops. A quarter of the default 128 MiB is 3 600 states per publisher: two seconds of the
-#: flapper demo's stream with the recorder not scheduled at all
+#: recorder takes nothing off the socket (not scheduled, or stopped: its I/O thread goes on receiving); a full pipe
+#: stops reading its connection, and the kernel's socket buffers and the publisher's queue (the server's: 10 000
+#: messages) take what follows, then drop it (seq gaps). The own queue holds the backlog of a recorder that runs
+#: but writes behind its stream, and counts its drops: it gets most. A quarter of the default 128 MiB is 1 560
+#: messages per publisher, about a second of the flapper demo's stream (1 700 messages/s in all) with the recorder
+#: not scheduled at all
 PIPES_SHARE = 0.25
 #: the reason counted for a message dropped because the held backlog is at ``--max-backlog``
 DROP_BACKLOG_FULL = "backlog_full"
@@ -336,7 +340,7 @@ class Recorder:
         self.session: Session | None = None
         # received, not yet written, in receipt order: topic frame, payload frame, receipt time (ns)
         self.pending_topics: list[bytes] = []
-        self.pending_payloads: list[zmq.Frame | bytes] = []
+        self.pending_payloads: list[bytes] = []
         self.pending_log_times: list[int] = []
         self.pending_lengths: list[int] = []    # bytes of the first queued payloads (each measured once)
         self._pending_bytes = 0                 # their sum
@@ -420,8 +424,10 @@ class Recorder:
 
         Frame by frame as zmq.Frame objects rather than with ``recv_multipart`` (which asks the socket whether more
         frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. The payload is
-        queued as its Frame, not copied into a bytes object (ZeroMQ's buffer is kept until the message is written:
-        1 us less per 2.1 kB state). A message's frames arrive together (ZeroMQ delivers a multipart message whole),
+        queued as a copy (bytes), not as its Frame: a Frame keeps ZeroMQ's receive buffer it points into, 8 KiB and
+        its reference counters, until it is written, and in the live loop (messages arriving one at a time) each
+        message has a buffer of its own: 10.5 kB of resident set for a 2.1 kB state, 8.6 kB for a 136 B hw/status,
+        instead of the payload and 115-178 B as a copy (HELD_MESSAGE_BYTES). A message's frames arrive together (ZeroMQ delivers a multipart message whole),
         so after a topic frame with more to come the payload frame is there; a message of one frame, or of more than
         two, is queued as MALFORMED_FRAMES."""
         recv, clock = self.sub.recv, time.time_ns
@@ -440,7 +446,7 @@ class Recorder:
                 payload = recv(zmq.NOBLOCK, copy=False) if topic.more else None
                 if payload is not None and not payload.more:
                     topics.append(topic.bytes)
-                    payloads.append(payload)
+                    payloads.append(payload.bytes)
                     continue
                 while payload is not None and payload.more:
                     payload = recv(zmq.NOBLOCK, copy=False)
@@ -518,7 +524,7 @@ class Recorder:
             if session is not None and all(session.newest_stamp_ns.get(topic, 0) > stop_ns for topic in recent):
                 break
 
-    def _take_pending(self, one_batch: bool) -> tuple[list[bytes], list[zmq.Frame | bytes], list[int], list[int]]:
+    def _take_pending(self, one_batch: bool) -> tuple[list[bytes], list[bytes], list[int], list[int]]:
         """The first queued messages, taken out of the queue: (topics, payloads, receipt times, payload lengths);
         all of them, or with ``one_batch`` the first write batch (WRITE_BATCH_MESSAGES, or up to and with the one
         that makes WRITE_BATCH_BYTES of payloads)."""
@@ -640,7 +646,7 @@ class Recorder:
 
     def run(self, duration_s: float | None = None) -> None:
         """Loop until a signal or ``duration_s`` after the recording started; the open file is finished."""
-        freeze_startup_heap()       # the queued Frames are collector-tracked: its passes skip the imports
+        freeze_startup_heap()       # the collector's passes over the queue's lists skip the imports
         poller = zmq.Poller()
         poller.register(self.sub, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)

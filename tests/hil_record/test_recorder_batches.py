@@ -44,7 +44,7 @@ def rig(network, tmp_path):
     # nothing of the warm-up is left to arrive inside a test's batch
     pub.send_multipart([b"warmup", msgpack.packb({"seq": 1})])
     wait_for(lambda: recorder.sub.poll(10) and recorder.receive_batch() is not None
-             and msgpack.unpackb(recorder.pending_payloads[-1].bytes)["seq"] == 1, "the last warm-up message")
+             and msgpack.unpackb(recorder.pending_payloads[-1])["seq"] == 1, "the last warm-up message")
     recorder.write_pending()                         # idle: the warm-up messages are not part of any recording
     try:
         yield recorder, pub
@@ -124,7 +124,7 @@ def test_a_write_takes_one_batch_off_the_queue_and_every_message_is_written_in_o
     written = recorder.write_pending(one_batch=True)
     reaching = int(np.argmax(np.cumsum(list(map(len, payloads))) >= 64 * 1024))
     assert written == reaching + 1, "the first batch: up to and with the message reaching 64 KiB"
-    assert [frame.bytes for frame in recorder.pending_payloads] == payloads[written:]
+    assert recorder.pending_payloads == payloads[written:]
     assert sum(recorder.pending_lengths) == sum(map(len, payloads[written:]))
     batches = 1
     while recorder.pending_payloads:
