@@ -38,7 +38,8 @@ FLOOD_MESSAGES = 40_000
 FLOOD_TOPICS = {"sim_pub": "sim/state", "driver_pub": "hw/flood"}
 #: what writing costs beyond the backlog, MiB: a write batch's records built and compressed and the open chunk
 #: (the peak growth of benchmarks/bench_recorder_memory.py --held-back 8 --record-args "--hwm 1" beyond its own
-#: queue's peak, ZeroMQ's pipes holding a message each: 8.3-8.4 MiB over two runs)
+#: queue's peak, ZeroMQ's pipes holding a message each: 8.3-8.4 MiB over two runs with the Frames queued, 6.3 MiB
+#: over two with the payloads copied; the larger taken)
 WRITING_MIB = 8.4
 #: the most the recorder's peak resident set (VmHWM) may grow by over the floods, MiB: the bound and the writing.
 #: Measured: 8.14-9.80 MiB over five runs (load 0.6-1.8 on the 2-core machine); with the bound on the own queue only
