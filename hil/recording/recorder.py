@@ -338,7 +338,8 @@ class Recorder:
             self.sub.close()
             raise
         self.session: Session | None = None
-        # received, not yet written, in receipt order: topic frame, payload frame, receipt time (ns)
+        # received, not yet written, in receipt order: topic, payload (copied out of ZeroMQ's buffer), receipt time
+        # (ns)
         self.pending_topics: list[bytes] = []
         self.pending_payloads: list[bytes] = []
         self.pending_log_times: list[int] = []
@@ -426,10 +427,10 @@ class Recorder:
         frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. The payload is
         queued as a copy (bytes), not as its Frame: a Frame keeps ZeroMQ's receive buffer it points into, 8 KiB and
         its reference counters, until it is written, and in the live loop (messages arriving one at a time) each
-        message has a buffer of its own: 10.5 kB of resident set for a 2.1 kB state, 8.6 kB for a 136 B hw/status,
-        instead of the payload and 115-178 B as a copy (HELD_MESSAGE_BYTES). A message's frames arrive together (ZeroMQ delivers a multipart message whole),
-        so after a topic frame with more to come the payload frame is there; a message of one frame, or of more than
-        two, is queued as MALFORMED_FRAMES."""
+        message has a buffer of its own: 10.1-10.5 kB of resident set for a 2.1 kB state, 8.3 kB for a 116 B
+        message, instead of the payload and 115-178 B as a copy (HELD_MESSAGE_BYTES). A message's frames arrive
+        together (ZeroMQ delivers a multipart message whole), so after a topic frame with more to come the payload
+        frame is there; a message of one frame, or of more than two, is queued as MALFORMED_FRAMES."""
         recv, clock = self.sub.recv, time.time_ns
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
