@@ -16,14 +16,20 @@ at nice 0 like the recorder; killed at the phase's end). Printed per phase:
 
 The load (/proc/loadavg) is printed with each phase: the machine is shared. Not a test: it takes minutes.
 
-``--queued-cost BYTES``: instead, what a received message of about BYTES costs while queued as the recorder queues
-it (its zmq.Frame, the topic's bytes, the receipt time, the list slots): the resident set of this process per
-message, for 84 MB of them (at most 200 000) published by a subprocess (hil/recording/recorder.py,
-HELD_MESSAGE_BYTES: 2100, a state, and 120, a hw/status; one size per run, so that neither reuses the other's
-freed memory).
+``--queued-cost BYTES [--rate HZ]``: instead, what a received message of about BYTES costs (the resident set of
+this process per message, for 84 MB of them, at most 200 000, or 10 s of them at HZ, published by a subprocess):
+waiting in ZeroMQ's receive pipe (hil/recording/recorder.py, HWM_MESSAGE_BYTES), and queued as the recorder queues
+it (its payload's bytes, the topic's bytes, the receipt time, the list slots: HELD_MESSAGE_BYTES). 2100, a state,
+and 120, a hw/status; one size per run, so that neither reuses the other's freed memory. A burst packs several
+messages in each of ZeroMQ's receive buffers; at a rate (the live loop's case) each message has one of its own.
+
+``--held-back MIB [--publishers 2] [--flood 64]``: instead, a real `mms record --max-backlog MIB` frozen (SIGSTOP)
+while each publisher queues FLOOD MiB of 2.1 kB states for it, then thawed: its base, its peak resident set and the
+most its own queue held.
 
 Usage: python benchmarks/bench_recorder_memory.py [--phase 90] [--warmup 20] [--hogs 1] [--record-args "..."]
-       python benchmarks/bench_recorder_memory.py --queued-cost 2100
+       python benchmarks/bench_recorder_memory.py --queued-cost 2100 [--rate 2000]
+       python benchmarks/bench_recorder_memory.py --held-back 8 [--publishers 1] [--record-args "--hwm 1"]
 """
 from __future__ import annotations
 
@@ -31,12 +37,14 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import zmq
 
@@ -47,8 +55,8 @@ from bench_soak import loop_files, rss_mib  # noqa: E402
 from hil.experiment.demo import RIGS  # noqa: E402
 from hil.experiment.supervisor import Supervisor, mms_argv  # noqa: E402
 from hil.recording.mcap_io import read_recording  # noqa: E402
-from hil.testing import request  # noqa: E402
-from sim.network import load_endpoints  # noqa: E402
+from hil.testing import read_process, request, wait_for  # noqa: E402
+from sim.network import load_endpoints, write_loopback_network  # noqa: E402
 
 HOG = [sys.executable, "-c", "while True: pass"]
 #: how long the recorder may take to stop, s: it writes its backlog first (a recorder before the bound, seconds
@@ -88,51 +96,148 @@ def ages_at_receipt(recording: Path) -> tuple[np.ndarray, np.ndarray, float]:
     return states[:, 1], (states[:, 0] - states[:, 1]) / NS_PER_MS, total / span_s
 
 
-#: a publisher of COUNT messages of SIZE bytes of padding to ENDPOINT, after a pause for the subscription
+#: a publisher of COUNT messages of SIZE bytes of padding to ENDPOINT at RATE per second (0: as fast as it can),
+#: after a pause for the subscription
 PUBLISHER = """
 import sys, time, msgpack, zmq
-endpoint, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+endpoint, count, size, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 pub = zmq.Context().socket(zmq.PUB)
 pub.setsockopt(zmq.SNDHWM, 0)
 pub.connect(endpoint)
 time.sleep(0.5)
 payload = msgpack.packb({"seq": 1, "padding": b"a" * size})
-for _ in range(count):
+begin = time.monotonic()
+for k in range(count):
     pub.send_multipart([b"hw/status", payload])
-time.sleep(5)
+    if rate:
+        time.sleep(max(0.0, begin + (k + 1) / rate - time.monotonic()))
+time.sleep(600)
 """
 
 
 #: payload bytes and most messages of a --queued-cost run
 QUEUED_COST_BYTES = 84_000_000
 QUEUED_COST_MESSAGES_MAX = 200_000
+#: ... and of a paced one (--rate): what it publishes in at most this long, s
+QUEUED_COST_PACED_S = 10.0
+#: how long ZeroMQ's I/O thread is given to take the last messages off the socket, s
+QUEUED_COST_SETTLE_S = 1.5
 
 
-def queued_cost(count: int, size: int) -> None:
-    """Receive ``count`` messages of ``size`` bytes of padding as the recorder queues them; print the resident set
-    per queued message (this process's, before the first to after the last: ZeroMQ's queue is empty then)."""
+def queued_cost(count: int, size: int, rate_hz: float) -> None:
+    """``count`` messages of ``size`` bytes of padding published at ``rate_hz`` (0: a burst): print the resident set
+    of this process per message while they wait in ZeroMQ's receive pipe (none taken yet: HWM_MESSAGE_BYTES), then
+    once all are taken off the socket and queued as the recorder queues them (the payload copied into a bytes object,
+    the topic's bytes, the receipt time, the measured length, the list slots; ZeroMQ's pipe then empty:
+    HELD_MESSAGE_BYTES). A paced publisher makes ZeroMQ's I/O thread read one message at a time: each message then
+    keeps a receive buffer of its own while it is in the pipe (8 KiB and its reference counters, the touched pages)."""
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.RCVHWM, 0)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     port = sub.bind_to_random_port("tcp://127.0.0.1")
-    publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, f"tcp://127.0.0.1:{port}", str(count), str(size)])
+    publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, f"tcp://127.0.0.1:{port}", str(count), str(size),
+                                  str(rate_hz)])
     topics, payloads, log_times, lengths = [], [], [], []
     before = rss_mib(os.getpid())
     try:
-        while len(payloads) < count and sub.poll(10_000):
+        if not sub.poll(10_000):    # the first message: the pipe is attached (on a call of this thread), then wait
+            raise RuntimeError("the publisher sent nothing for 10 s")
+        time.sleep((count / rate_hz if rate_hz else 0.0) + QUEUED_COST_SETTLE_S)
+        in_pipe = rss_mib(os.getpid())
+        while len(payloads) < count and sub.poll(1_000):
             topic = sub.recv(copy=False)
             log_times.append(time.time_ns())
             payload = sub.recv(copy=False)
             topics.append(topic.bytes)
-            payloads.append(payload)
+            payloads.append(payload.bytes)
             lengths.append(len(payload))
     finally:
         publisher.kill()
         publisher.wait()
         sub.close(0)
-    per_message = (rss_mib(os.getpid()) - before) * MIB / max(len(payloads), 1)
-    print(f"{len(payloads)} messages of {lengths[0] if lengths else 0} B queued: {per_message:.0f} B of resident set "
-          f"each ({per_message - (lengths[0] if lengths else 0):.0f} B beyond the payload)")
+    received = max(len(payloads), 1)
+    queued = (rss_mib(os.getpid()) - before) * MIB / received
+    piped = (in_pipe - before) * MIB / received
+    payload_bytes = lengths[0] if lengths else 0
+    print(f"{len(payloads)} messages of {payload_bytes} B, {f'{rate_hz:g}/s' if rate_hz else 'a burst'}: resident set "
+          f"per message in ZeroMQ's pipe {piped:.0f} B, queued as the recorder queues them {queued:.0f} B "
+          f"({queued - payload_bytes:.0f} B beyond the payload); load "
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+
+
+#: the state payload of a --held-back flood, bytes (about a flapper sim/state)
+HELD_BACK_PAYLOAD_BYTES = 2100
+#: the topic each publisher floods (the recorder takes any topic; the endpoint is what matters)
+HELD_BACK_TOPICS = {"sim_pub": b"sim/state", "driver_pub": b"hw/telemetry"}
+
+
+def _status_kib(pid: int, name: str) -> int:
+    """A /proc/PID/status memory field (VmRSS, VmHWM), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {name} in /proc/{pid}/status")
+
+
+def held_back(bound_mib: float, publishers: int, flood_mib: float, record_args: list[str]) -> None:
+    """A real `mms record --max-backlog bound_mib` frozen (SIGSTOP) while ``publishers`` PUB sockets (on the
+    network's sim and driver endpoints) each queue ``flood_mib`` of 2.1 kB states for it, then thawed: its resident
+    set before (the base), its peak (VmHWM) growth above it, and the most its own queue held (the status's
+    ``backlog.peak_bytes``); what ZeroMQ's pipes held is the growth beyond the own queue, the write batch and the
+    open chunk (compare a run with ``--record-args "--hwm 1"``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        network = Path(folder) / "network.toml"
+        endpoints = write_loopback_network(network)
+        context = zmq.Context()
+        pubs = {}
+        for name in list(HELD_BACK_TOPICS)[:publishers]:
+            pub = pubs[name] = context.socket(zmq.PUB)
+            pub.setsockopt(zmq.SNDHWM, 0)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind(endpoints[name])
+        control = endpoints["recorder_control"]
+        proc = subprocess.Popen(mms_argv("record", "--network", str(network), "--out", f"{folder}/held.mcap",
+                                         "--quiet", "--max-backlog", f"{bound_mib:g}", *record_args),
+                                cwd=REPO)
+        count = int(flood_mib * MIB / HELD_BACK_PAYLOAD_BYTES)
+        padding = b"a" * (HELD_BACK_PAYLOAD_BYTES - 40)
+        try:
+            def subscribed() -> bool:
+                for name, pub in pubs.items():
+                    pub.send_multipart([HELD_BACK_TOPICS[name] + b"/warmup",
+                                        msgpack.packb({"seq": 0, "stamp_ns": 1})])
+                topics = status(control, SAMPLE_STATUS_TIMEOUT_S).get("topics", {})
+                return all(HELD_BACK_TOPICS[name].decode() + "/warmup" in topics for name in pubs)
+            wait_for(subscribed, 30.0, 0.1, "the recorder subscribed")
+            proc.send_signal(signal.SIGSTOP)
+            wait_for(lambda: read_process(proc.pid).state == "T", 10.0, 0.01, "the recorder stopped")
+            base_kib = _status_kib(proc.pid, "VmRSS")
+            for seq in range(count):
+                payload = msgpack.packb({"seq": seq, "stamp_ns": seq + 1, "padding": padding})
+                for name, pub in pubs.items():
+                    pub.send_multipart([HELD_BACK_TOPICS[name], payload])
+            proc.send_signal(signal.SIGCONT)
+
+            def taken() -> dict | None:
+                reply = status(control, SAMPLE_STATUS_TIMEOUT_S)
+                topics = reply.get("topics", {})
+                done = all(topics.get(HELD_BACK_TOPICS[name].decode(), {}).get("messages", 0)
+                           + sum(topics.get(HELD_BACK_TOPICS[name].decode(), {}).get("dropped", {}).values())
+                           >= count for name in pubs)
+                return reply if done else None
+            reply = wait_for(taken, 120.0, 0.1, "the floods taken or dropped")
+            peak_kib = _status_kib(proc.pid, "VmHWM")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            context.destroy(0)
+    backlog = reply["backlog"]
+    growth = (peak_kib - base_kib) / 1024
+    print(f"--max-backlog {bound_mib:g} MiB, {publishers} publisher(s) x {count} states ({flood_mib:g} MiB), "
+          f"{' '.join(record_args) or 'no other options'}: base {base_kib / 1024:.1f} MiB, peak {peak_kib / 1024:.1f}"
+          f" MiB, growth {growth:.1f} MiB ({growth / bound_mib:.2f} x the bound), own queue peak "
+          f"{backlog['peak_bytes'] / MIB:.1f} MiB, dropped {backlog['dropped']}; load "
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
 def main() -> int:
@@ -142,11 +247,25 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=1.0, help="RSS and status sampling period, s (default 1)")
     parser.add_argument("--hogs", type=int, default=1, help="busy loops in the second phase (default 1)")
     parser.add_argument("--record-args", default="", help="extra `mms record` options, one shell-quoted string")
+    parser.add_argument("--held-back", type=float, metavar="MIB",
+                        help="measure a frozen recorder's peak under floods with --max-backlog MIB instead")
+    parser.add_argument("--publishers", type=int, default=2, choices=(1, 2),
+                        help="with --held-back: floods on the sim's endpoint only (1) or the driver's too (2)")
+    parser.add_argument("--flood", type=float, default=64.0, metavar="MIB",
+                        help="with --held-back: payload each publisher queues, MiB (default 64)")
     parser.add_argument("--queued-cost", type=int, metavar="BYTES",
                         help="measure what a queued message of about BYTES costs instead (resident set per message)")
+    parser.add_argument("--rate", type=float, default=0.0, metavar="HZ",
+                        help="with --queued-cost: messages per second (default 0: a burst)")
     args = parser.parse_args()
+    if args.held_back:
+        held_back(args.held_back, args.publishers, args.flood, shlex.split(args.record_args))
+        return 0
     if args.queued_cost:
-        queued_cost(min(QUEUED_COST_MESSAGES_MAX, QUEUED_COST_BYTES // args.queued_cost), args.queued_cost)
+        count = min(QUEUED_COST_MESSAGES_MAX, QUEUED_COST_BYTES // args.queued_cost)
+        if args.rate:
+            count = min(count, int(args.rate * QUEUED_COST_PACED_S))
+        queued_cost(count, args.queued_cost, args.rate)
         return 0
     rig = RIGS["flapper"]
     with tempfile.TemporaryDirectory() as folder:

@@ -51,11 +51,13 @@ HELP: dict[str, str] = {
                           "the server's late states to 0.37-0.46x in 2-minute soaks beside other load, changed "
                           "nothing in an idle 10-minute soak, and starves them on a busy machine (docs/headroom.md); "
                           "0: off"),
-    "--max-backlog": ("the most `mms record` holds received and not yet written, MiB (payload bytes plus a fixed "
-                      "cost per message): a recorder behind its stream drops what arrives beyond it, counted per "
-                      "topic by reason in its status and in the recording's health (and as seq gaps); ZeroMQ's "
-                      "receive queue in front of it holds at most as many messages as this bound does of "
-                      "4 KiB ones"),
+    "--max-backlog": ("the most `mms record` holds received and not yet written, MiB, in all: a quarter goes to "
+                      "ZeroMQ's receive pipes in front of it (shared among the publishers, 10.5 KiB a message), the "
+                      "rest to its own queue (copies of the payloads, plus 256 B a message); a recorder behind its "
+                      "stream drops what arrives beyond it, counted per topic by reason in its status and in the "
+                      "recording's health (and as seq gaps). Its resident set stays within its base (about 48 MiB "
+                      "bare, 190 MiB with a robot's poses), this bound and about 8 MiB for writing (measured "
+                      "frozen and flooded by both publishers at 8 to 128 MiB: growth 0.92-1.74 times the bound)"),
     "--poses-rate": ("most body-pose messages (Foxglove FrameTransforms) per second of sim/state, derived from the "
                      "robot's forward kinematics; 0: one per state"),
     "--foxglove": ("serve the live topics on Foxglove's WebSocket protocol at ws://127.0.0.1:PORT (0: a free port, "
@@ -318,9 +320,10 @@ def add_poses_rate(parser) -> None:
                         help=HELP["--poses-rate"] + f" (default {DEFAULT_POSES_RATE_HZ:g})")
 
 
-#: Default of ``--max-backlog``, MiB: 28 s of the flapper demo's stream (1 700 messages/s, 1.1 MiB/s of payload:
-#: 4.6 MiB/s counted with 2 176 B a message) for a recorder behind a busy machine (its backlog reached 12 s at load 11,
-#: then it caught up); one held back further drops and says so, instead of growing ZeroMQ's queue towards GiB
+#: Default of ``--max-backlog``, MiB: the recorder's own queue (three quarters of it) holds 63 s of the flapper
+#: demo's stream (1 700 messages/s, 1.1 MiB/s of payload: 1.5 MiB/s counted with 256 B a message) for a recorder
+#: behind a busy machine (its backlog reached 12 s at load 11, then it caught up); one held back further drops and
+#: says so, instead of growing ZeroMQ's queue towards GiB
 #: (docs/recording.md, "Memory")
 DEFAULT_MAX_BACKLOG_MIB = 128.0
 

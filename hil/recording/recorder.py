@@ -2,10 +2,11 @@
 
 One SUB socket connects to the sim and driver PUB endpoints, subscribed to everything; ``seq`` gaps are counted per
 topic (:class:`sim.messages.SeqTracker`) so a drop is never silent. What is received and not yet written (the
-backlog of a recorder behind its stream) is held up to a bound in bytes (``--max-backlog``); beyond it, arriving
-messages are dropped and counted per topic by reason, in the status and the file's ``recorder_stats``, and ZeroMQ's
-queue in front of the recorder is bounded alike (its high-water mark), so that the memory of a recorder held back
-stays bounded (docs/recording.md, "Memory"). Payload bytes are written exactly as received
+backlog of a recorder behind its stream) is bounded in bytes as a whole (``--max-backlog``): ZeroMQ's receive
+pipes in front of the recorder, one per publisher, get a share of it as their high-water marks, and the recorder's
+own queue the rest; beyond it, arriving messages are dropped and counted per topic by reason, in the status and the
+file's ``recorder_stats``, so that the memory of a recorder held back stays within its base and the bound
+(docs/recording.md, "Memory"). Payload bytes are written exactly as received
 (:class:`hil.recording.mcap_io.RecordingWriter`), with ``log_time`` = receive wall clock and ``publish_time`` = the
 payload's ``stamp_ns``. The writer closes a chunk and fsyncs at least every 0.5 s: a ``kill -9`` loses at most
 the last flush interval plus one loop turn, and ``mms record --recover BROKEN.mcap`` rebuilds a valid file.
@@ -31,7 +32,7 @@ import numpy as np
 import zmq
 
 from hil.recording.mcap_io import RecordingError, RecordingWriter, recover, software_versions
-from hil.recording.recorder_args import HWM_MESSAGE_BYTES
+from hil.recording.recorder_args import HWM_MESSAGE_BYTES, PIPES_SHARE
 from hil.recording.template_decode import Structure, integers, matches, structure
 from firmware_interface.rigs.host import sensor_rig_path
 from hil.foxglove.scene import PoseStream, pose_stream, schema
@@ -50,12 +51,13 @@ COMMANDS = {
     "help": "list the commands",
 }
 MIB = 1024 * 1024
-#: what a received message costs in the queue beyond its payload, bytes, counted against ``--max-backlog``: its
-#: zmq.Frame (the Python object, ZeroMQ's message and its share of the receive buffer it points into), the topic's
-#: bytes object, the receipt time and four list slots. Measured (benchmarks/bench_recorder_memory.py --queued-cost),
-#: resident set per queued message beyond its payload: 2 075-2 118 B for a 2.1 kB state, 560-827 B for a 136 B
-#: hw/status; the states' most, rounded up to 64 B: over-counted for small messages, never under
-HELD_MESSAGE_BYTES = 2176
+#: what a received message costs in the queue beyond its payload, bytes, counted against ``--max-backlog``: the
+#: payload is copied out of ZeroMQ's receive buffer (:meth:`Recorder.receive_batch`), so that it costs the same
+#: whether the messages arrived one at a time or in a burst; its bytes object's header, the topic's bytes object, the
+#: receipt time, its measured length and four list slots. Measured (benchmarks/bench_recorder_memory.py
+#: --queued-cost, the resident set queued beyond that in ZeroMQ's pipe before): 115-178 B for payloads of 136 B to
+#: 6 kB, a burst or at 1-2 kHz; rounded up to 256 B
+HELD_MESSAGE_BYTES = 256
 #: the reason counted for a message dropped because the held backlog is at ``--max-backlog``
 DROP_BACKLOG_FULL = "backlog_full"
 #: how often the progress line is redrawn, s
@@ -98,6 +100,26 @@ SHAPES_KEPT = 64
 MALFORMED_FRAMES = (b"", b"")
 DEFAULT_RUN_DIR = Path("runs")
 RECORDING_SUFFIX = ".mcap"
+
+
+def publisher_endpoints(endpoints: Endpoints) -> tuple[str, ...]:
+    """The PUB endpoints the recorder's SUB socket connects to: one ZeroMQ receive pipe each."""
+    return endpoints.sim_pub, endpoints.driver_pub
+
+
+def split_backlog(max_backlog_bytes: int, publishers: int, hwm: int | None = None) -> tuple[int, int]:
+    """``--max-backlog`` shared out: (each receive pipe's high-water mark, messages; the recorder's own queue's
+    bound, bytes), so that ``publishers`` full pipes (HWM_MESSAGE_BYTES a message) and a full own queue together
+    hold at most ``max_backlog_bytes``. ``hwm``: the pipes' high-water mark as given (``--hwm``), else PIPES_SHARE
+    of the bound among the publishers. A ValueError when the pipes would leave the own queue nothing."""
+    if hwm is None:
+        hwm = max(1, int(max_backlog_bytes * PIPES_SHARE) // (publishers * HWM_MESSAGE_BYTES))
+    queue_max_bytes = max_backlog_bytes - publishers * hwm * HWM_MESSAGE_BYTES
+    if queue_max_bytes <= 0:
+        raise ValueError(f"a high-water mark of {hwm} messages on each of {publishers} publishers' pipes "
+                         f"({HWM_MESSAGE_BYTES} B a message) takes all of the backlog's bound of "
+                         f"{max_backlog_bytes / MIB:g} MiB")
+    return hwm, queue_max_bytes
 
 
 def default_run_path(run_dir: Path = DEFAULT_RUN_DIR) -> Path:
@@ -285,11 +307,13 @@ class Recorder:
         self.progress = progress
         self.context = context or zmq.Context.instance()
         self.max_backlog_bytes = max_backlog_bytes
-        hwm = hwm if hwm is not None else max(1, max_backlog_bytes // HWM_MESSAGE_BYTES)
-        self.sub = open_socket(self.context, zmq.SUB, endpoints.sim_pub, bind=False, curve=endpoints.curve,
-                               what="sim.pub", options={zmq.RCVHWM: hwm, zmq.SNDHWM: hwm, zmq.LINGER: 0,
-                                                        zmq.SUBSCRIBE: b""})
-        self.sub.connect(endpoints.driver_pub)
+        publishers = publisher_endpoints(endpoints)
+        self.hwm, self.queue_max_bytes = split_backlog(max_backlog_bytes, len(publishers), hwm)
+        self.sub = open_socket(self.context, zmq.SUB, publishers[0], bind=False, curve=endpoints.curve,
+                               what="sim.pub", options={zmq.RCVHWM: self.hwm, zmq.SNDHWM: self.hwm,
+                                                        zmq.LINGER: 0, zmq.SUBSCRIBE: b""})
+        for endpoint in publishers[1:]:
+            self.sub.connect(endpoint)      # a pipe of its own, with the same high-water mark
         try:
             self.control = open_socket(self.context, zmq.REP, endpoints.recorder_control, bind=True,
                                        curve=endpoints.curve, what="recorder.control", options={zmq.LINGER: 0})
@@ -297,9 +321,10 @@ class Recorder:
             self.sub.close()
             raise
         self.session: Session | None = None
-        # received, not yet written, in receipt order: topic frame, payload frame, receipt time (ns)
+        # received, not yet written, in receipt order: topic, payload (copied out of ZeroMQ's buffer), receipt time
+        # (ns)
         self.pending_topics: list[bytes] = []
-        self.pending_payloads: list[zmq.Frame | bytes] = []
+        self.pending_payloads: list[bytes] = []
         self.pending_log_times: list[int] = []
         self.pending_lengths: list[int] = []    # bytes of the first queued payloads (each measured once)
         self._pending_bytes = 0                 # their sum
@@ -377,20 +402,22 @@ class Recorder:
     def receive_batch(self) -> bool:
         """Take the queued messages off the SUB socket with their receipt time, for at most one receive turn; True
         when the socket was drained. The messages are written by :meth:`write_pending`. Once the queue holds
-        ``max_backlog_bytes`` (:meth:`held_bytes`, looked at every RECEIVE_CLOCK_EVERY messages), what arrives is
+        ``queue_max_bytes`` (:meth:`held_bytes`, looked at every RECEIVE_CLOCK_EVERY messages), what arrives is
         dropped and counted instead (:meth:`_drop_arriving`): the backlog of a recorder behind its stream stays in
         its own bounded queue, not in ZeroMQ's.
 
         Frame by frame as zmq.Frame objects rather than with ``recv_multipart`` (which asks the socket whether more
         frames follow, an option lookup per frame; a Frame knows it): half the CPU per message. The payload is
-        queued as its Frame, not copied into a bytes object (ZeroMQ's buffer is kept until the message is written:
-        1 us less per 2.1 kB state). A message's frames arrive together (ZeroMQ delivers a multipart message whole),
-        so after a topic frame with more to come the payload frame is there; a message of one frame, or of more than
-        two, is queued as MALFORMED_FRAMES."""
+        queued as a copy (bytes), not as its Frame: a Frame keeps ZeroMQ's receive buffer it points into, 8 KiB and
+        its reference counters, until it is written, and in the live loop (messages arriving one at a time) each
+        message has a buffer of its own: 10.1-10.5 kB of resident set for a 2.1 kB state, 8.3 kB for a 116 B
+        message, instead of the payload and 115-178 B as a copy (HELD_MESSAGE_BYTES). A message's frames arrive
+        together (ZeroMQ delivers a multipart message whole), so after a topic frame with more to come the payload
+        frame is there; a message of one frame, or of more than two, is queued as MALFORMED_FRAMES."""
         recv, clock = self.sub.recv, time.time_ns
         topics, payloads, log_times = self.pending_topics, self.pending_payloads, self.pending_log_times
         turn_end = time.monotonic() + RECEIVE_TURN_S
-        if self.held_bytes() >= self.max_backlog_bytes:
+        if self.held_bytes() >= self.queue_max_bytes:
             return self._drop_arriving(turn_end)
         while True:
             for _ in range(RECEIVE_CLOCK_EVERY):
@@ -403,7 +430,7 @@ class Recorder:
                 payload = recv(zmq.NOBLOCK, copy=False) if topic.more else None
                 if payload is not None and not payload.more:
                     topics.append(topic.bytes)
-                    payloads.append(payload)
+                    payloads.append(payload.bytes)
                     continue
                 while payload is not None and payload.more:
                     payload = recv(zmq.NOBLOCK, copy=False)
@@ -411,7 +438,7 @@ class Recorder:
                 payloads.append(MALFORMED_FRAMES[1])
             if time.monotonic() > turn_end:
                 return False
-            if self.held_bytes() >= self.max_backlog_bytes:
+            if self.held_bytes() >= self.queue_max_bytes:
                 return self._drop_arriving(turn_end)
 
     def _drop_arriving(self, turn_end: float) -> bool:
@@ -481,7 +508,7 @@ class Recorder:
             if session is not None and all(session.newest_stamp_ns.get(topic, 0) > stop_ns for topic in recent):
                 break
 
-    def _take_pending(self, one_batch: bool) -> tuple[list[bytes], list[zmq.Frame | bytes], list[int], list[int]]:
+    def _take_pending(self, one_batch: bool) -> tuple[list[bytes], list[bytes], list[int], list[int]]:
         """The first queued messages, taken out of the queue: (topics, payloads, receipt times, payload lengths);
         all of them, or with ``one_batch`` the first write batch (WRITE_BATCH_MESSAGES, or up to and with the one
         that makes WRITE_BATCH_BYTES of payloads)."""
@@ -603,7 +630,7 @@ class Recorder:
 
     def run(self, duration_s: float | None = None) -> None:
         """Loop until a signal or ``duration_s`` after the recording started; the open file is finished."""
-        freeze_startup_heap()       # the queued Frames are collector-tracked: its passes skip the imports
+        freeze_startup_heap()       # the collector's passes over the queue's lists skip the imports
         poller = zmq.Poller()
         poller.register(self.sub, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
@@ -633,12 +660,16 @@ class Recorder:
 
     def backlog(self) -> dict[str, Any]:
         """The queue of received messages not yet written: ``held_bytes`` and ``held_messages`` now, ``peak_bytes``
-        since the recorder started, ``max_bytes`` (the bound), and ``dropped`` by reason in the open recording
+        since the recorder started, ``max_bytes`` (the bound of the whole backlog, ``--max-backlog``) and its shares:
+        ``queue_max_bytes`` (this queue's) and ``hwm`` (each of the ``pipes`` receive pipes' high-water mark,
+        messages), and ``dropped`` by reason in the open recording
         (``dropped_while_idle``: received with no recording open, never written). In the status while recording,
         and in the file's ``recorder_stats``."""
         session = self.session
         return {"held_bytes": self.held_bytes(), "held_messages": len(self.pending_topics),
                 "peak_bytes": self.peak_held_bytes, "max_bytes": self.max_backlog_bytes,
+                "queue_max_bytes": self.queue_max_bytes, "hwm": self.hwm,
+                "pipes": len(publisher_endpoints(self.endpoints)),
                 "dropped": {DROP_BACKLOG_FULL: sum(session.dropped.values())} if session is not None else {},
                 "dropped_while_idle": self.dropped_while_idle}
 
@@ -654,7 +685,8 @@ class Recorder:
         dropped = sum(session.dropped.values())
         line = (f"rec {summary['path']} {summary['elapsed_s']:.1f} s | " + " | ".join(parts or ["waiting"])
                 + (f" | malformed {summary['malformed']}" if summary["malformed"] else "")
-                + (f" | DROPPED {dropped} (backlog at {self.max_backlog_bytes / MIB:g} MiB)" if dropped else ""))
+                + (f" | DROPPED {dropped} (backlog at {self.queue_max_bytes / MIB:.3g} of "
+                   f"{self.max_backlog_bytes / MIB:g} MiB)" if dropped else ""))
         sys.stderr.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
         sys.stderr.flush()
 
@@ -691,6 +723,9 @@ def run(args) -> int:
                             progress=not args.quiet, run_dir=run_dir, poses_rate_hz=args.poses_rate)
     except zmq.ZMQError as exc:
         print(f"mms record: error: control socket {endpoints.recorder_control}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:       # --hwm too large for --max-backlog (split_backlog)
+        print(f"mms record: error: {exc}", file=sys.stderr)
         return 2
 
     def request_stop(signum, frame):

@@ -192,24 +192,26 @@ def status_when(endpoint: str, predicate, what: str) -> dict:
     return wait_for(probe, what)
 
 
-def burst_publisher(context: zmq.Context, network: dict) -> zmq.Socket:
-    """A PUB socket on the simulator's endpoint that queues without limit (a burst test's publisher)."""
+def burst_publisher(context: zmq.Context, network: dict, endpoint: str = "sim_pub") -> zmq.Socket:
+    """A PUB socket on the network's ``endpoint`` (the simulator's, or ``driver_pub``) that queues without limit (a
+    burst test's publisher)."""
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 0)
     pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(network["sim_pub"])
+    pub.bind(network[endpoint])
     return pub
 
 
-def wait_subscribed(pub: zmq.Socket, network: dict) -> None:
-    """Publish a warm-up message until the recorder's status lists its topic: its subscription is live."""
+def wait_subscribed(pub: zmq.Socket, network: dict, topic: str = "bench/warmup") -> None:
+    """Publish a warm-up message on ``topic`` until the recorder's status lists it: its subscription is live (a
+    topic of its own for each publisher)."""
     def subscribed():
-        pub.send_multipart([b"bench/warmup", msgpack.packb({"v": 1, "seq": 0, "stamp_ns": 1})])
+        pub.send_multipart([topic.encode(), msgpack.packb({"v": 1, "seq": 0, "stamp_ns": 1})])
         try:
             reply = request(network["rec"], {"cmd": "status"}, timeout_s=2.0)
         except zmq.Again:       # still starting (a busy machine): ask again
             return False
-        return "bench/warmup" in reply.get("topics", {})
+        return topic in reply.get("topics", {})
     wait_for(subscribed, "the recorder subscribed")
 
 

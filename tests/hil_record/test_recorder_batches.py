@@ -44,7 +44,7 @@ def rig(network, tmp_path):
     # nothing of the warm-up is left to arrive inside a test's batch
     pub.send_multipart([b"warmup", msgpack.packb({"seq": 1})])
     wait_for(lambda: recorder.sub.poll(10) and recorder.receive_batch() is not None
-             and msgpack.unpackb(recorder.pending_payloads[-1].bytes)["seq"] == 1, "the last warm-up message")
+             and msgpack.unpackb(recorder.pending_payloads[-1])["seq"] == 1, "the last warm-up message")
     recorder.write_pending()                         # idle: the warm-up messages are not part of any recording
     try:
         yield recorder, pub
@@ -124,7 +124,7 @@ def test_a_write_takes_one_batch_off_the_queue_and_every_message_is_written_in_o
     written = recorder.write_pending(one_batch=True)
     reaching = int(np.argmax(np.cumsum(list(map(len, payloads))) >= 64 * 1024))
     assert written == reaching + 1, "the first batch: up to and with the message reaching 64 KiB"
-    assert [frame.bytes for frame in recorder.pending_payloads] == payloads[written:]
+    assert recorder.pending_payloads == payloads[written:]
     assert sum(recorder.pending_lengths) == sum(map(len, payloads[written:]))
     batches = 1
     while recorder.pending_payloads:
@@ -135,14 +135,14 @@ def test_a_write_takes_one_batch_off_the_queue_and_every_message_is_written_in_o
 
 
 def test_a_queue_at_its_bound_drops_what_arrives_and_counts_it_per_topic_and_as_gaps(rig, tmp_path, monkeypatch):
-    """The queue holds at most ``max_backlog_bytes`` (payloads plus HELD_MESSAGE_BYTES each), looked at every
+    """The queue holds at most ``queue_max_bytes`` (payloads plus HELD_MESSAGE_BYTES each), looked at every
     RECEIVE_CLOCK_EVERY messages (here 8): of 200 states received with no write, those beyond are dropped, counted
     per topic by reason; every state is then written or counted dropped, and the drops are the file's seq gaps."""
     recorder, pub = rig
     monkeypatch.setattr(recorder_module, "RECEIVE_CLOCK_EVERY", 8)
     payloads = [msgpack.packb(sim_state(k, k * 1e-3, [0.1 * k] * 32)) for k in range(201)]
     held = len(payloads[0]) + recorder_module.HELD_MESSAGE_BYTES
-    recorder.max_backlog_bytes = 50 * held
+    recorder.queue_max_bytes = 50 * held
     recorder.start(tmp_path / "bound.mcap")
     for payload in payloads[:200]:
         pub.send_multipart([b"sim/state", payload])
