@@ -76,7 +76,7 @@ class Collector:
         self.validate_every, self.count = validate_every, 0
         self._invalid: list[str] = []       # schema violations found so far
         self.unchecked: deque[tuple[str, dict]] = deque()    # (topic, payload without _rx_ns) to schema-check
-        self.check_lock = threading.Lock()  # one checker at a time, so that `invalid` waits for the thread's
+        self.check_lock = threading.Lock()  # one checker at a time: `invalid` waits for the thread's last check
         self.messages: dict[str, list[dict]] = {}
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -106,23 +106,31 @@ class Collector:
                     with self.lock:
                         self.messages.setdefault(topic, []).append(payload)
             while self.unchecked and not self.stop_event.is_set() and not poller.poll(0):
-                self._check_one()
+                if not self._check_one(blocking=False):
+                    break                   # `invalid` is checking them: back to receiving
 
-    def _check_one(self) -> None:
-        with self.check_lock:
+    def _check_one(self, blocking: bool) -> bool:
+        """Schema-check the oldest unchecked message; False if another checker holds the lock (and not
+        ``blocking``)."""
+        if not self.check_lock.acquire(blocking=blocking):
+            return False
+        try:
             if self.unchecked:
                 topic, payload = self.unchecked.popleft()
                 try:
                     validate(topic, payload)
                 except Exception as exc:  # noqa: BLE001 - reported by the test
                     self._invalid.append(f"{topic}: {exc}")
+        finally:
+            self.check_lock.release()
+        return True
 
     @property
     def invalid(self) -> list[str]:
         """The schema violations among the messages received so far (the ones the thread has not checked yet are
         checked now)."""
         while self.unchecked:
-            self._check_one()
+            self._check_one(blocking=True)
         with self.check_lock:
             return list(self._invalid)
 
