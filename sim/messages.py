@@ -66,7 +66,7 @@ SCHEMAS: dict[str, dict] = {
          "deadline_misses": _int, "state_rate_hz": _num, "robot": _str,
          "deadline_miss_reasons": _object({"not_ready": _int, "published_late": _int},
                                           ["not_ready", "published_late"]),
-         "lookahead_states": _int,
+         "lookahead_states": _int, "queued_states": _int,
          "joint_names": _names, "actuated": _bools, "reason": _str,
          "states": _int, "window_misses": _int, "late_max_s": _num, "stalls": _int, "stall_s": _num,
          "recent_stalls": {"type": "array", "items": _object({"t": _num, "stamp_ns": _int, "length_s": _num},

@@ -407,7 +407,7 @@ class SimulationServer:
                    "mode": self.mode, "state": self.state, "rtf": self.last_window["rtf"],
                    "step_us": dict(self.step_times.last), "deadline_misses": self.deadline_misses,
                    "deadline_miss_reasons": dict(self.miss_reasons), "lookahead_states": self.lookahead_states,
-                   "state_rate_hz": self.last_window["state_rate_hz"], "robot": self.robot_name,
+                   "queued_states": len(self.queue), "state_rate_hz": self.last_window["state_rate_hz"], "robot": self.robot_name,
                    "joint_names": self._joint_names(), "actuated": self._actuated(),
                    "states": self.state_seq, "window_misses": self.last_window["misses"],
                    "late_max_s": self.last_window["late_max_s"], "stalls": self.stalls, "stall_s": self.stall_s,
