@@ -179,6 +179,9 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     for name, entry in figures["components"].items():
         entry["resolvability"] = resolved[name] | {
             "gravity_mismatch": float(mismatch[spec.channels.index(resolved[name]["channel"])])}
+        k = COMPONENTS[name]
+        entry["distances"] = part_distances(times, closed[:, k] - truth[:, k], open_loop[:, k] - truth[:, k],
+                                        spec.period_s, spec.harmonics)
         entry["verdict"] = verdict(entry)
     figures["verdict"] = overall_verdict(figures["components"])
     out.mkdir(parents=True, exist_ok=True)
@@ -469,6 +472,8 @@ RESOLVING_SNR = 2.0
 #: the parts of a stroke-periodic wrench the loop feeds back ([feedback] mean, harmonics): the stroke's mean
 #: (a drift of the free thorax's speed) and its harmonics 1..H (a periodic speed)
 PARTS = ("mean", "harmonics")
+#: the motion each part makes in a twist component, in the verdict's words
+PART_MOTION = {"mean": "drift", "harmonics": "stroke harmonics"}
 #: a stroke counts in the noise's scatter when at least this fraction of its samples arrived (a telemetry gap leaves
 #: a stroke's mean to part of its shape, which would scatter by the stroke's load, not by the noise)
 WHOLE_STROKE = 0.9
@@ -481,6 +486,26 @@ def stroke_parts(times: np.ndarray, x: np.ndarray, period_s: float, harmonics: i
     coefficients = _stroke_fit(times, x, period_s, harmonics)
     return (float(coefficients[0]), float(coefficients[1]),
             float(np.sqrt(np.sum(coefficients[2:] ** 2) / 2.0)))
+
+
+def part_motion(times: np.ndarray, x: np.ndarray, period_s: float, harmonics: int) -> dict[str, float]:
+    """The motion each part of :data:`PARTS` makes in ``x`` (n,) at ``times`` (n,) s, by RMS over the stretch, in
+    the units of ``x``: ``mean``: the ramp a stroke-mean wrench leaves, ``|b| T / sqrt(12)`` of the fitted ramp over
+    the stretch's span T; ``harmonics``: the harmonics' RMS (:func:`stroke_parts`)."""
+    _, slope, harmonics_rms = stroke_parts(times, x, period_s, harmonics)
+    return {"mean": abs(slope) * float(times[-1] - times[0]) / np.sqrt(12.0), "harmonics": harmonics_rms}
+
+
+def part_distances(times: np.ndarray, closed_error: np.ndarray, open_error: np.ndarray, period_s: float,
+                   harmonics: int) -> dict[str, dict[str, float]]:
+    """Per part of :data:`PARTS`, the closed and the open loop's distance from the truth in the motion that part
+    makes (:func:`part_motion`) and their ratio (below 1: the closed loop nearer): ``closed_error``,
+    ``open_error`` (n,) one twist component of each run minus the truth's at ``times`` (n,) s. The part the loop
+    feeds is judged by its own distance: the whole RMS adds the parts the loop does not feed (the drift of the
+    stroke mean with ``[feedback] mean = false``) and the loop's noise outside the stroke's harmonics."""
+    closed, opened = (part_motion(times, x, period_s, harmonics) for x in (closed_error, open_error))
+    return {part: {"closed": closed[part], "open": opened[part],
+                   "ratio": closed[part] / opened[part] if opened[part] > 0.0 else float("inf")} for part in PARTS}
 
 
 def _stroke_fit(times: np.ndarray, x: np.ndarray, period_s: float, harmonics: int) -> np.ndarray:
@@ -616,19 +641,18 @@ def resolvability(times: np.ndarray, departure: np.ndarray, inertia: np.ndarray,
     the mean's variance). The part that dominates the departure (the ramp a mean force leaves, or the periodic
     motion of the harmonics, by their RMS) decides."""
     wrench = np.gradient(departure, times, axis=0) @ inertia.T            # (n, 6) N, N m: M*_0 d(departure)/dt
-    span = float(times[-1] - times[0])
     result = {}
     for name, k in COMPONENTS.items():
         channel = DRIVING_CHANNEL[name]
         column = spec.channels.index(channel)
         mean_w, _, harmonics_w = stroke_parts(times, wrench[:, column], spec.period_s, spec.harmonics)
-        _, slope, harmonics_v = stroke_parts(times, departure[:, k], spec.period_s, spec.harmonics)
+        motion = part_motion(times, departure[:, k], spec.period_s, spec.harmonics)
         sigma, strokes = stroke_noise(measured[0], measured[1][:, column], *state, compared, spec)
         noise = sigma / np.sqrt(spec.periods)
-        parts = {"mean": {"signal": abs(mean_w), "noise": noise, "motion_rms": abs(slope) * span / np.sqrt(12.0),
+        parts = {"mean": {"signal": abs(mean_w), "noise": noise, "motion_rms": motion["mean"],
                           "fed": channel not in spec.left_out and spec.mean},
                  "harmonics": {"signal": harmonics_w, "noise": noise * np.sqrt(2.0 * spec.harmonics),
-                               "motion_rms": harmonics_v, "fed": channel not in spec.left_out}}
+                               "motion_rms": motion["harmonics"], "fed": channel not in spec.left_out}}
         dominant = max(PARTS, key=lambda part: parts[part]["motion_rms"])
         result[name] = {"channel": channel, "unit": "N" if channel.startswith("f") else "N m",
                         "stroke_noise": sigma, "strokes": strokes, "parts": parts, "dominant": dominant,
@@ -651,8 +675,9 @@ def verdict(entry: dict) -> str:
     if resolved["dominant"] == "harmonics" and resolved["gravity_mismatch"] > 0.0:
         limit = (f"; the rig's gravity, which the simulation does not have, changes the held model error there by "
                  f"{100 * resolved['gravity_mismatch']:.0f} %")
-    return (f"{'follows the truth' if entry_follows(entry) else 'does not follow'} ({what}; ratio "
-            f"{entry['ratio']:.3f}{limit})")
+    distance = (f"from the truth, closed over open: {entry['distances'][resolved['dominant']]['ratio']:.3f} in the "
+                f"{PART_MOTION[resolved['dominant']]}, {entry['ratio']:.3f} over the whole motion")
+    return f"{'follows the truth' if entry_follows(entry) else 'does not follow'} ({what}; {distance}{limit})"
 
 
 def overall_verdict(components: dict[str, dict]) -> str:
@@ -669,5 +694,7 @@ def overall_verdict(components: dict[str, dict]) -> str:
 
 
 def entry_follows(entry: dict) -> bool:
-    """A resolvable component follows the truth: the closed loop nearer it than the open loop, by RMS."""
-    return entry["ratio"] < 1.0
+    """A resolvable component follows the truth: the part that decides its resolvability is fed back and the
+    closed loop nearer the truth than the open loop in the motion of that part (:func:`part_distances`)."""
+    dominant = entry["resolvability"]["dominant"]
+    return entry["resolvability"]["parts"][dominant]["fed"] and entry["distances"][dominant]["ratio"] < 1.0

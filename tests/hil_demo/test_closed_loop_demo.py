@@ -26,27 +26,25 @@ FZ_TARE_BAND_N = 4.5e-5
 #: the fed-back wrench moves the thorax off the open loop's path by at least this fraction of the model's own error
 #: (measured in one 6 s run at load ~10: 1.12 (vx), 1.26 (vz), 1.46 (wy))
 INERT_FRACTION = 0.01
-#: the resolvable component's nearness to the truth: measured in the 12 of 23 runs the criterion called resolvable
-#: on vx (2026-11-28, 1-minute load 5.6-14.5 from four other sessions; 5 s runs: ratio 1.155, 0.554, 0.394, 1.321,
-#: 0.987, 0.749, 0.881, gain 0.48, 0.62, 0.83, 0.97, 0.42, 0.79, 0.75; 10 s runs: ratio 0.638, 0.739, 1.066, 0.885,
-#: 1.317, gain 0.64, 0.68, 0.61, 0.56, 0.64;
-#: the lead's idle 10 s runs: ratio 0.48-0.72, gain 0.61-0.71; with the table's mean, [feedback] average, 3 runs of 5 s at
-#: load 15-18: ratio 0.439, 0.695, 0.649, gain 0.73, 0.85, 0.67). The gain (how far along the truth's departure from
-#: the model the loop took the thorax) is the nearness: 0.42-0.97 measured, band 0.3-1.3; the ratio (closed / open
-#: RMS from the truth), to which the loop's own noise adds, 0.39-1.32 measured, band below 1.5
-FOLLOWING_GAIN_BAND = (0.3, 1.3)
-FOLLOWING_RATIO_MAX = 1.5
-#: the components the loop does not follow: vz, never resolvable (the stroke mean of fz, 0.21-0.36 uN against
-#: 4.4-203 uN of noise in the table, SNR 0.00-0.07 in all 23 runs that closed), and wy: where its drift carries most of its
-#: departure, not resolvable (the stroke mean of my, 3.6-5.0 nN m against 19 nN m of noise or more, SNR 0.00-0.21 in
-#: the 11 runs so decided); over a 5 s run's 2-4 s compared its periodic part often carries more, whose my harmonics
-#: are resolvable (SNR 2.0-6.2 in 8 runs) and followed about half-way: the rig's gravity changes the held my error's
-#: harmonics by 43 % (the first to 0.52 at -30 deg), which the weightless free flight does not have, and the drift is
-#: not fed back (docs/closed-loop.md, "What keeps the pitch rate from the truth").
-#: Either way the loop does not take them along the truth's departure: gain -0.33 to 0.16 (vz, 23 runs), -1.80 to
-#: 0.34 (wy, 23 runs); with the table's mean -0.13 to -0.03 (vz) and -0.17 to 0.09 (wy) in 3 runs; band below 0.5
-NOT_FOLLOWED = ("vz", "wy")
+#: the resolvable component's nearness to the truth, judged in the part the loop feeds and the rig resolves: vx's
+#: stroke harmonics (hil.experiment.closed_loop.part_distances; docs/closed-loop.md, "The drift the loop leaves").
+#: Closed over open distance from the truth there: 0.075-0.694 in the 38 runs of 2026-11-28 that resolved vx (every
+#: load from idle to 18, every recording on this machine that day: 0.075-0.488 in the 27 with the shipped rig file,
+#: CI's failed run 0.223); the test asks what the verdict says, below 1. The whole motion's RMS ratio is no measure
+#: of it: the thorax's drift, which the loop does not feed ([feedback] mean = false), and the loop's noise outside
+#: the harmonics add to it (0.29-1.55 in the same runs; CI failed at 1.551 on a band of 1.5), and to the whole
+#: motion's gain along the departure (0.17-0.96): both are reported, not asserted
+FOLLOWING_RATIO_MAX = 1.0
+#: vz, never resolvable (the stroke mean of fz, 0.21-0.36 uN against 4.4-203 uN of noise in the table, SNR 0.00-0.07
+#: in all 23 runs that closed), is not taken along the truth's departure: gain -0.33 to 0.16 (23 runs), with the
+#: table's mean -0.13 to -0.03 (3 runs); band below 0.5
 NOT_FOLLOWED_GAIN_MAX = 0.5
+#: wy, where its stroke harmonics decide: the rig's gravity, which the weightless free flight does not have, keeps
+#: them from the truth (docs/closed-loop.md, "What keeps the pitch rate from the truth": offline, the closed loop's
+#: periodic part is 0.610 of the open loop's distance on the Earth, 0.114 on a weightless rig); live 0.516-0.829 in
+#: the 27 runs with the shipped rig file that resolved it (0.52-1.27 in all 39): above 0.4, the weightless rig's
+#: figure well below
+WY_GRAVITY_RATIO_MIN = 0.4
 #: N: the wrench the truth's vx departure asks of the loop, the stroke harmonics 1-4 of fx (M*_0 d(truth - open)/dt),
 #: measured 23.4-23.7 uN in all 23 runs that closed; independently, offline and tethered, the stiffer roots change the tether's fx
 #: by 24 uN in those harmonics (docs/closed-loop.md, "The signal is small"): the free and the held thorax agree
@@ -113,20 +111,19 @@ def test_closed_loop_demo_feeds_the_tether_back_into_the_free_thorax(tmp_path):
 def _assert_the_verdict_follows_from_the_numbers(figures: dict, stdout: str) -> None:
     """docs/closed-loop.md, "Which components the rig resolves": nearness where the run resolves the truth's
     departure, none where it does not, and each verdict on stdout."""
-    from hil.experiment.closed_loop import RESOLVING_SNR
+    from hil.experiment.closed_loop import RESOLVING_SNR, entry_follows
 
     components = figures["components"]
     vx = components["vx"]["resolvability"]
     harmonics = vx["parts"]["harmonics"]
     assert abs(harmonics["signal"] - VX_SIGNAL_N) < VX_SIGNAL_BAND * VX_SIGNAL_N, vx
-    for name in NOT_FOLLOWED:
-        entry = components[name]
-        resolvability = entry["resolvability"]
+    for name in ("vz", "wy"):
+        resolvability = components[name]["resolvability"]
         part = resolvability["parts"][resolvability["dominant"]]
         if resolvability["dominant"] == "mean":     # a mean force below its noise: the criterion can fail here
-            assert part["signal"] < RESOLVING_SNR * part["noise"] and not resolvability["resolvable"], entry
+            assert part["signal"] < RESOLVING_SNR * part["noise"] and not resolvability["resolvable"], components[name]
             assert f"thorax {name}: not resolvable by this rig's sensor (the stroke mean of " in stdout
-        assert entry["gain"] < NOT_FOLLOWED_GAIN_MAX, (name, entry)
+    assert components["vz"]["gain"] < NOT_FOLLOWED_GAIN_MAX, components["vz"]
     assert components["vz"]["resolvability"]["dominant"] == "mean", components["vz"]
     # the captive limit of a rig on the Earth: its gravity is in the pitching moment's error, not in the forward force's
     wy = components["wy"]["resolvability"]
@@ -135,9 +132,15 @@ def _assert_the_verdict_follows_from_the_numbers(figures: dict, stdout: str) -> 
     if wy["resolvable"] and wy["dominant"] == "harmonics":
         assert (f"the rig's gravity, which the simulation does not have, changes the held model error there by "
                 f"{100 * wy['gravity_mismatch']:.0f} %") in stdout
+        assert components["wy"]["distances"]["harmonics"]["ratio"] > WY_GRAVITY_RATIO_MIN, components["wy"]
+    for name, entry in components.items():          # each verdict on stdout, with the figure that decides it
+        assert f"thorax {name}: {entry['verdict']}" in stdout
+        if entry["resolvability"]["resolvable"]:
+            assert entry["verdict"].startswith("follows the truth" if entry_follows(entry) else "does not follow")
     if vx["resolvable"]:
-        assert FOLLOWING_GAIN_BAND[0] < components["vx"]["gain"] < FOLLOWING_GAIN_BAND[1], components["vx"]
-        assert components["vx"]["ratio"] < FOLLOWING_RATIO_MAX, components["vx"]
+        assert vx["dominant"] == "harmonics", vx
+        assert components["vx"]["distances"]["harmonics"]["ratio"] < FOLLOWING_RATIO_MAX, components["vx"]
+        assert components["vx"]["verdict"].startswith("follows the truth (the stroke harmonics of fx: "), components["vx"]
     else:
         # the rig's noise in this run hid the departure: said so with its numbers, and no nearness claimed
         assert harmonics["signal"] < RESOLVING_SNR * harmonics["noise"], vx
