@@ -20,7 +20,8 @@ driver's tracking stretch less its first second and last 0.2 s:
   as the loop does) mapped onto simulated time through the sim/state stamps, the first harmonic of the servo angle
   against the robot's stroke law there, ms (what ``[feedback] latency_s`` is);
 - the driver's setpoint intervals (hw/command stamps), p1/p50/p99, ms;
-- the comparison of ``report/closed_loop.json``: closed / open ratios and gains on vx, vz, wy, the server's misses.
+- the comparison of ``report/closed_loop.json``: closed / open ratios (the whole motion's and the stroke
+  harmonics') and gains on vx, vz, wy, the server's misses.
 
 ``--live N``: N alternating pairs of 10 s demo runs, ``step`` then ``interpolate``, each with the worktree's
 configs copied and its flapper rig's ``setpoints`` set (the copy's folder the demo's working folder and first on
@@ -178,6 +179,7 @@ def analyse(run_dir: Path, rig_path: Path) -> dict:
         comparison = json.loads(report.read_text())
         for name, entry in comparison["components"].items():
             figures[f"{name}_ratio"] = entry["ratio"]
+            figures[f"{name}_harmonics_ratio"] = entry["distances"]["harmonics"]["ratio"]
             figures[f"{name}_gain"] = entry["gain"]
         misses = comparison.get("health", {}).get("deadline_miss_fraction")
         figures["misses_pct"] = None if misses is None else 100.0 * misses
@@ -329,8 +331,8 @@ def replay_drive(run_dir: Path) -> None:
 def summary(results: list[dict]) -> None:
     keys = ("servo_acceleration_p50", "servo_acceleration_p99", "servo_acceleration_40_60_hz",
             "servo_acceleration_100_500_hz", "error_fx_ringing_uN", "error_fx_stroke_band_uN",
-            "table_fx_noise_uN", "table_fx_rms_uN", "servo_lag_ms", "vx_ratio", "vz_ratio", "wy_ratio", "vx_gain",
-            "misses_pct")
+            "table_fx_noise_uN", "table_fx_rms_uN", "servo_lag_ms", "vx_ratio", "vx_harmonics_ratio", "wy_ratio",
+            "wy_harmonics_ratio", "vz_ratio", "vx_gain", "misses_pct")
     for kind in KINDS:
         runs = [r for r in results if r["setpoints"] == kind]
         if not runs:
