@@ -7,8 +7,9 @@ The figures: the RMS over the run of the thorax's body-frame twist (V m/s, Omega
 truth's, per component, and their ratio closed over open (below 1: the closed loop is nearer the truth), the same
 in the motion of each part of the stroke (its drift, its harmonics: :func:`part_distances`); and per component
 whether the rig's sensor resolves the wrench the truth's departure asks of the loop, and the verdict that follows,
-judged in the part that decides (:func:`resolvability`, :func:`entry_follows`), with how much the rig's gravity, which the weightless simulation does not have,
-changes the model's error the loop measures (:func:`gravity_mismatch`).
+judged in the part that decides (:func:`resolvability`, :func:`entry_follows`), with how much the rig's gravity,
+which the weightless simulation does not have, changes the model's error the loop measures
+(:func:`gravity_mismatch`).
 """
 from __future__ import annotations
 
