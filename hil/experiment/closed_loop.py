@@ -140,7 +140,9 @@ def simulated_thorax(config: dict, path: Path, times: np.ndarray, start: dict | 
 def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     """The closed loop's thorax against the open loop and the truth, each component's resolvability and verdict
     (figures in ``out``/closed_loop.json and a plot closed_loop.png); the figures."""
+    from hil.feedback.loop import load_feedback
     from hil.recording.mcap_io import read_recording
+    from hil.recording.series import build_tables
 
     raw = read_recording(recording, topics={TOPIC_SIM_STATE, TOPIC_SIM_STATUS, TOPIC_HW_TELEMETRY, TOPIC_HW_COMMAND,
                                             TOPIC_HW_STATUS})
@@ -155,6 +157,7 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     truth_config_ = truth_config(config, rig)
     open_loop = simulated_thorax(config, robot, times, closing)
     truth = simulated_thorax(truth_config_, robot, times, truth_start(config, truth_config_, robot, closing))
+    rig_table, spec = load_feedback(rig)
     rms = lambda x: float(np.sqrt(np.mean(x * x)))  # noqa: E731 - one-line local
     figures = {"duration_s": float(times[-1]), "closed_at_s": float(closing["t"]), "states": int(times.size),
                "components": {}}
@@ -164,11 +167,10 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
                                        "open_error_rms": open_error,
                                        "closed_minus_open_rms": rms(closed[:, k] - open_loop[:, k]),
                                        "ratio": closed_error / open_error if open_error > 0 else float("inf"),
+                                       "distances": part_distances(times, closed[:, k] - truth[:, k],
+                                                                   open_loop[:, k] - truth[:, k], spec.period_s,
+                                                                   spec.harmonics),
                                        **following(closed[:, k] - open_loop[:, k], truth[:, k] - open_loop[:, k])}
-    from hil.feedback.loop import load_feedback
-    from hil.recording.series import build_tables
-
-    rig_table, spec = load_feedback(rig)
     health = run_health(raw, spec.period_s, (closing["t"], float(times[-1])))
     figures["health"] = health
     tables = build_tables(raw, topics=[TOPIC_HW_TELEMETRY, TOPIC_SIM_STATE],
@@ -181,9 +183,6 @@ def compare(recording: Path, robot: Path, rig: Path, out: Path, say) -> dict:
     for name, entry in figures["components"].items():
         entry["resolvability"] = resolved[name] | {
             "gravity_mismatch": float(mismatch[spec.channels.index(resolved[name]["channel"])])}
-        k = COMPONENTS[name]
-        entry["distances"] = part_distances(times, closed[:, k] - truth[:, k], open_loop[:, k] - truth[:, k],
-                                        spec.period_s, spec.harmonics)
         entry["verdict"] = verdict(entry)
     figures["verdict"] = overall_verdict(figures["components"])
     out.mkdir(parents=True, exist_ok=True)

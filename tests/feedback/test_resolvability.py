@@ -52,12 +52,13 @@ def test_white_noise_puts_2h_times_the_means_variance_in_the_harmonics():
     assert abs(harmonics_ms / (2 * HARMONICS * sigma ** 2) - 1.0) < 0.15
 
 
-def _resolved_component(distances: dict, whole_ratio: float, dominant: str = "harmonics") -> dict:
-    """A closed_loop.json component, resolvable on ``dominant`` and fed back, with these distances from the truth."""
+def _resolved_component(distances: dict, whole_ratio: float) -> dict:
+    """A closed_loop.json component, resolvable on its stroke harmonics and fed back, with these distances from the
+    truth."""
     part = {"signal": 23.4e-6, "noise": 5.4e-6, "motion_rms": 8.2e-6, "fed": True}
     return {"ratio": whole_ratio, "distances": distances,
-            "resolvability": {"channel": "fx", "unit": "N", "dominant": dominant, "gravity_mismatch": 0.0,
-                              "resolvable": True, "parts": {"mean": part | {"fed": False}, dominant: part}}}
+            "resolvability": {"channel": "fx", "unit": "N", "dominant": "harmonics", "gravity_mismatch": 0.0,
+                              "resolvable": True, "parts": {"mean": part | {"fed": False}, "harmonics": part}}}
 
 
 def test_the_loop_is_judged_on_the_part_it_feeds_not_on_the_drift_it_leaves():
